@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane (etcd + kube-apiserver) on 127.0.0.1 for netcm's tests and local runs.
+#
+#   hack/controlplane.sh up                 build (if not cached) and start; last line: KUBECONFIG=<path>
+#   hack/controlplane.sh down               stop what `up` started
+#   hack/controlplane.sh restart-apiserver  stop and start kube-apiserver, keeping data
+#   hack/controlplane.sh restart-etcd       stop and start etcd, keeping data
+#   hack/controlplane.sh stop-apiserver     stop kube-apiserver only (start it again with start-apiserver)
+#   hack/controlplane.sh start-apiserver    start a stopped kube-apiserver with the same flags and ports
+#   hack/controlplane.sh bin NAME           path of a built binary: kube-apiserver, kube-controller-manager,
+#                                           kubectl, etcd (built first if needed)
+#   hack/controlplane.sh audit              path of the audit log
+#   hack/controlplane.sh env                the state (ports, paths) as shell assignments
+#
+# Environment:
+#   NETCM_CACHE_DIR          where built binaries are cached by version (default ${XDG_CACHE_HOME:-~/.cache}/netcm)
+#   NETCM_CONTROLPLANE_DIR   where certificates, data, logs and PIDs live (default <checkout>/_out/controlplane)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/versions.env
+source "$root/hack/versions.env"
+
+cache=${NETCM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/netcm}
+state=${NETCM_CONTROLPLANE_DIR:-$root/_out/controlplane}
+k8s_bin=$cache/k8s-$KUBE_VERSION
+etcd_bin=$cache/etcd-$ETCD_VERSION
+
+log() { printf '[controlplane] %s\n' "$*" >&2; }
+die() { printf '[controlplane] error: %s\n' "$*" >&2; exit 1; }
+
+need() {
+  local missing=()
+  for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+  [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (hack/test.sh installs them)"
+}
+
+# Go ≥ 1.27 turns JSON v2 on by default, which breaks the API server's OpenAPI output.
+go_env() {
+  local minor
+  minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+  if [ "${minor:-0}" -ge 27 ]; then
+    echo "GOEXPERIMENT=nojsonv2"
+  fi
+}
+
+build_k8s() {
+  local name=$1
+  [ -x "$k8s_bin/$name" ] && return 0
+  need go flock
+  mkdir -p "$k8s_bin"
+  (
+    flock 9
+    [ -x "$k8s_bin/$name" ] && exit 0
+    log "building $name $KUBE_VERSION from the k8s.io/kubernetes module (a cold kube-apiserver build takes ~8 min on 2 cores)"
+    cd "$root/hack/tools/k8s"
+    # shellcheck disable=SC2046
+    env $(go_env) go build -trimpath -o "$k8s_bin/$name.tmp" "k8s.io/kubernetes/cmd/$name"
+    mv "$k8s_bin/$name.tmp" "$k8s_bin/$name"
+  ) 9>"$cache/build.lock"
+}
+
+build_etcd() {
+  [ -x "$etcd_bin/etcd" ] && return 0
+  need go flock
+  mkdir -p "$etcd_bin"
+  (
+    flock 9
+    [ -x "$etcd_bin/etcd" ] && exit 0
+    log "building etcd $ETCD_VERSION from the go.etcd.io/etcd/server/v3 module"
+    cd "$root/hack/tools/etcd"
+    go build -trimpath -o "$etcd_bin/etcd.tmp" go.etcd.io/etcd/server/v3
+    mv "$etcd_bin/etcd.tmp" "$etcd_bin/etcd"
+  ) 9>"$cache/build.lock"
+}
+
+bin_path() {
+  case "$1" in
+    kube-apiserver | kube-controller-manager | kubectl) mkdir -p "$cache"; build_k8s "$1"; echo "$k8s_bin/$1" ;;
+    etcd) mkdir -p "$cache"; build_etcd; echo "$etcd_bin/etcd" ;;
+    *) die "unknown binary '$1' (kube-apiserver, kube-controller-manager, kubectl, etcd)" ;;
+  esac
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+alive() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
+
+gen_certs() {
+  local d=$state/pki
+  [ -f "$d/admin.crt" ] && return 0
+  need openssl
+  mkdir -p "$d"
+  log "generating certificates in $d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt -subj "/CN=netcm-test-ca" 2>/dev/null
+    cat >serving.ext <<EOF
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc
+extendedKeyUsage=serverAuth
+EOF
+    openssl req -newkey rsa:2048 -nodes -keyout serving.key -out serving.csr -subj "/CN=kube-apiserver" 2>/dev/null
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile serving.ext -out serving.crt 2>/dev/null
+    echo "extendedKeyUsage=clientAuth" >client.ext
+    openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=netcm-admin" 2>/dev/null
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile client.ext -out admin.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  )
+}
+
+write_audit_policy() {
+  cat >"$state/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+    resources:
+      - group: ""
+        resources: ["nodes", "nodes/status", "events"]
+      - group: "coordination.k8s.io"
+        resources: ["leases"]
+      - group: "events.k8s.io"
+        resources: ["events"]
+  - level: None
+EOF
+}
+
+write_kubeconfig() {
+  local d=$state/pki
+  cat >"$state/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: netcm-test
+    cluster:
+      server: https://127.0.0.1:$APISERVER_PORT
+      certificate-authority: $d/ca.crt
+users:
+  - name: netcm-admin
+    user:
+      client-certificate: $d/admin.crt
+      client-key: $d/admin.key
+contexts:
+  - name: netcm-test
+    context: {cluster: netcm-test, user: netcm-admin}
+current-context: netcm-test
+EOF
+}
+
+load_env() {
+  [ -f "$state/env" ] || die "no control plane state in $state: run 'hack/controlplane.sh up' first"
+  # shellcheck source=/dev/null
+  source "$state/env"
+}
+
+start_etcd() {
+  load_env
+  local etcd
+  etcd=$(bin_path etcd)
+  setsid nohup "$etcd" \
+    --name netcm-test \
+    --data-dir "$state/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "netcm-test=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --listen-metrics-urls "http://127.0.0.1:$ETCD_METRICS_PORT" \
+    --unsafe-no-fsync \
+    --log-level warn \
+    >>"$state/etcd.log" 2>&1 </dev/null &
+  echo $! >"$state/etcd.pid"
+  local i
+  for i in $(seq 1 100); do
+    if curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1; then return 0; fi
+    alive etcd || die "etcd exited; see $state/etcd.log: $(tail -3 "$state/etcd.log")"
+    sleep 0.1
+  done
+  die "etcd not healthy after 10 s; see $state/etcd.log"
+}
+
+start_apiserver() {
+  load_env
+  local apiserver d=$state/pki
+  apiserver=$(bin_path kube-apiserver)
+  setsid nohup "$apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --cert-dir "$d" \
+    --tls-cert-file "$d/serving.crt" \
+    --tls-private-key-file "$d/serving.key" \
+    --client-ca-file "$d/ca.crt" \
+    --secure-port "$APISERVER_PORT" \
+    --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --allow-privileged=true \
+    --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$d/sa.pub" \
+    --service-account-signing-key-file "$d/sa.key" \
+    --disable-admission-plugins ServiceAccount \
+    --audit-policy-file "$state/audit-policy.yaml" \
+    --audit-log-path "$state/audit.log" \
+    --audit-log-maxsize 0 \
+    --audit-log-format json \
+    --max-requests-inflight 800 \
+    --max-mutating-requests-inflight 400 \
+    >>"$state/kube-apiserver.log" 2>&1 </dev/null &
+  echo $! >"$state/kube-apiserver.pid"
+  wait_ready
+}
+
+wait_ready() {
+  local i d=$state/pki
+  for i in $(seq 1 300); do
+    if curl -sf --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" \
+      "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
+      return 0
+    fi
+    alive kube-apiserver || die "kube-apiserver exited; see $state/kube-apiserver.log: $(tail -3 "$state/kube-apiserver.log")"
+    sleep 0.2
+  done
+  die "kube-apiserver not ready after 60 s; see $state/kube-apiserver.log"
+}
+
+# kube-apiserver takes ~60 s to exit on SIGTERM while watches are open: give it a short grace, then SIGKILL.
+stop_component() {
+  local name=$1 grace=${2:-3} pid i
+  alive "$name" || { rm -f "$state/$name.pid"; return 0; }
+  pid=$(cat "$state/$name.pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 $((grace * 10))); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  rm -f "$state/$name.pid"
+}
+
+cmd_up() {
+  need curl openssl python3
+  mkdir -p "$state" "$cache"
+  if alive etcd && alive kube-apiserver; then
+    load_env
+    wait_ready
+    log "reusing the running control plane in $state"
+    echo "KUBECONFIG=$state/kubeconfig"
+    return 0
+  fi
+  # Build before starting anything, so a cold cache fails early and clearly.
+  bin_path etcd >/dev/null
+  bin_path kube-apiserver >/dev/null
+  gen_certs
+  write_audit_policy
+  if [ ! -f "$state/env" ]; then
+    cat >"$state/env" <<EOF
+ETCD_PORT=$(free_port)
+ETCD_PEER_PORT=$(free_port)
+ETCD_METRICS_PORT=$(free_port)
+APISERVER_PORT=$(free_port)
+EOF
+  fi
+  load_env
+  write_kubeconfig
+  alive etcd || { log "starting etcd $ETCD_VERSION on 127.0.0.1:$ETCD_PORT"; start_etcd; }
+  if ! alive kube-apiserver; then
+    log "starting kube-apiserver $KUBE_VERSION on 127.0.0.1:$APISERVER_PORT"
+    start_apiserver
+  fi
+  log "ready; audit log: $state/audit.log"
+  echo "KUBECONFIG=$state/kubeconfig"
+}
+
+cmd_down() {
+  stop_component kube-apiserver 3
+  stop_component etcd 5
+  log "stopped"
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  restart-apiserver) stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted" ;;
+  stop-apiserver) stop_component kube-apiserver 3; log "kube-apiserver stopped" ;;
+  start-apiserver) alive kube-apiserver || start_apiserver; log "kube-apiserver started" ;;
+  restart-etcd) stop_component etcd 5; start_etcd; load_env; wait_ready; log "etcd restarted" ;;
+  bin) [ $# -eq 2 ] || die "usage: hack/controlplane.sh bin NAME"; bin_path "$2" ;;
+  audit) echo "$state/audit.log" ;;
+  env) load_env; cat "$state/env"; echo "STATE_DIR=$state"; echo "KUBECONFIG=$state/kubeconfig" ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
