@@ -1,0 +1,72 @@
+//! `netcm`: parse flags, install logging, assemble the controller registry, hand both to the manager.
+
+mod controllers;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use netcm_manager::run::{run, ManagerOptions, RunError};
+
+/// netcm — a network controller manager for Kubernetes: pod CIDR allocation, flannel-format subnet
+/// leases and node routes, leader-elected in the shape of kube-controller-manager.
+#[derive(Debug, Parser)]
+#[command(name = "netcm", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    generic: netcm_manager::flags::GenericFlags,
+    #[command(flatten, next_help_heading = "subnet-allocator")]
+    allocator: netcm_subnet_allocator::Flags,
+}
+
+/// Exit code for bad flags, as clap and KCM use.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let registry = match controllers::registry(&cli) {
+        Ok(r) => r,
+        Err(e) => return usage_error(&e),
+    };
+    if let Err(e) = validate(&cli, &registry) {
+        return usage_error(&e);
+    }
+    netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let opts = ManagerOptions {
+        flags: cli.generic.clone(),
+        effective_config: controllers::effective_config(&cli),
+    };
+    match runtime.block_on(run(opts, registry)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::LeadershipLost) => {
+            tracing::error!("leaderelection lost; exiting so this replica restarts as a standby");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "netcm failed");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage_error(e: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Every flag rule, checked before anything touches the API.
+fn validate(cli: &Cli, registry: &netcm_manager::Registry) -> anyhow::Result<()> {
+    cli.generic.validate()?;
+    let enabled = registry.enabled(&cli.generic.controllers)?;
+    if enabled.iter().any(|d| d.name == netcm_subnet_allocator::NAME) {
+        cli.allocator.config()?;
+    }
+    Ok(())
+}

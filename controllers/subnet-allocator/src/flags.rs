@@ -1,0 +1,57 @@
+//! The allocator's flags: kube-controller-manager's nodeipam flags with their names and rules.
+
+use clap::{ArgAction, Args};
+use netcm_ipam::{AllocatorConfig, AllocatorFlags, ConfigError};
+
+/// subnet-allocator flags.
+#[derive(Debug, Clone, Args)]
+pub struct Flags {
+    /// Should CIDRs for Pods be allocated and set on the Nodes. Requires --cluster-cidr.
+    #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
+    pub allocate_node_cidrs: bool,
+
+    /// CIDR range(s) for Pods in the cluster, comma-separated: IPv4, IPv6 or both; several per family are tried in order.
+    #[arg(long, default_value = "")]
+    pub cluster_cidr: String,
+
+    /// Mask size for node CIDRs in a single-stack cluster (default 24 for IPv4, 64 for IPv6).
+    #[arg(long)]
+    pub node_cidr_mask_size: Option<u8>,
+
+    /// Mask size for IPv4 node CIDRs in a dual-stack cluster (default 24).
+    #[arg(long)]
+    pub node_cidr_mask_size_ipv4: Option<u8>,
+
+    /// Mask size for IPv6 node CIDRs in a dual-stack cluster (default 64).
+    #[arg(long)]
+    pub node_cidr_mask_size_ipv6: Option<u8>,
+
+    /// Service CIDR range(s), comma-separated (at most one per family); never handed out to Nodes.
+    #[arg(long, default_value = "")]
+    pub service_cluster_ip_range: String,
+
+    /// Also record a Normal `CIDRAssigned` Event per allocation (a second API write per Node).
+    #[arg(long, action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub record_cidr_assigned_events: bool,
+
+    /// Number of Nodes the subnet-allocator syncs concurrently.
+    #[arg(long, default_value_t = 32)]
+    pub concurrent_node_cidr_syncs: usize,
+}
+
+impl Flags {
+    /// The validated allocator configuration, or `None` when `--allocate-node-cidrs=false`.
+    pub fn config(&self) -> Result<Option<AllocatorConfig>, ConfigError> {
+        if !self.allocate_node_cidrs {
+            return Ok(None);
+        }
+        AllocatorConfig::from_flags(&AllocatorFlags {
+            cluster_cidr: self.cluster_cidr.clone(),
+            node_cidr_mask_size: self.node_cidr_mask_size,
+            node_cidr_mask_size_ipv4: self.node_cidr_mask_size_ipv4,
+            node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
+            service_cluster_ip_range: self.service_cluster_ip_range.clone(),
+        })
+        .map(Some)
+    }
+}

@@ -1,0 +1,82 @@
+//! subnet-allocator: gives every Node its pod CIDR(s) from the cluster CIDR(s), like
+//! kube-controller-manager's nodeipam range allocator, and never hands one CIDR to two Nodes.
+//!
+//! Watches Nodes through the manager's shared informer; writes only `spec.podCIDR` and `spec.podCIDRs`
+//! (one strategic-merge PATCH per Node, behind the leader fence). Before the first allocation it records
+//! every CIDR any Node holds; a Node's CIDRs are released only when the Node is gone from the cache. Bad
+//! data (unparsable, out-of-range or overlapping pod CIDRs) becomes a Warning Event and a metric, never a
+//! crash, and nothing overlapping it is ever handed out. The CIDR arithmetic lives in `netcm-ipam`.
+//!
+//! Start reading at [`allocator::Allocator::sync_node`].
+
+pub mod allocator;
+pub mod flags;
+pub mod metrics;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use netcm_ipam::Pools;
+use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
+use netcm_manager::{run_workers, Controller, InformerEvent, InitContext, InitError, InitResult};
+use tokio_util::sync::CancellationToken;
+
+pub use allocator::{Allocator, NAME};
+pub use flags::Flags;
+
+/// The running controller.
+pub struct SubnetAllocator {
+    allocator: Arc<Allocator>,
+    workers: usize,
+}
+
+/// The init function: builds the allocator, or `None` with `--allocate-node-cidrs=false`.
+pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
+    let Some(config) = flags.config().map_err(InitError::new)? else {
+        return Ok(None);
+    };
+    let pools = Pools::new(&config).map_err(InitError::new)?;
+    let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
+    metrics.publish(&pools.stats());
+    let queue = ctx.new_queue(NAME);
+    let handler_queue = queue.clone();
+    ctx.nodes
+        .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
+            handler_queue.add(ev.name());
+        }))
+        .map_err(InitError::new)?;
+    let allocator = Arc::new(Allocator {
+        nodes: ctx.nodes.clone(),
+        api: Api::all(ctx.client.clone()),
+        pools: Mutex::new(pools),
+        queue,
+        recorder: ctx.recorder.clone(),
+        guard: ctx.leader.clone(),
+        metrics,
+        waiting: Mutex::new(BTreeSet::new()),
+        flagged: Mutex::new(BTreeSet::new()),
+        record_assigned: flags.record_cidr_assigned_events,
+    });
+    Ok(Some(Box::new(SubnetAllocator {
+        allocator,
+        workers: flags.concurrent_node_cidr_syncs.max(1),
+    })))
+}
+
+impl Controller for SubnetAllocator {
+    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let allocator = self.allocator;
+            allocator.record_all_existing().await;
+            let queue = allocator.queue.clone();
+            run_workers(NAME, queue, self.workers, shutdown, CONTROLLER_DRAIN_TIMEOUT, move |key| {
+                let allocator = allocator.clone();
+                async move { allocator.sync_node(&key).await }
+            })
+            .await;
+        })
+    }
+}

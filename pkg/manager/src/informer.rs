@@ -1,0 +1,310 @@
+//! The shared informer: ONE list+watch per kind for the whole process (kube-runtime's `watcher` feeding
+//! a `reflector` store), fanned out to every subscribed controller as add / update / delete events.
+//!
+//! Why not kube-runtime's shared streams: they are unstable and never deliver deletes to subscribers. Here a
+//! delete carries the last known object, and after every relist (the watcher's `Init … InitDone`) the new
+//! list is diffed against the cache, so an object deleted during a watch gap is reported as deleted and an
+//! object changed during the gap as updated. Events are delivered only after the store holds the new state,
+//! so a handler that enqueues a key and a worker that re-reads the cache always agree.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// One change to an object, as handlers see it.
+#[derive(Debug, Clone)]
+pub enum InformerEvent<K> {
+    /// The object appeared (first list, or created).
+    Added(Arc<K>),
+    /// The object changed; the old and the new version.
+    Updated(Arc<K>, Arc<K>),
+    /// The object is gone; its last known version.
+    Deleted(Arc<K>),
+}
+
+impl<K: Resource> InformerEvent<K> {
+    /// The object's name.
+    pub fn name(&self) -> String {
+        let obj = match self {
+            Self::Added(o) | Self::Updated(_, o) | Self::Deleted(o) => o,
+        };
+        obj.meta().name.clone().unwrap_or_default()
+    }
+}
+
+/// An event handler; it must only enqueue keys (it runs on the informer task).
+pub type Handler<K> = Arc<dyn Fn(&InformerEvent<K>) + Send + Sync>;
+
+/// A function that trims an object before it is cached (drop what no controller reads).
+pub type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
+
+/// Subscribing after the informer started is a programming error the manager reports.
+#[derive(Debug, thiserror::Error)]
+#[error("subscribers must register before the informer starts")]
+pub struct AlreadyStarted;
+
+struct Shared<K: 'static + Resource<DynamicType = ()> + Clone> {
+    handlers: Mutex<Vec<Handler<K>>>,
+    started: std::sync::atomic::AtomicBool,
+    synced_tx: watch::Sender<bool>,
+    store: Store<K>,
+    writer: Mutex<Option<reflector::store::Writer<K>>>,
+    transform: Transform<K>,
+}
+
+/// A cloneable handle to the process-wide informer of kind `K`.
+pub struct SharedInformer<K: 'static + Resource<DynamicType = ()> + Clone> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K: 'static + Resource<DynamicType = ()> + Clone> Clone for SharedInformer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K> SharedInformer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Creates an informer whose cache keeps only what `transform` leaves of each object.
+    pub fn new(transform: Transform<K>) -> Self {
+        let (store, writer) = reflector::store();
+        let (synced_tx, _) = watch::channel(false);
+        Self {
+            shared: Arc::new(Shared {
+                handlers: Mutex::new(Vec::new()),
+                started: std::sync::atomic::AtomicBool::new(false),
+                synced_tx,
+                store,
+                writer: Mutex::new(Some(writer)),
+                transform,
+            }),
+        }
+    }
+
+    /// Registers a handler; only allowed before [`SharedInformer::run`] starts.
+    pub fn subscribe(&self, handler: Handler<K>) -> Result<(), AlreadyStarted> {
+        if self.shared.started.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(AlreadyStarted);
+        }
+        self.shared
+            .handlers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handler);
+        Ok(())
+    }
+
+    /// Reads one object from the cache.
+    pub fn get(&self, name: &str) -> Option<Arc<K>> {
+        self.shared.store.get(&ObjectRef::new(name))
+    }
+
+    /// Every cached object.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.shared.store.state()
+    }
+
+    /// Whether the first full list has been cached.
+    pub fn has_synced(&self) -> bool {
+        *self.shared.synced_tx.borrow()
+    }
+
+    /// Waits until the first full list has been cached.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.shared.synced_tx.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    fn dispatch(&self, handlers: &[Handler<K>], ev: InformerEvent<K>) {
+        for h in handlers {
+            h(&ev);
+        }
+    }
+
+    /// Lists and watches `api` until `cancel` fires, keeping the cache and notifying subscribers. Runs once.
+    pub async fn run(self, api: Api<K>, cancel: CancellationToken) {
+        if self
+            .shared
+            .started
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::error!("informer started twice; ignoring the second start");
+            return;
+        }
+        let Some(mut writer) = self
+            .shared
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let handlers: Vec<Handler<K>> = self
+            .shared
+            .handlers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let transform = self.shared.transform.clone();
+        let kind = K::kind(&()).to_string();
+        let stream = watcher(api, watcher::Config::default().page_size(500))
+            .default_backoff()
+            .modify(move |obj: &mut K| transform(obj));
+        let mut stream = std::pin::pin!(stream);
+        let mut before_relist: HashMap<String, Arc<K>> = HashMap::new();
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => break,
+                next = stream.next() => next,
+            };
+            let Some(item) = next else { break };
+            let event = match item {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::warn!(kind = %kind, error = %e, "watch failed; relisting with backoff");
+                    continue;
+                }
+            };
+            match &event {
+                Event::Init => {
+                    before_relist = self
+                        .list()
+                        .into_iter()
+                        .map(|o| (o.meta().name.clone().unwrap_or_default(), o))
+                        .collect();
+                    writer.apply_watcher_event(&event);
+                }
+                Event::InitApply(_) => writer.apply_watcher_event(&event),
+                Event::InitDone => {
+                    writer.apply_watcher_event(&event);
+                    let mut old = std::mem::take(&mut before_relist);
+                    let mut added = 0usize;
+                    for obj in self.list() {
+                        let name = obj.meta().name.clone().unwrap_or_default();
+                        match old.remove(&name) {
+                            None => {
+                                added += 1;
+                                self.dispatch(&handlers, InformerEvent::Added(obj));
+                            }
+                            Some(prev) => {
+                                // A relist re-delivers unchanged objects as updates, as client-go's resync does;
+                                // handlers are level-triggered, so this costs a cache read and nothing else.
+                                self.dispatch(&handlers, InformerEvent::Updated(prev, obj));
+                            }
+                        }
+                    }
+                    let gone = old.len();
+                    for (_, prev) in old {
+                        self.dispatch(&handlers, InformerEvent::Deleted(prev));
+                    }
+                    tracing::info!(kind = %kind, objects = self.shared.store.len(), added, deleted_during_gap = gone, "list complete");
+                    self.shared.synced_tx.send_replace(true);
+                }
+                Event::Apply(obj) => {
+                    let name = obj.meta().name.clone().unwrap_or_default();
+                    let prev = self.get(&name);
+                    writer.apply_watcher_event(&event);
+                    let Some(new) = self.get(&name) else { continue };
+                    match prev {
+                        None => self.dispatch(&handlers, InformerEvent::Added(new)),
+                        Some(prev) => self.dispatch(&handlers, InformerEvent::Updated(prev, new)),
+                    }
+                }
+                Event::Delete(obj) => {
+                    let name = obj.meta().name.clone().unwrap_or_default();
+                    let last = self.get(&name).unwrap_or_else(|| Arc::new(obj.clone()));
+                    writer.apply_watcher_event(&event);
+                    self.dispatch(&handlers, InformerEvent::Deleted(last));
+                }
+            }
+        }
+    }
+}
+
+/// Trims a Node to what netcm's controllers read: name, uid, annotations, deletion timestamp,
+/// `spec.podCIDR(s)`, `status.addresses` and the `NetworkUnavailable` condition. At 5,000 Nodes this keeps
+/// the cache a small fraction of a full Node list.
+pub fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    let meta = &mut node.metadata;
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(spec) = node.spec.as_mut() {
+        spec.taints = None;
+        spec.config_source = None;
+        spec.provider_id = None;
+    }
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.node_info = None;
+        status.capacity = None;
+        status.allocatable = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.daemon_endpoints = None;
+        status.config = None;
+        status.features = None;
+        status.runtime_handlers = None;
+        if let Some(conds) = status.conditions.as_mut() {
+            conds.retain(|c| c.type_ == "NetworkUnavailable");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    #[test]
+    fn trimming_a_node_keeps_what_controllers_read_and_drops_the_rest() {
+        let cond = |t: &str| NodeCondition {
+            type_: t.into(),
+            status: "False".into(),
+            ..Default::default()
+        };
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                annotations: Some([("a/b".to_string(), "c".to_string())].into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: Some("10.0.0.0/24".into()),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![cond("Ready"), cond("NetworkUnavailable")]),
+                ..Default::default()
+            }),
+        };
+        trim_node(&mut node);
+        assert!(node.metadata.managed_fields.is_none());
+        assert_eq!(node.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+        assert_eq!(node.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()), Some("10.0.0.0/24"));
+        let conds = node.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0].type_, "NetworkUnavailable");
+    }
+}
