@@ -1,0 +1,70 @@
+//! Errors of CIDR sets and pools (configuration errors live in [`crate::config`]).
+
+use ipnet::IpNet;
+
+use crate::addr::{join_nets, Family};
+
+/// An error from a [`crate::CidrSet`] or [`crate::Pools`] operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The node mask is shorter than the cluster CIDR's prefix.
+    #[error(
+        "Controller: Invalid --cluster-cidr, mask size of cluster CIDR must be less than or \
+         equal to --node-cidr-mask-size configured for CIDR family (cluster CIDR {cluster}, \
+         node mask /{node_mask})"
+    )]
+    NodeMaskSmallerThanCluster {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The requested node mask size.
+        node_mask: u8,
+    },
+
+    /// The node mask is longer than an address of the family.
+    #[error(
+        "New CIDR set failed; node mask /{node_mask} is longer than an {family} address \
+         ({} bits)", .family.bits()
+    )]
+    NodeMaskTooLong {
+        /// Family of the cluster CIDR.
+        family: Family,
+        /// The requested node mask size.
+        node_mask: u8,
+    },
+
+    /// Too many node CIDRs would fit in the cluster CIDR to track them.
+    #[error(
+        "New CIDR set failed; the node CIDR size is too big: node mask /{node_mask} is {} bits \
+         longer than cluster CIDR {cluster}, at most {max_diff} allowed for {}",
+        .node_mask.saturating_sub(.cluster.prefix_len()), Family::of(.cluster)
+    )]
+    NodeCidrTooBig {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The requested node mask size.
+        node_mask: u8,
+        /// Largest allowed difference between node mask and cluster prefix.
+        max_diff: u8,
+    },
+
+    /// Every node CIDR of the family's cluster CIDRs is taken.
+    #[error(
+        "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted \
+         range ({family} cluster CIDRs: {})", join_nets(.clusters)
+    )]
+    Full {
+        /// The exhausted family.
+        family: Family,
+        /// The cluster CIDRs of that family, all full.
+        clusters: Vec<IpNet>,
+    },
+
+    /// A CIDR shares no address with the cluster CIDR.
+    #[error("cidr {cidr} is out the range of cluster cidr {cluster}")]
+    OutOfRange {
+        /// The offending CIDR.
+        cidr: IpNet,
+        /// The cluster CIDR it was checked against.
+        cluster: IpNet,
+    },
+}

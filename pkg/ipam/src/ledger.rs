@@ -1,0 +1,217 @@
+//! [`Ledger`]: which node holds which CIDRs, with an interval index per
+//! family to find every holding that overlaps a CIDR in `O(log n)`.
+//!
+//! CIDRs either nest or are disjoint, so the holdings overlapping a query
+//! are those starting inside it (found with one ordered range scan) plus
+//! those strictly containing it, whose start is the query's start truncated
+//! to their prefix: one exact lookup per prefix length in use.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ipnet::IpNet;
+
+use crate::addr::{host_mask, net_from, Span};
+
+/// A CIDR held by a node, as found by [`Ledger::overlapping`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Holding<'a> {
+    /// The held CIDR.
+    pub cidr: IpNet,
+    /// The node holding it.
+    pub node: &'a str,
+}
+
+/// Holdings of one family keyed by `(first address, prefix)`.
+#[derive(Debug)]
+struct FamilyIndex {
+    /// Nodes holding exactly that CIDR (more than one only after a conflict).
+    entries: BTreeMap<(u128, u8), Vec<String>>,
+    /// How many entries use each prefix length, to skip absent ones.
+    prefix_counts: Vec<u32>,
+}
+
+impl FamilyIndex {
+    fn new() -> FamilyIndex {
+        FamilyIndex {
+            entries: BTreeMap::new(),
+            prefix_counts: vec![0; 129],
+        }
+    }
+}
+
+/// Node → held CIDRs, plus the per-family overlap index.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    nodes: HashMap<String, Vec<IpNet>>,
+    index: [FamilyIndex; 2],
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new() -> Ledger {
+        Ledger {
+            nodes: HashMap::new(),
+            index: [FamilyIndex::new(), FamilyIndex::new()],
+        }
+    }
+
+    /// The CIDRs recorded for `node`.
+    pub fn held_by(&self, node: &str) -> Option<&[IpNet]> {
+        self.nodes.get(node).map(Vec::as_slice)
+    }
+
+    /// Number of nodes holding CIDRs.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Every node and what it holds, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[IpNet])> {
+        self.nodes.iter().map(|(n, c)| (n.as_str(), c.as_slice()))
+    }
+
+    /// Records that `node` holds `cidrs` (normalized), replacing nothing:
+    /// callers remove a previous record first.
+    pub fn insert(&mut self, node: &str, cidrs: Vec<IpNet>) {
+        for cidr in &cidrs {
+            let span = Span::of(cidr);
+            let idx = &mut self.index[span.family.index()];
+            idx.entries
+                .entry((span.first, span.prefix))
+                .or_default()
+                .push(node.to_string());
+            idx.prefix_counts[usize::from(span.prefix)] += 1;
+        }
+        self.nodes.insert(node.to_string(), cidrs);
+    }
+
+    /// Forgets `node`, returning what it held.
+    pub fn remove(&mut self, node: &str) -> Option<Vec<IpNet>> {
+        let cidrs = self.nodes.remove(node)?;
+        for cidr in &cidrs {
+            let span = Span::of(cidr);
+            let idx = &mut self.index[span.family.index()];
+            let key = (span.first, span.prefix);
+            if let Some(holders) = idx.entries.get_mut(&key) {
+                if let Some(pos) = holders.iter().position(|h| h == node) {
+                    holders.swap_remove(pos);
+                    idx.prefix_counts[usize::from(span.prefix)] -= 1;
+                }
+                if holders.is_empty() {
+                    idx.entries.remove(&key);
+                }
+            }
+        }
+        Some(cidrs)
+    }
+
+    /// Every holding sharing at least one address with `span`.
+    pub fn overlapping(&self, span: &Span) -> Vec<Holding<'_>> {
+        let family = span.family;
+        let idx = &self.index[family.index()];
+        let mut out = Vec::new();
+        // Holdings strictly containing the span.
+        for prefix in 0..span.prefix {
+            if idx.prefix_counts[usize::from(prefix)] == 0 {
+                continue;
+            }
+            let first = span.first & !host_mask(u32::from(family.bits() - prefix));
+            if let Some(holders) = idx.entries.get(&(first, prefix)) {
+                let cidr = net_from(family, first, prefix);
+                out.extend(holders.iter().map(|n| Holding { cidr, node: n }));
+            }
+        }
+        // Holdings equal to or inside the span.
+        for (&(first, prefix), holders) in idx
+            .entries
+            .range((span.first, span.prefix)..=(span.last, u8::MAX))
+        {
+            let cidr = net_from(family, first, prefix);
+            out.extend(holders.iter().map(|n| Holding { cidr, node: n }));
+        }
+        out
+    }
+
+    /// A node holding exactly `cidr`, else one holding a CIDR overlapping it.
+    pub fn holder_of(&self, cidr: &IpNet) -> Option<&str> {
+        let span = Span::of(cidr);
+        let idx = &self.index[span.family.index()];
+        if let Some(first) = idx
+            .entries
+            .get(&(span.first, span.prefix))
+            .and_then(|h| h.first())
+        {
+            return Some(first);
+        }
+        self.overlapping(&span).first().map(|h| h.node)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    fn nodes_overlapping(l: &Ledger, cidr: &str) -> Vec<(String, String)> {
+        let mut v: Vec<_> = l
+            .overlapping(&Span::of(&net(cidr)))
+            .into_iter()
+            .map(|h| (h.node.to_string(), h.cidr.to_string()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn overlap_finds_equal_contained_and_containing_holdings() {
+        let mut l = Ledger::new();
+        l.insert("big", vec![net("10.0.0.0/16")]);
+        l.insert("same", vec![net("10.0.1.0/24")]);
+        l.insert("small", vec![net("10.0.1.128/25")]);
+        l.insert("other", vec![net("10.0.2.0/24")]);
+        l.insert("v6", vec![net("::a00:100/120")]);
+        assert_eq!(
+            nodes_overlapping(&l, "10.0.1.0/24"),
+            vec![
+                ("big".into(), "10.0.0.0/16".into()),
+                ("same".into(), "10.0.1.0/24".into()),
+                ("small".into(), "10.0.1.128/25".into()),
+            ]
+        );
+        assert!(nodes_overlapping(&l, "10.1.0.0/16").is_empty());
+    }
+
+    #[test]
+    fn holdings_just_outside_the_query_are_not_reported() {
+        let mut l = Ledger::new();
+        l.insert("before", vec![net("10.0.0.255/32")]);
+        l.insert("after", vec![net("10.0.2.0/24")]);
+        assert!(nodes_overlapping(&l, "10.0.1.0/24").is_empty());
+    }
+
+    #[test]
+    fn removing_one_holder_keeps_the_other_holder_of_the_same_cidr() {
+        let mut l = Ledger::new();
+        l.insert("a", vec![net("10.0.1.0/24")]);
+        l.insert("b", vec![net("10.0.1.0/24")]);
+        assert_eq!(l.remove("a"), Some(vec![net("10.0.1.0/24")]));
+        assert_eq!(l.holder_of(&net("10.0.1.0/24")), Some("b"));
+        l.remove("b");
+        assert_eq!(l.holder_of(&net("10.0.1.0/24")), None);
+        assert!(nodes_overlapping(&l, "0.0.0.0/0").is_empty());
+        assert_eq!(l.len(), 0);
+    }
+
+    #[test]
+    fn holder_of_prefers_the_exact_cidr() {
+        let mut l = Ledger::new();
+        l.insert("big", vec![net("10.0.0.0/8")]);
+        l.insert("exact", vec![net("10.0.1.0/24")]);
+        assert_eq!(l.holder_of(&net("10.0.1.0/24")), Some("exact"));
+        assert_eq!(l.holder_of(&net("10.0.2.0/24")), Some("big"));
+    }
+}

@@ -1,0 +1,145 @@
+//! What [`crate::Pools`] reports back: hold outcomes, allocations, statistics.
+
+use std::fmt;
+
+use ipnet::IpNet;
+
+use crate::addr::Family;
+
+/// How a [`crate::Pools::hold`] call changed the node's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldChange {
+    /// The node already held exactly these CIDRs; nothing changed.
+    Unchanged,
+    /// The node held nothing before and now holds these CIDRs.
+    New,
+    /// The node held other CIDRs, which were released (blocks another
+    /// holder still holds stay in use).
+    Replaced {
+        /// What the node held before.
+        previous: Vec<IpNet>,
+    },
+}
+
+/// Something wrong with a CIDR a node holds, found by [`crate::Pools::hold`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldFinding {
+    /// The CIDR overlaps one held by another node. Both stay recorded, so
+    /// nothing overlapping either is handed out.
+    Conflict {
+        /// The node's CIDR.
+        cidr: IpNet,
+        /// The other node.
+        other_node: String,
+        /// The other node's overlapping CIDR.
+        other_cidr: IpNet,
+    },
+    /// The CIDR is not inside any cluster CIDR (it may still overlap one,
+    /// whose overlapping blocks are then kept in use). Harmless to the pools.
+    OutOfRange {
+        /// The node's CIDR.
+        cidr: IpNet,
+    },
+    /// The CIDR overlaps a service range.
+    ServiceRangeOverlap {
+        /// The node's CIDR.
+        cidr: IpNet,
+        /// The service range it overlaps.
+        service_range: IpNet,
+    },
+}
+
+impl HoldFinding {
+    /// The node's CIDR the finding is about.
+    pub fn cidr(&self) -> IpNet {
+        match self {
+            HoldFinding::Conflict { cidr, .. }
+            | HoldFinding::OutOfRange { cidr }
+            | HoldFinding::ServiceRangeOverlap { cidr, .. } => *cidr,
+        }
+    }
+
+    /// A short machine-friendly name (for event reasons and metric labels).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HoldFinding::Conflict { .. } => "conflict",
+            HoldFinding::OutOfRange { .. } => "out_of_range",
+            HoldFinding::ServiceRangeOverlap { .. } => "service_range_overlap",
+        }
+    }
+}
+
+impl fmt::Display for HoldFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HoldFinding::Conflict {
+                cidr,
+                other_node,
+                other_cidr,
+            } => write!(
+                f,
+                "pod CIDR {cidr} overlaps {other_cidr} held by node {other_node}"
+            ),
+            HoldFinding::OutOfRange { cidr } => {
+                write!(f, "pod CIDR {cidr} is not inside any cluster CIDR")
+            }
+            HoldFinding::ServiceRangeOverlap {
+                cidr,
+                service_range,
+            } => write!(f, "pod CIDR {cidr} overlaps service range {service_range}"),
+        }
+    }
+}
+
+/// The result of [`crate::Pools::hold`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldOutcome {
+    /// How the node's record changed.
+    pub change: HoldChange,
+    /// Problems with the node's CIDRs as they stand now (reported again on
+    /// every call while they last, even when `change` is `Unchanged`).
+    pub findings: Vec<HoldFinding>,
+}
+
+impl HoldOutcome {
+    /// Whether no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// Allocation effort in one cluster CIDR, for the `allocation_tries_per_request` histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolTries {
+    /// The cluster CIDR the node CIDR came from.
+    pub cluster: IpNet,
+    /// The node CIDR handed out.
+    pub cidr: IpNet,
+    /// Occupied candidates skipped (see [`crate::Allocation::tries`]).
+    pub tries: u64,
+}
+
+/// The result of [`crate::Pools::allocate_detailed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAllocation {
+    /// The node's CIDRs, primary family first.
+    pub cidrs: Vec<IpNet>,
+    /// One entry per CIDR carved in this call; empty when the node already
+    /// held CIDRs and those were returned unchanged.
+    pub fresh: Vec<PoolTries>,
+}
+
+/// Usage of one cluster CIDR, for metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolStats {
+    /// The cluster CIDR as text (KCM's `clusterCIDR` metric label).
+    pub cluster_cidr: String,
+    /// Its address family.
+    pub family: Family,
+    /// Node CIDRs in use.
+    pub allocated: u64,
+    /// Node CIDRs that fit.
+    pub max: u64,
+    /// `allocated / max`.
+    pub usage: f64,
+}

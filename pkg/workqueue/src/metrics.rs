@@ -1,0 +1,505 @@
+//! Prometheus metrics with client-go's workqueue names, and per-queue recording.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::{
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+use tokio::time::Instant;
+
+/// How often the unfinished-work gauges are refreshed while work is in progress.
+pub(crate) const UNFINISHED_WORK_UPDATE_PERIOD: Duration = Duration::from_millis(500);
+
+/// The label holding the queue's name.
+const NAME_LABEL: &str = "name";
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A metric could not be created or registered (e.g. it is already registered).
+    #[error("registering workqueue metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// The workqueue metric families; register once per registry and share among queues.
+#[derive(Clone, Debug)]
+pub struct WorkqueueMetrics {
+    /// `workqueue_depth`.
+    depth: IntGaugeVec,
+    /// `workqueue_adds_total`.
+    adds: IntCounterVec,
+    /// `workqueue_queue_duration_seconds`.
+    queue_duration: HistogramVec,
+    /// `workqueue_work_duration_seconds`.
+    work_duration: HistogramVec,
+    /// `workqueue_unfinished_work_seconds`.
+    unfinished_work: GaugeVec,
+    /// `workqueue_longest_running_processor_seconds`.
+    longest_running: GaugeVec,
+    /// `workqueue_retries_total`.
+    retries: IntCounterVec,
+}
+
+impl WorkqueueMetrics {
+    /// Creates the metric families and registers them with `registry`.
+    ///
+    /// Fails (registering nothing) if any of them is already registered there.
+    pub fn register(registry: &Registry) -> Result<Self, Error> {
+        let metrics = Self::new()?;
+        for (index, collector) in metrics.collectors().into_iter().enumerate() {
+            if let Err(err) = registry.register(collector) {
+                for registered in metrics.collectors().into_iter().take(index) {
+                    // Best effort rollback of what this call registered.
+                    let _ = registry.unregister(registered);
+                }
+                return Err(err.into());
+            }
+        }
+        Ok(metrics)
+    }
+
+    /// Creates the (unregistered) metric families.
+    fn new() -> Result<Self, Error> {
+        let labels = &[NAME_LABEL];
+        let buckets = prometheus::exponential_buckets(10e-9, 10.0, 10)?;
+        let histogram = |name: &str, help: &str| {
+            HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.clone()),
+                labels,
+            )
+        };
+        Ok(Self {
+            depth: IntGaugeVec::new(
+                Opts::new("workqueue_depth", "Current depth of workqueue"),
+                labels,
+            )?,
+            adds: IntCounterVec::new(
+                Opts::new(
+                    "workqueue_adds_total",
+                    "Total number of adds handled by workqueue",
+                ),
+                labels,
+            )?,
+            queue_duration: histogram(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested.",
+            )?,
+            work_duration: histogram(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes.",
+            )?,
+            unfinished_work: GaugeVec::new(
+                Opts::new(
+                    "workqueue_unfinished_work_seconds",
+                    "How many seconds of work has done that is in progress and hasn't been \
+                     observed by work_duration. Large values indicate stuck threads. One can \
+                     deduce the number of stuck threads by observing the rate at which this \
+                     increases.",
+                ),
+                labels,
+            )?,
+            longest_running: GaugeVec::new(
+                Opts::new(
+                    "workqueue_longest_running_processor_seconds",
+                    "How many seconds has the longest running processor for workqueue been \
+                     running.",
+                ),
+                labels,
+            )?,
+            retries: IntCounterVec::new(
+                Opts::new(
+                    "workqueue_retries_total",
+                    "Total number of retries handled by workqueue",
+                ),
+                labels,
+            )?,
+        })
+    }
+
+    /// Every family, boxed for (un)registration.
+    fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.depth.clone()),
+            Box::new(self.adds.clone()),
+            Box::new(self.queue_duration.clone()),
+            Box::new(self.work_duration.clone()),
+            Box::new(self.unfinished_work.clone()),
+            Box::new(self.longest_running.clone()),
+            Box::new(self.retries.clone()),
+        ]
+    }
+
+    /// The series of the queue called `name`.
+    pub(crate) fn for_queue(&self, name: &str) -> QueueMetrics {
+        let label = &[name];
+        QueueMetrics {
+            depth: self.depth.with_label_values(label),
+            adds: self.adds.with_label_values(label),
+            queue_duration: self.queue_duration.with_label_values(label),
+            work_duration: self.work_duration.with_label_values(label),
+            unfinished_work: self.unfinished_work.with_label_values(label),
+            longest_running: self.longest_running.with_label_values(label),
+            retries: self.retries.with_label_values(label),
+        }
+    }
+}
+
+/// One queue's series.
+pub(crate) struct QueueMetrics {
+    /// Items waiting in the FIFO.
+    depth: IntGauge,
+    /// Keys newly marked dirty.
+    adds: IntCounter,
+    /// Time from first add to get.
+    queue_duration: Histogram,
+    /// Time from get to done.
+    work_duration: Histogram,
+    /// Summed age of in-progress work.
+    unfinished_work: prometheus::Gauge,
+    /// Age of the oldest in-progress work.
+    longest_running: prometheus::Gauge,
+    /// `add_after` calls.
+    retries: IntCounter,
+}
+
+/// Records a queue's events; does nothing for a queue without metrics.
+pub(crate) struct Recorder<K> {
+    /// The series and bookkeeping, if the queue has metrics.
+    active: Option<ActiveRecorder<K>>,
+}
+
+/// A recorder's state when metrics are enabled.
+struct ActiveRecorder<K> {
+    /// The queue's series.
+    metrics: QueueMetrics,
+    /// When each dirty key was first added since it was last handed out.
+    add_times: HashMap<K, Instant>,
+    /// When each processing key was handed out.
+    start_times: HashMap<K, Instant>,
+    /// How much this queue has added to the depth gauge.
+    depth: i64,
+}
+
+impl<K: Clone + Eq + Hash> Recorder<K> {
+    /// A recorder writing to `metrics`, or a no-op one for `None`.
+    pub(crate) fn new(metrics: Option<QueueMetrics>) -> Self {
+        Self {
+            active: metrics.map(|metrics| ActiveRecorder {
+                metrics,
+                add_times: HashMap::new(),
+                start_times: HashMap::new(),
+                depth: 0,
+            }),
+        }
+    }
+
+    /// `key` was newly marked dirty.
+    pub(crate) fn added(&mut self, key: &K, now: Instant) {
+        if let Some(active) = &mut self.active {
+            active.metrics.adds.inc();
+            active.add_times.entry(key.clone()).or_insert(now);
+        }
+    }
+
+    /// A key was pushed onto the FIFO.
+    pub(crate) fn pushed(&mut self) {
+        if let Some(active) = &mut self.active {
+            active.metrics.depth.inc();
+            active.depth += 1;
+        }
+    }
+
+    /// `key` was handed to a worker.
+    pub(crate) fn started(&mut self, key: &K, now: Instant) {
+        if let Some(active) = &mut self.active {
+            active.metrics.depth.dec();
+            active.depth -= 1;
+            if let Some(added) = active.add_times.remove(key) {
+                active
+                    .metrics
+                    .queue_duration
+                    .observe(seconds_since(added, now));
+            }
+            active.start_times.insert(key.clone(), now);
+        }
+        self.update_unfinished_work(now);
+    }
+
+    /// The worker processing `key` called done.
+    pub(crate) fn finished(&mut self, key: &K, now: Instant) {
+        if let Some(active) = &mut self.active {
+            if let Some(started) = active.start_times.remove(key) {
+                active
+                    .metrics
+                    .work_duration
+                    .observe(seconds_since(started, now));
+            }
+        }
+        self.update_unfinished_work(now);
+    }
+
+    /// `add_after` was called.
+    pub(crate) fn retried(&mut self) {
+        if let Some(active) = &mut self.active {
+            active.metrics.retries.inc();
+        }
+    }
+
+    /// Recomputes the unfinished-work and longest-running gauges at `now`.
+    pub(crate) fn update_unfinished_work(&mut self, now: Instant) {
+        if let Some(active) = &mut self.active {
+            let (total, longest) = active
+                .start_times
+                .values()
+                .map(|&started| seconds_since(started, now))
+                .fold((0.0, 0.0), |(total, longest): (f64, f64), age| {
+                    (total + age, longest.max(age))
+                });
+            active.metrics.unfinished_work.set(total);
+            active.metrics.longest_running.set(longest);
+        }
+    }
+}
+
+impl<K> Recorder<K> {
+    /// Whether metrics are recorded at all.
+    pub(crate) fn is_active(&self) -> bool {
+        self.active.is_some()
+    }
+}
+
+impl<K> Drop for Recorder<K> {
+    fn drop(&mut self) {
+        if let Some(active) = &self.active {
+            // Items of a dropped queue no longer count towards its depth.
+            active.metrics.depth.sub(active.depth);
+            if !active.start_times.is_empty() {
+                active.metrics.unfinished_work.set(0.0);
+                active.metrics.longest_running.set(0.0);
+            }
+        }
+    }
+}
+
+/// Seconds from `earlier` to `now`, zero if `now` is not later.
+fn seconds_since(earlier: Instant, now: Instant) -> f64 {
+    now.saturating_duration_since(earlier).as_secs_f64()
+}
+
+/// Helpers reading metric values back out of a registry.
+///
+/// They parse the text exposition format, which does not depend on whether
+/// prometheus' `protobuf` feature is enabled.
+#[cfg(test)]
+pub(crate) mod testing {
+    use prometheus::{Registry, TextEncoder};
+
+    /// The registry's samples as `(series name, labels, value)`.
+    fn samples(registry: &Registry) -> Vec<(String, String, f64)> {
+        let text = TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encode metrics");
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let (name, labels) = series.split_once('{')?;
+                let value = value.parse().ok()?;
+                Some((
+                    name.to_owned(),
+                    labels.trim_end_matches('}').to_owned(),
+                    value,
+                ))
+            })
+            .collect()
+    }
+
+    /// The value of series `name` for queue `queue`, if present.
+    pub(crate) fn sample(registry: &Registry, name: &str, queue: &str) -> Option<f64> {
+        let labels = format!("name=\"{queue}\"");
+        samples(registry)
+            .into_iter()
+            .find(|(n, l, _)| n == name && *l == labels)
+            .map(|(_, _, value)| value)
+    }
+
+    /// The value of a gauge or counter series (0 if absent).
+    pub(crate) fn value(registry: &Registry, name: &str, queue: &str) -> f64 {
+        sample(registry, name, queue).unwrap_or(0.0)
+    }
+
+    /// Sample count and sum of a histogram series ((0, 0) if absent).
+    pub(crate) fn histogram(registry: &Registry, family: &str, queue: &str) -> (u64, f64) {
+        let count = sample(registry, &format!("{family}_count"), queue).unwrap_or(0.0);
+        let sum = sample(registry, &format!("{family}_sum"), queue).unwrap_or(0.0);
+        // Sample counts are small integers, exactly representable.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        (count as u64, sum)
+    }
+
+    /// The upper bounds of a histogram series' buckets, `+Inf` excluded.
+    pub(crate) fn bucket_bounds(registry: &Registry, family: &str, queue: &str) -> Vec<f64> {
+        let bucket = format!("{family}_bucket");
+        let prefix = format!("name=\"{queue}\",le=\"");
+        samples(registry)
+            .into_iter()
+            .filter(|(n, _, _)| *n == bucket)
+            .filter_map(|(_, labels, _)| {
+                let le = labels.strip_prefix(&prefix)?.trim_end_matches('"');
+                le.parse().ok()
+            })
+            .filter(|bound: &f64| bound.is_finite())
+            .collect()
+    }
+
+    /// Names of the metric families in the registry.
+    pub(crate) fn families(registry: &Registry) -> Vec<String> {
+        samples(registry)
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect()
+    }
+
+    /// Values of the `name` label across all series.
+    pub(crate) fn queue_names(registry: &Registry) -> Vec<String> {
+        samples(registry)
+            .into_iter()
+            .filter_map(|(_, labels, _)| {
+                let rest = labels.strip_prefix("name=\"")?;
+                Some(rest.split('"').next()?.to_owned())
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{bucket_bounds, families, histogram, value};
+    use super::*;
+
+    const FAMILIES: [&str; 7] = [
+        "workqueue_depth",
+        "workqueue_adds_total",
+        "workqueue_queue_duration_seconds",
+        "workqueue_work_duration_seconds",
+        "workqueue_unfinished_work_seconds",
+        "workqueue_longest_running_processor_seconds",
+        "workqueue_retries_total",
+    ];
+
+    #[test]
+    fn register_exposes_every_family_with_client_go_names() {
+        let registry = Registry::new();
+        let metrics = WorkqueueMetrics::register(&registry).expect("register");
+        let mut recorder = Recorder::new(Some(metrics.for_queue("q")));
+        recorder.added(&1, Instant::now());
+        let names = families(&registry);
+        for family in FAMILIES {
+            let found = names
+                .iter()
+                .any(|n| n == family || n.strip_suffix("_count") == Some(family));
+            assert!(found, "missing {family} in {names:?}");
+        }
+    }
+
+    #[test]
+    fn registering_twice_on_one_registry_fails_and_rolls_back() {
+        let registry = Registry::new();
+        let first = WorkqueueMetrics::register(&registry).expect("first register");
+        assert!(matches!(
+            WorkqueueMetrics::register(&registry),
+            Err(Error::Metrics(prometheus::Error::AlreadyReg))
+        ));
+        // The first registration is untouched.
+        first.for_queue("q").adds.inc();
+        assert_eq!(value(&registry, "workqueue_adds_total", "q"), 1.0);
+    }
+
+    #[test]
+    fn duration_histograms_use_client_go_buckets() {
+        let registry = Registry::new();
+        let metrics = WorkqueueMetrics::register(&registry).expect("register");
+        metrics.for_queue("q").queue_duration.observe(1.0);
+        let bounds = bucket_bounds(&registry, "workqueue_queue_duration_seconds", "q");
+        let expected = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+        assert_eq!(bounds.len(), expected.len());
+        for (bound, want) in bounds.iter().zip(expected) {
+            assert!((bound - want).abs() <= want * 1e-9, "{bound} != {want}");
+        }
+    }
+
+    #[test]
+    fn recorder_tracks_durations_and_unfinished_work() {
+        let registry = Registry::new();
+        let metrics = WorkqueueMetrics::register(&registry).expect("register");
+        let mut recorder = Recorder::new(Some(metrics.for_queue("q")));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+
+        recorder.added(&"a", at(0));
+        recorder.pushed();
+        recorder.added(&"b", at(1));
+        recorder.pushed();
+        assert_eq!(value(&registry, "workqueue_depth", "q"), 2.0);
+        recorder.started(&"a", at(2));
+        recorder.started(&"b", at(4));
+        assert_eq!(value(&registry, "workqueue_depth", "q"), 0.0);
+        assert_eq!(
+            histogram(&registry, "workqueue_queue_duration_seconds", "q"),
+            (2, 5.0)
+        );
+        recorder.update_unfinished_work(at(10));
+        assert_eq!(
+            value(&registry, "workqueue_unfinished_work_seconds", "q"),
+            14.0
+        );
+        assert_eq!(
+            value(
+                &registry,
+                "workqueue_longest_running_processor_seconds",
+                "q"
+            ),
+            8.0
+        );
+        recorder.finished(&"a", at(12));
+        assert_eq!(
+            histogram(&registry, "workqueue_work_duration_seconds", "q"),
+            (1, 10.0)
+        );
+        assert_eq!(
+            value(&registry, "workqueue_unfinished_work_seconds", "q"),
+            8.0
+        );
+        recorder.finished(&"b", at(12));
+        assert_eq!(
+            value(&registry, "workqueue_unfinished_work_seconds", "q"),
+            0.0
+        );
+        assert_eq!(
+            value(
+                &registry,
+                "workqueue_longest_running_processor_seconds",
+                "q"
+            ),
+            0.0
+        );
+    }
+
+    #[test]
+    fn dropping_a_recorder_removes_its_items_from_the_depth() {
+        let registry = Registry::new();
+        let metrics = WorkqueueMetrics::register(&registry).expect("register");
+        let mut recorder = Recorder::new(Some(metrics.for_queue("q")));
+        recorder.added(&1, Instant::now());
+        recorder.pushed();
+        recorder.added(&2, Instant::now());
+        recorder.pushed();
+        assert_eq!(value(&registry, "workqueue_depth", "q"), 2.0);
+        drop(recorder);
+        assert_eq!(value(&registry, "workqueue_depth", "q"), 0.0);
+    }
+}

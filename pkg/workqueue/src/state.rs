@@ -1,0 +1,274 @@
+//! The synchronous core of a queue: FIFO, dirty and processing sets, delayed keys.
+//!
+//! Everything here runs under the queue's mutex; waking waiters is left to
+//! the caller, guided by the return values.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::delay::DelayHeap;
+use crate::metrics::Recorder;
+
+/// What `add_after` did with a key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Scheduled {
+    /// Nothing: the queue is shutting down (or the key was already queued).
+    Nothing,
+    /// The key was pushed onto the FIFO; wake a worker.
+    Queued,
+    /// The key waits; `true` when the delay timer must re-arm earlier.
+    Delayed(bool),
+}
+
+/// The queue's data; one entry per key in each structure.
+pub(crate) struct State<K> {
+    /// Keys ready to be handed out, in order.
+    queue: VecDeque<K>,
+    /// Keys that need processing (queued, or re-added while processing).
+    dirty: HashSet<K>,
+    /// Keys currently held by a worker.
+    processing: HashSet<K>,
+    /// Keys waiting for their `add_after` time.
+    delayed: DelayHeap<K>,
+    /// Set by shutdown; no more keys are accepted.
+    shutting_down: bool,
+    /// Metric recording.
+    recorder: Recorder<K>,
+}
+
+impl<K: Clone + Eq + Hash> State<K> {
+    /// An empty state recording through `recorder`.
+    pub(crate) fn new(recorder: Recorder<K>) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            dirty: HashSet::new(),
+            processing: HashSet::new(),
+            delayed: DelayHeap::new(),
+            shutting_down: false,
+            recorder,
+        }
+    }
+
+    /// Marks `key` dirty; returns true if it was pushed onto the FIFO.
+    pub(crate) fn add(&mut self, key: K, now: Instant) -> bool {
+        if self.shutting_down || self.dirty.contains(&key) {
+            return false;
+        }
+        self.recorder.added(&key, now);
+        if self.processing.contains(&key) {
+            // It runs again once the current worker calls done.
+            self.dirty.insert(key);
+            return false;
+        }
+        self.dirty.insert(key.clone());
+        self.push(key);
+        true
+    }
+
+    /// Hands out the next queued key, moving it from dirty to processing.
+    pub(crate) fn pop(&mut self, now: Instant) -> Option<K> {
+        let key = self.queue.pop_front()?;
+        self.dirty.remove(&key);
+        self.processing.insert(key.clone());
+        self.recorder.started(&key, now);
+        Some(key)
+    }
+
+    /// Ends processing of `key`; returns true if it was queued again because it
+    /// was re-added meanwhile. Keys not being processed are ignored.
+    pub(crate) fn done(&mut self, key: &K, now: Instant) -> bool {
+        if !self.processing.remove(key) {
+            return false;
+        }
+        self.recorder.finished(key, now);
+        if self.dirty.contains(key) {
+            self.push(key.clone());
+            return true;
+        }
+        false
+    }
+
+    /// Adds `key` after `delay` (now if zero), counting a retry.
+    pub(crate) fn add_after(&mut self, key: K, delay: Duration, now: Instant) -> Scheduled {
+        if self.shutting_down {
+            return Scheduled::Nothing;
+        }
+        self.recorder.retried();
+        if delay.is_zero() {
+            return if self.add(key, now) {
+                Scheduled::Queued
+            } else {
+                Scheduled::Nothing
+            };
+        }
+        let ready_at = now.checked_add(delay).unwrap_or_else(|| far_future(now));
+        Scheduled::Delayed(self.delayed.schedule(key, ready_at))
+    }
+
+    /// Adds the delayed keys ready at `now`; returns how many were pushed.
+    pub(crate) fn promote_ready(&mut self, now: Instant) -> usize {
+        let ready = self.delayed.pop_ready(now);
+        ready
+            .into_iter()
+            .filter(|key| self.add(key.clone(), now))
+            .count()
+    }
+
+    /// When the next delayed key becomes ready.
+    pub(crate) fn next_ready_at(&mut self) -> Option<Instant> {
+        self.delayed.next_ready_at()
+    }
+
+    /// Stops accepting keys and drops the delayed ones.
+    pub(crate) fn shut_down(&mut self) {
+        self.shutting_down = true;
+        self.delayed.clear();
+    }
+
+    /// Refreshes the unfinished-work gauges.
+    pub(crate) fn update_unfinished_work(&mut self, now: Instant) {
+        self.recorder.update_unfinished_work(now);
+    }
+
+    /// Pushes `key` onto the FIFO.
+    fn push(&mut self, key: K) {
+        self.queue.push_back(key);
+        self.recorder.pushed();
+    }
+
+    /// Checks the structural invariants: the FIFO holds distinct dirty keys
+    /// that are not processing, and every other dirty key is processing.
+    #[cfg(test)]
+    pub(crate) fn invariants_hold(&self) -> bool {
+        let queued: HashSet<&K> = self.queue.iter().collect();
+        queued.len() == self.queue.len()
+            && queued.iter().all(|key| self.dirty.contains(*key))
+            && queued.iter().all(|key| !self.processing.contains(*key))
+            && self
+                .dirty
+                .iter()
+                .all(|key| queued.contains(key) || self.processing.contains(key))
+    }
+}
+
+impl<K> State<K> {
+    /// Whether shutdown has begun.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    /// Number of keys ready to be handed out.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether no key is held by a worker.
+    pub(crate) fn processing_is_empty(&self) -> bool {
+        self.processing.is_empty()
+    }
+
+    /// Whether metrics are being recorded.
+    pub(crate) fn records_metrics(&self) -> bool {
+        self.recorder.is_active()
+    }
+}
+
+/// A time so far ahead it never comes (about 30 years), for absurd delays.
+fn far_future(now: Instant) -> Instant {
+    let thirty_years = Duration::from_secs(86_400 * 365 * 30);
+    now.checked_add(thirty_years).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State<&'static str> {
+        State::new(Recorder::new(None))
+    }
+
+    #[test]
+    fn adding_a_dirty_key_twice_queues_it_once() {
+        let now = Instant::now();
+        let mut state = state();
+        assert!(state.add("a", now));
+        assert!(!state.add("a", now));
+        assert_eq!(state.len(), 1);
+        assert!(state.invariants_hold());
+    }
+
+    #[test]
+    fn a_key_readded_while_processing_waits_for_done() {
+        let now = Instant::now();
+        let mut state = state();
+        state.add("a", now);
+        assert_eq!(state.pop(now), Some("a"));
+        assert!(!state.add("a", now));
+        assert_eq!(state.len(), 0);
+        assert_eq!(state.pop(now), None);
+        assert!(state.invariants_hold());
+        assert!(state.done(&"a", now));
+        assert_eq!(state.pop(now), Some("a"));
+        assert!(!state.done(&"a", now));
+        assert!(state.invariants_hold());
+    }
+
+    #[test]
+    fn done_for_a_key_not_processing_changes_nothing() {
+        let now = Instant::now();
+        let mut state = state();
+        state.add("a", now);
+        assert!(!state.done(&"a", now));
+        assert_eq!(state.len(), 1);
+        assert!(state.invariants_hold());
+    }
+
+    #[test]
+    fn add_after_zero_queues_immediately_and_positive_delays_wait() {
+        let now = Instant::now();
+        let mut state = state();
+        assert_eq!(state.add_after("a", Duration::ZERO, now), Scheduled::Queued);
+        assert_eq!(
+            state.add_after("a", Duration::ZERO, now),
+            Scheduled::Nothing
+        );
+        let second = Duration::from_secs(1);
+        assert_eq!(state.add_after("b", second, now), Scheduled::Delayed(true));
+        assert_eq!(state.next_ready_at(), Some(now + second));
+        assert_eq!(state.promote_ready(now), 0);
+        assert_eq!(state.promote_ready(now + second), 1);
+        assert_eq!(state.len(), 2);
+    }
+
+    #[test]
+    fn an_absurd_delay_is_clamped_instead_of_overflowing() {
+        let now = Instant::now();
+        let mut state = state();
+        assert_eq!(
+            state.add_after("a", Duration::MAX, now),
+            Scheduled::Delayed(true)
+        );
+        assert!(state.next_ready_at().is_some_and(|at| at > now));
+    }
+
+    #[test]
+    fn shut_down_rejects_adds_and_drops_delayed_keys() {
+        let now = Instant::now();
+        let mut state = state();
+        state.add("queued", now);
+        state.add_after("delayed", Duration::from_secs(1), now);
+        state.shut_down();
+        assert!(state.is_shutting_down());
+        assert!(!state.add("late", now));
+        assert_eq!(
+            state.add_after("late", Duration::ZERO, now),
+            Scheduled::Nothing
+        );
+        assert_eq!(state.next_ready_at(), None);
+        assert_eq!(state.pop(now), Some("queued"));
+        assert_eq!(state.pop(now), None);
+    }
+}
