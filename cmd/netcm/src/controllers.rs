@@ -4,28 +4,61 @@ use netcm_manager::{ControllerDescriptor, Registry};
 
 use crate::Cli;
 
-/// Every controller netcm knows, in start order.
+/// Every controller netcm knows, in start order: the allocator writes pod CIDRs, the syncer publishes
+/// them as lease annotations, the route controller programs routes from those.
 pub fn registry(cli: &Cli) -> anyhow::Result<Registry> {
-    let allocator_flags = cli.allocator.clone();
-    Ok(Registry::new(vec![ControllerDescriptor {
-        name: netcm_subnet_allocator::NAME,
-        aliases: &["nodeipam", "node-ipam-controller"],
-        disabled_by_default: false,
-        init: Box::new(move |ctx| netcm_subnet_allocator::init(ctx, &allocator_flags)),
-    }])?)
+    let allocator = cli.allocator.clone();
+    let annotations = cli.annotations.clone();
+    let routes = cli.routes.clone();
+    Ok(Registry::new(vec![
+        ControllerDescriptor {
+            name: netcm_subnet_allocator::NAME,
+            aliases: &["nodeipam", "node-ipam-controller"],
+            disabled_by_default: false,
+            init: Box::new(move |ctx| netcm_subnet_allocator::init(ctx, &allocator)),
+        },
+        ControllerDescriptor {
+            name: netcm_node_annotation_syncer::NAME,
+            aliases: &["annotations"],
+            disabled_by_default: false,
+            init: Box::new(move |ctx| netcm_node_annotation_syncer::init(ctx, &annotations)),
+        },
+        ControllerDescriptor {
+            name: netcm_route_controller::NAME,
+            aliases: &["route", "node-route-controller"],
+            disabled_by_default: false,
+            init: Box::new(move |ctx| netcm_route_controller::init(ctx, &routes)),
+        },
+    ])?)
 }
 
 /// Controller settings logged at startup as the effective configuration.
 pub fn effective_config(cli: &Cli) -> Vec<(String, String)> {
     let a = &cli.allocator;
-    vec![
-        ("--allocate-node-cidrs".into(), a.allocate_node_cidrs.to_string()),
+    let mask = |m: Option<u8>| m.map(|m| m.to_string()).unwrap_or_default();
+    let mut out = vec![
+        (
+            "--allocate-node-cidrs".into(),
+            a.allocate_node_cidrs.to_string(),
+        ),
         ("--cluster-cidr".into(), a.cluster_cidr.clone()),
-        ("--node-cidr-mask-size".into(), a.node_cidr_mask_size.map(|m| m.to_string()).unwrap_or_default()),
-        ("--node-cidr-mask-size-ipv4".into(), a.node_cidr_mask_size_ipv4.map(|m| m.to_string()).unwrap_or_default()),
-        ("--node-cidr-mask-size-ipv6".into(), a.node_cidr_mask_size_ipv6.map(|m| m.to_string()).unwrap_or_default()),
-        ("--service-cluster-ip-range".into(), a.service_cluster_ip_range.clone()),
-    ]
+        ("--node-cidr-mask-size".into(), mask(a.node_cidr_mask_size)),
+        (
+            "--node-cidr-mask-size-ipv4".into(),
+            mask(a.node_cidr_mask_size_ipv4),
+        ),
+        (
+            "--node-cidr-mask-size-ipv6".into(),
+            mask(a.node_cidr_mask_size_ipv6),
+        ),
+        (
+            "--service-cluster-ip-range".into(),
+            a.service_cluster_ip_range.clone(),
+        ),
+    ];
+    out.extend(cli.annotations.effective_config());
+    out.extend(cli.routes.effective_config());
+    out
 }
 
 #[cfg(test)]
@@ -37,11 +70,20 @@ mod tests {
     fn every_controller_name_and_alias_follows_the_rules_and_maps_to_a_real_controller() {
         let cli = Cli::parse_from(["netcm"]);
         let r = registry(&cli).expect("registry is valid");
+        assert_eq!(
+            r.names(),
+            [
+                "subnet-allocator",
+                "node-annotation-syncer",
+                "route-controller"
+            ]
+        );
         for d in r.descriptors() {
             for alias in d.aliases {
                 assert_eq!(r.canonical(alias), Some(d.name));
             }
         }
         assert_eq!(r.canonical("nodeipam"), Some("subnet-allocator"));
+        assert_eq!(r.canonical("route"), Some("route-controller"));
     }
 }

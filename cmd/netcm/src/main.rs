@@ -16,6 +16,10 @@ struct Cli {
     generic: netcm_manager::flags::GenericFlags,
     #[command(flatten, next_help_heading = "subnet-allocator")]
     allocator: netcm_subnet_allocator::Flags,
+    #[command(flatten, next_help_heading = "node-annotation-syncer")]
+    annotations: netcm_node_annotation_syncer::Flags,
+    #[command(flatten, next_help_heading = "route-controller")]
+    routes: netcm_route_controller::Flags,
 }
 
 /// Exit code for bad flags, as clap and KCM use.
@@ -31,7 +35,10 @@ fn main() -> ExitCode {
         return usage_error(&e);
     }
     netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");
@@ -65,8 +72,15 @@ fn usage_error(e: &anyhow::Error) -> ExitCode {
 fn validate(cli: &Cli, registry: &netcm_manager::Registry) -> anyhow::Result<()> {
     cli.generic.validate()?;
     let enabled = registry.enabled(&cli.generic.controllers)?;
-    if enabled.iter().any(|d| d.name == netcm_subnet_allocator::NAME) {
+    let on = |name: &str| enabled.iter().any(|d| d.name == name);
+    if on(netcm_subnet_allocator::NAME) {
         cli.allocator.config()?;
+    }
+    if on(netcm_node_annotation_syncer::NAME) {
+        cli.annotations.validate().map_err(anyhow::Error::msg)?;
+    }
+    if on(netcm_route_controller::NAME) {
+        cli.routes.validate().map_err(anyhow::Error::msg)?;
     }
     Ok(())
 }

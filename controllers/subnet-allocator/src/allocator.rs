@@ -137,7 +137,9 @@ impl Allocator {
         }
         for finding in &outcome.findings {
             let (reason, other) = match finding {
-                HoldFinding::Conflict { other_node, .. } => ("CIDRConflict", Some(other_node.clone())),
+                HoldFinding::Conflict { other_node, .. } => {
+                    ("CIDRConflict", Some(other_node.clone()))
+                }
                 HoldFinding::OutOfRange { .. } => ("CIDROutOfRange", None),
                 HoldFinding::ServiceRangeOverlap { .. } => ("CIDRServiceRangeOverlap", None),
             };
@@ -233,7 +235,11 @@ impl Allocator {
                 // Someone else set the Node's pod CIDR since our cache saw it: give ours back and
                 // record theirs when the update arrives.
                 lock(&self.pools).release_node(name);
-                tracing::info!(controller = NAME, node = name, "node got pod CIDRs from elsewhere; released ours");
+                tracing::info!(
+                    controller = NAME,
+                    node = name,
+                    "node got pod CIDRs from elsewhere; released ours"
+                );
                 Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)))
             }
             Err(e) => {
@@ -269,7 +275,11 @@ impl Allocator {
         for s in &stats {
             tracing::info!(controller = NAME, cluster_cidr = %s.cluster_cidr, allocated = s.allocated, max = s.max, "cluster CIDR usage after recording existing nodes");
         }
-        tracing::info!(controller = NAME, nodes_with_cidrs = recorded, "recorded the pod CIDRs nodes already hold");
+        tracing::info!(
+            controller = NAME,
+            nodes_with_cidrs = recorded,
+            "recorded the pod CIDRs nodes already hold"
+        );
     }
 }
 
@@ -291,9 +301,15 @@ mod tests {
 
     #[test]
     fn pod_cidrs_come_from_the_list_and_fall_back_to_the_single_field() {
-        assert_eq!(node_pod_cidrs(&node(Some("10.0.0.0/24"), None)), ["10.0.0.0/24"]);
         assert_eq!(
-            node_pod_cidrs(&node(Some("10.0.0.0/24"), Some(vec!["10.0.0.0/24", "fd00::/64"]))),
+            node_pod_cidrs(&node(Some("10.0.0.0/24"), None)),
+            ["10.0.0.0/24"]
+        );
+        assert_eq!(
+            node_pod_cidrs(&node(
+                Some("10.0.0.0/24"),
+                Some(vec!["10.0.0.0/24", "fd00::/64"])
+            )),
             ["10.0.0.0/24", "fd00::/64"]
         );
         assert!(node_pod_cidrs(&node(Some(""), Some(vec![]))).is_empty());

@@ -72,10 +72,17 @@ impl Controller for SubnetAllocator {
             let allocator = self.allocator;
             allocator.record_all_existing().await;
             let queue = allocator.queue.clone();
-            run_workers(NAME, queue, self.workers, shutdown, CONTROLLER_DRAIN_TIMEOUT, move |key| {
-                let allocator = allocator.clone();
-                async move { allocator.sync_node(&key).await }
-            })
+            run_workers(
+                NAME,
+                queue,
+                self.workers,
+                shutdown,
+                CONTROLLER_DRAIN_TIMEOUT,
+                move |key| {
+                    let allocator = allocator.clone();
+                    async move { allocator.sync_node(&key).await }
+                },
+            )
             .await;
         })
     }

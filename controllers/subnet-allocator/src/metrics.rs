@@ -23,19 +23,31 @@ impl AllocatorMetrics {
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let opts = |name: &str, help: &str| Opts::new(name, help).subsystem(SUBSYSTEM);
         let allocations = IntCounterVec::new(
-            opts("cidrset_cidrs_allocations_total", "Counter measuring total number of CIDR allocations."),
+            opts(
+                "cidrset_cidrs_allocations_total",
+                "Counter measuring total number of CIDR allocations.",
+            ),
             &["clusterCIDR"],
         )?;
         let releases = IntCounterVec::new(
-            opts("cidrset_cidrs_releases_total", "Counter measuring total number of CIDR releases."),
+            opts(
+                "cidrset_cidrs_releases_total",
+                "Counter measuring total number of CIDR releases.",
+            ),
             &["clusterCIDR"],
         )?;
         let usage = GaugeVec::new(
-            opts("cidrset_usage_cidrs", "Gauge measuring the fraction of the CIDRs of a cluster CIDR that are allocated."),
+            opts(
+                "cidrset_usage_cidrs",
+                "Gauge measuring the fraction of the CIDRs of a cluster CIDR that are allocated.",
+            ),
             &["clusterCIDR"],
         )?;
         let max = GaugeVec::new(
-            opts("cirdset_max_cidrs", "Maximum number of CIDRs that can be allocated."),
+            opts(
+                "cirdset_max_cidrs",
+                "Maximum number of CIDRs that can be allocated.",
+            ),
             &["clusterCIDR"],
         )?;
         let tries = HistogramVec::new(
@@ -73,7 +85,9 @@ impl AllocatorMetrics {
             let label = t.cluster.to_string();
             self.allocations.with_label_values(&[&label]).inc();
             // KCM counts tries from 1 (the candidate taken); `tries` counts the occupied ones skipped.
-            self.tries.with_label_values(&[&label]).observe((t.tries + 1) as f64);
+            self.tries
+                .with_label_values(&[&label])
+                .observe((t.tries + 1) as f64);
         }
     }
 
@@ -85,8 +99,12 @@ impl AllocatorMetrics {
     /// Publishes usage and capacity of every cluster CIDR.
     pub fn publish(&self, stats: &[PoolStats]) {
         for s in stats {
-            self.usage.with_label_values(&[&s.cluster_cidr]).set(s.usage);
-            self.max.with_label_values(&[&s.cluster_cidr]).set(s.max as f64);
+            self.usage
+                .with_label_values(&[&s.cluster_cidr])
+                .set(s.usage);
+            self.max
+                .with_label_values(&[&s.cluster_cidr])
+                .set(s.max as f64);
         }
     }
 }

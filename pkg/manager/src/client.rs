@@ -91,7 +91,9 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
             Ok(c) => c,
             Err(in_cluster) => kube::Config::from_kubeconfig(&KubeConfigOptions::default())
                 .await
-                .map_err(|e| ClientError::NotFound(format!("in-cluster: {in_cluster}; ~/.kube/config: {e}")))?,
+                .map_err(|e| {
+                    ClientError::NotFound(format!("in-cluster: {in_cluster}; ~/.kube/config: {e}"))
+                })?,
         }
     };
     if let (Some(master), Some(_)) = (&opts.master, &opts.kubeconfig) {
@@ -124,7 +126,9 @@ impl ClientMetrics {
                 "rest_client_request_duration_seconds",
                 "Request latency in seconds. Broken down by verb.",
             )
-            .buckets(vec![0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0]),
+            .buckets(vec![
+                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+            ]),
             &["verb"],
         )?;
         registry.register(Box::new(requests.clone()))?;
@@ -246,7 +250,10 @@ where
                 tokio::time::sleep(wait).await;
             }
             if fenced {
-                layer.guard.ensure_leader().map_err(|e| Box::new(e) as BoxError)?;
+                layer
+                    .guard
+                    .ensure_leader()
+                    .map_err(|e| Box::new(e) as BoxError)?;
             }
             let started = Instant::now();
             let result = fut.await.map_err(Into::into);
@@ -299,9 +306,15 @@ mod tests {
         assert!(b.reserve().is_zero());
         assert!(b.reserve().is_zero());
         let wait = b.reserve();
-        assert!(wait > Duration::from_millis(80) && wait <= Duration::from_millis(100), "{wait:?}");
+        assert!(
+            wait > Duration::from_millis(80) && wait <= Duration::from_millis(100),
+            "{wait:?}"
+        );
         let wait2 = b.reserve();
-        assert!(wait2 > Duration::from_millis(180) && wait2 <= Duration::from_millis(200), "{wait2:?}");
+        assert!(
+            wait2 > Duration::from_millis(180) && wait2 <= Duration::from_millis(200),
+            "{wait2:?}"
+        );
     }
 
     #[test]
@@ -314,7 +327,10 @@ mod tests {
                 .expect("request")
         };
         assert!(is_fenced_write(&req(Method::PATCH, "/api/v1/nodes/n1")));
-        assert!(is_fenced_write(&req(Method::POST, "/apis/events.k8s.io/v1/namespaces/default/events")));
+        assert!(is_fenced_write(&req(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/default/events"
+        )));
         assert!(!is_fenced_write(&req(
             Method::PUT,
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/netcm"

@@ -134,7 +134,10 @@ pub async fn run_workers<F, Fut, E>(
         .await
         .is_err()
     {
-        tracing::warn!(controller, "in-flight syncs did not finish within {drain_timeout:?}; stopping anyway");
+        tracing::warn!(
+            controller,
+            "in-flight syncs did not finish within {drain_timeout:?}; stopping anyway"
+        );
     }
     queue.shut_down();
     tasks.abort_all();

@@ -72,7 +72,14 @@ impl EventRecorder {
     }
 
     /// Records an event about `node`. Failures are logged, never returned: an event must not fail a sync.
-    pub async fn publish(&self, node: &Node, kind: EventType, reason: &str, action: &str, note: String) {
+    pub async fn publish(
+        &self,
+        node: &Node,
+        kind: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let name = node.meta().name.clone().unwrap_or_default();
         if self.is_duplicate((name.clone(), reason.to_string(), note.clone())) {
             return;

@@ -86,7 +86,10 @@ impl GenericFlags {
     /// Checks the rules client-go and KCM enforce, before anything touches the API.
     pub fn validate(&self) -> Result<(), FlagError> {
         if !(self.kube_api_qps > 0.0) || !self.kube_api_qps.is_finite() {
-            return Err(FlagError(format!("--kube-api-qps must be greater than 0, got {}", self.kube_api_qps)));
+            return Err(FlagError(format!(
+                "--kube-api-qps must be greater than 0, got {}",
+                self.kube_api_qps
+            )));
         }
         if self.kube_api_burst == 0 {
             return Err(FlagError("--kube-api-burst must be at least 1".into()));
@@ -113,7 +116,9 @@ impl GenericFlags {
                 )));
             }
             if self.leader_elect_resource_name.is_empty() {
-                return Err(FlagError("--leader-elect-resource-name must not be empty".into()));
+                return Err(FlagError(
+                    "--leader-elect-resource-name must not be empty".into(),
+                ));
             }
         }
         Ok(())
@@ -123,7 +128,11 @@ impl GenericFlags {
     pub fn lease_namespace(&self) -> String {
         self.leader_elect_resource_namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
             .unwrap_or_else(|| "kube-system".to_string())
     }
 }
@@ -142,7 +151,9 @@ mod tests {
     fn parse(args: &[&str]) -> Result<GenericFlags, String> {
         let mut all = vec!["netcm"];
         all.extend_from_slice(args);
-        Cli::try_parse_from(all).map(|c| c.g).map_err(|e| e.to_string())
+        Cli::try_parse_from(all)
+            .map(|c| c.g)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -158,20 +169,36 @@ mod tests {
 
     #[test]
     fn booleans_take_a_value_as_kcm_flags_do() {
-        assert!(!parse(&["--leader-elect=false"]).expect("parse").leader_elect);
+        assert!(
+            !parse(&["--leader-elect=false"])
+                .expect("parse")
+                .leader_elect
+        );
         assert!(parse(&["--leader-elect"]).expect("parse").leader_elect);
     }
 
     #[test]
     fn a_renew_deadline_not_below_the_lease_duration_is_rejected_naming_both_flags() {
-        let g = parse(&["--leader-elect-lease-duration=10s", "--leader-elect-renew-deadline=10s"]).expect("parse");
+        let g = parse(&[
+            "--leader-elect-lease-duration=10s",
+            "--leader-elect-renew-deadline=10s",
+        ])
+        .expect("parse");
         let msg = g.validate().expect_err("invalid").to_string();
-        assert!(msg.contains("--leader-elect-lease-duration") && msg.contains("--leader-elect-renew-deadline"), "{msg}");
+        assert!(
+            msg.contains("--leader-elect-lease-duration")
+                && msg.contains("--leader-elect-renew-deadline"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn a_retry_period_too_close_to_the_renew_deadline_is_rejected() {
-        let g = parse(&["--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"]).expect("parse");
+        let g = parse(&[
+            "--leader-elect-renew-deadline=2s",
+            "--leader-elect-retry-period=2s",
+        ])
+        .expect("parse");
         assert!(g.validate().is_err());
     }
 
@@ -184,11 +211,20 @@ mod tests {
     #[test]
     fn zero_qps_is_rejected() {
         let g = parse(&["--kube-api-qps=0"]).expect("parse");
-        assert!(g.validate().expect_err("zero").to_string().contains("--kube-api-qps"));
+        assert!(g
+            .validate()
+            .expect_err("zero")
+            .to_string()
+            .contains("--kube-api-qps"));
     }
 
     #[test]
     fn controllers_are_a_comma_list() {
-        assert_eq!(parse(&["--controllers=-route-controller,*"]).expect("parse").controllers, ["-route-controller", "*"]);
+        assert_eq!(
+            parse(&["--controllers=-route-controller,*"])
+                .expect("parse")
+                .controllers,
+            ["-route-controller", "*"]
+        );
     }
 }

@@ -63,7 +63,10 @@ mod tests {
         h.add("broken", Arc::new(|| Err("no".into())));
         let (ok, report) = h.run(None).expect("all");
         assert!(!ok);
-        assert!(report.contains("[+]ping ok") && report.contains("[-]broken failed: no"), "{report}");
+        assert!(
+            report.contains("[+]ping ok") && report.contains("[-]broken failed: no"),
+            "{report}"
+        );
         assert_eq!(h.run(Some("ping")).map(|r| r.0), Some(true));
         assert!(h.run(Some("missing")).is_none());
     }

@@ -41,7 +41,9 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 fn health(checks: &HealthChecks, only: Option<&str>, verbose: bool) -> Response<Full<Bytes>> {
     match checks.run(only) {
         None => text(StatusCode::NOT_FOUND, "no such health check\n".into()),
-        Some((true, report)) if verbose => text(StatusCode::OK, format!("{report}healthz check passed\n")),
+        Some((true, report)) if verbose => {
+            text(StatusCode::OK, format!("{report}healthz check passed\n"))
+        }
         Some((true, _)) => text(StatusCode::OK, "ok".into()),
         Some((false, report)) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -66,7 +68,10 @@ pub fn route(endpoints: &Endpoints, req: &Request<Incoming>) -> Response<Full<By
                     );
                     resp
                 }
-                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {e}\n")),
+                Err(e) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("encoding metrics: {e}\n"),
+                ),
             }
         }
         "/healthz" => health(&endpoints.healthz, None, verbose),

@@ -97,7 +97,11 @@ where
 
     /// Registers a handler; only allowed before [`SharedInformer::run`] starts.
     pub fn subscribe(&self, handler: Handler<K>) -> Result<(), AlreadyStarted> {
-        if self.shared.started.load(std::sync::atomic::Ordering::SeqCst) {
+        if self
+            .shared
+            .started
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
             return Err(AlreadyStarted);
         }
         self.shared
@@ -302,7 +306,10 @@ mod tests {
         trim_node(&mut node);
         assert!(node.metadata.managed_fields.is_none());
         assert_eq!(node.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
-        assert_eq!(node.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()), Some("10.0.0.0/24"));
+        assert_eq!(
+            node.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()),
+            Some("10.0.0.0/24")
+        );
         let conds = node.status.and_then(|s| s.conditions).unwrap_or_default();
         assert_eq!(conds.len(), 1);
         assert_eq!(conds[0].type_, "NetworkUnavailable");

@@ -139,10 +139,12 @@ impl LeaderGuard {
         }
         let st = self.state();
         match (st.leading, st.last_renew_sent) {
-            (true, Some(at)) if at.elapsed() > self.inner.lease_duration + WATCHDOG_TIMEOUT => Err(format!(
-                "leader has not renewed its lease for {:.1}s",
-                at.elapsed().as_secs_f64()
-            )),
+            (true, Some(at)) if at.elapsed() > self.inner.lease_duration + WATCHDOG_TIMEOUT => {
+                Err(format!(
+                    "leader has not renewed its lease for {:.1}s",
+                    at.elapsed().as_secs_f64()
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -260,7 +262,9 @@ impl LeaderElector {
                         logged_holder = h;
                     }
                 }
-                Err(e) => tracing::warn!(lease = %self.cfg.name, error = %e, "failed to acquire the lease; retrying"),
+                Err(e) => {
+                    tracing::warn!(lease = %self.cfg.name, error = %e, "failed to acquire the lease; retrying")
+                }
             }
             tokio::select! {
                 _ = cancel.cancelled() => break false,
@@ -270,7 +274,9 @@ impl LeaderElector {
         };
         watch_task.abort();
         if acquired {
-            self.master_status.with_label_values(&[&self.cfg.name]).set(1);
+            self.master_status
+                .with_label_values(&[&self.cfg.name])
+                .set(1);
             tracing::info!(lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name), identity = %self.cfg.identity, "successfully acquired lease; this replica now leads");
         }
         acquired
@@ -285,7 +291,10 @@ impl LeaderElector {
                 _ = tokio::time::sleep(self.cfg.retry_period) => {}
             }
             loop {
-                let remaining = self.cfg.renew_deadline.saturating_sub(last_success.elapsed());
+                let remaining = self
+                    .cfg
+                    .renew_deadline
+                    .saturating_sub(last_success.elapsed());
                 // A process that was frozen past its deadline must not renew: another replica may lead now.
                 if remaining.is_zero() {
                     return self.lost("the renew deadline passed without a successful renewal");
@@ -313,7 +322,9 @@ impl LeaderElector {
 
     fn lost(&mut self, why: &str) -> TermEnd {
         self.guard.step_down();
-        self.master_status.with_label_values(&[&self.cfg.name]).set(0);
+        self.master_status
+            .with_label_values(&[&self.cfg.name])
+            .set(0);
         tracing::error!(lease = %self.cfg.name, reason = why, "leaderelection lost");
         TermEnd::Lost
     }
@@ -321,7 +332,9 @@ impl LeaderElector {
     /// Gives the lease up (holder cleared, duration 1 s) so a standby takes over at once.
     pub async fn release(&mut self) {
         self.guard.step_down();
-        self.master_status.with_label_values(&[&self.cfg.name]).set(0);
+        self.master_status
+            .with_label_values(&[&self.cfg.name])
+            .set(0);
         let deadline = self.cfg.renew_deadline;
         let result = tokio::time::timeout(deadline, async {
             loop {
@@ -333,7 +346,11 @@ impl LeaderElector {
                 spec.holder_identity = None;
                 spec.lease_duration_seconds = Some(1);
                 spec.renew_time = Some(now_micro());
-                match self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await {
+                match self
+                    .api
+                    .replace(&self.cfg.name, &PostParams::default(), &lease)
+                    .await
+                {
                     Ok(_) => return Ok(()),
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
                     Err(e) => return Err(e),
@@ -343,7 +360,9 @@ impl LeaderElector {
         .await;
         match result {
             Ok(Ok(())) => tracing::info!(lease = %self.cfg.name, "released the lease"),
-            Ok(Err(e)) => tracing::warn!(lease = %self.cfg.name, error = %e, "failed to release the lease"),
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %self.cfg.name, error = %e, "failed to release the lease")
+            }
             Err(_) => tracing::warn!(lease = %self.cfg.name, "timed out releasing the lease"),
         }
     }
@@ -384,7 +403,11 @@ impl LeaderElector {
             }
         };
         let spec = existing.spec.clone().unwrap_or_default();
-        let changed = self.observed.as_ref().map(|(s, _)| s != &spec).unwrap_or(true);
+        let changed = self
+            .observed
+            .as_ref()
+            .map(|(s, _)| s != &spec)
+            .unwrap_or(true);
         if changed {
             self.observed = Some((spec.clone(), Instant::now()));
         }
@@ -404,7 +427,10 @@ impl LeaderElector {
         let mut lease = existing;
         lease.spec = Some(new_spec);
         // The resourceVersion in `lease` makes this an optimistic update: a racing writer gets a 409.
-        let updated = self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await?;
+        let updated = self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await?;
         self.observe(&updated);
         self.guard.renewed(sent);
         Ok(())
@@ -456,12 +482,16 @@ mod tests {
     }
 
     #[test]
-    fn the_fence_allows_writes_after_a_fresh_renewal_and_refuses_once_it_is_older_than_the_renew_deadline() {
+    fn the_fence_allows_writes_after_a_fresh_renewal_and_refuses_once_it_is_older_than_the_renew_deadline(
+    ) {
         let g = LeaderGuard::new(&cfg(), &Registry::new()).expect("guard");
         g.renewed(Instant::now());
         assert!(g.ensure_leader().is_ok());
         std::thread::sleep(Duration::from_millis(60));
-        assert!(g.ensure_leader().is_err(), "a stale renewal must fence writes");
+        assert!(
+            g.ensure_leader().is_err(),
+            "a stale renewal must fence writes"
+        );
     }
 
     #[test]

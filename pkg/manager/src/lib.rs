@@ -23,7 +23,9 @@ pub mod metrics;
 pub mod registry;
 pub mod run;
 
-pub use controller::{run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome};
+pub use controller::{
+    run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,
+};
 pub use events::{EventRecorder, EventType};
 pub use informer::{InformerEvent, SharedInformer};
 pub use leader::{Fenced, LeaderGuard};

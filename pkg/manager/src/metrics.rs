@@ -17,7 +17,10 @@ impl ManagerMetrics {
     /// Registers the families (and process metrics) in `registry`.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let build_info = IntGaugeVec::new(
-            Opts::new("netcm_build_info", "A metric with a constant '1' value labeled by the netcm version."),
+            Opts::new(
+                "netcm_build_info",
+                "A metric with a constant '1' value labeled by the netcm version.",
+            ),
             &["version"],
         )?;
         build_info.with_label_values(&[VERSION]).set(1);
@@ -31,7 +34,11 @@ impl ManagerMetrics {
         )?;
         registry.register(Box::new(running_controllers.clone()))?;
         #[cfg(target_os = "linux")]
-        registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
-        Ok(Self { running_controllers })
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        Ok(Self {
+            running_controllers,
+        })
     }
 }

@@ -133,7 +133,10 @@ impl Registry {
     }
 
     /// The descriptors `--controllers` turns on, in start order; errors on unknown names.
-    pub fn enabled(&self, controllers: &[String]) -> Result<Vec<&ControllerDescriptor>, RegistryError> {
+    pub fn enabled(
+        &self,
+        controllers: &[String],
+    ) -> Result<Vec<&ControllerDescriptor>, RegistryError> {
         self.validate(controllers)?;
         Ok(self
             .descriptors
@@ -157,7 +160,11 @@ mod tests {
         Ok(None)
     }
 
-    fn descriptor(name: &'static str, aliases: &'static [&'static str], off: bool) -> ControllerDescriptor {
+    fn descriptor(
+        name: &'static str,
+        aliases: &'static [&'static str],
+        off: bool,
+    ) -> ControllerDescriptor {
         ControllerDescriptor {
             name,
             aliases,
@@ -189,12 +196,18 @@ mod tests {
 
     #[test]
     fn star_enables_every_controller_that_is_on_by_default() {
-        assert_eq!(enabled(&registry(), "*"), ["subnet-allocator", "route-controller"]);
+        assert_eq!(
+            enabled(&registry(), "*"),
+            ["subnet-allocator", "route-controller"]
+        );
     }
 
     #[test]
     fn a_disabled_entry_before_star_wins_as_the_first_match() {
-        assert_eq!(enabled(&registry(), "-route-controller,*"), ["subnet-allocator"]);
+        assert_eq!(
+            enabled(&registry(), "-route-controller,*"),
+            ["subnet-allocator"]
+        );
         assert_eq!(enabled(&registry(), "*,-route"), ["subnet-allocator"]);
     }
 
@@ -214,7 +227,10 @@ mod tests {
     fn an_unknown_controller_name_is_an_error_that_lists_the_known_ones() {
         let err = registry().enabled(&list("*,bogus")).expect_err("unknown");
         let msg = err.to_string();
-        assert!(msg.contains("\"bogus\"") && msg.contains("subnet-allocator"), "{msg}");
+        assert!(
+            msg.contains("\"bogus\"") && msg.contains("subnet-allocator"),
+            "{msg}"
+        );
         assert!(registry().enabled(&list("-bogus")).is_err());
         assert!(registry().enabled(&list("-*")).is_err());
     }
@@ -231,7 +247,10 @@ mod tests {
             descriptor("route-controller", &["route"], false),
             descriptor("route", &[], false),
         ]);
-        assert_eq!(dup.expect_err("dup"), RegistryError::Duplicate("route".into()));
+        assert_eq!(
+            dup.expect_err("dup"),
+            RegistryError::Duplicate("route".into())
+        );
     }
 
     #[test]

@@ -78,7 +78,10 @@ async fn termination_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => tracing::info!("received SIGTERM; shutting down"),
@@ -103,7 +106,10 @@ async fn own_node_name(client: &kube::Client) -> Option<String> {
             return Some(n);
         }
     }
-    let (pod, ns) = (std::env::var("POD_NAME").ok()?, std::env::var("POD_NAMESPACE").ok()?);
+    let (pod, ns) = (
+        std::env::var("POD_NAME").ok()?,
+        std::env::var("POD_NAMESPACE").ok()?,
+    );
     match Api::<Pod>::namespaced(client.clone(), &ns).get(&pod).await {
         Ok(p) => p.spec.and_then(|s| s.node_name),
         Err(e) => {
@@ -162,11 +168,20 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
         master: flags.master.clone(),
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
-        user_agent: format!("netcm/{VERSION} ({}/{}) {identity}", std::env::consts::OS, std::env::consts::ARCH),
+        user_agent: format!(
+            "netcm/{VERSION} ({}/{}) {identity}",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ),
     };
     let config = load_config(&client_opts).await?;
     tracing::info!(server = %config.cluster_url, "API client configured");
-    let client = build_client(config, &client_opts, guard.clone(), ClientMetrics::register(&registry)?)?;
+    let client = build_client(
+        config,
+        &client_opts,
+        guard.clone(),
+        ClientMetrics::register(&registry)?,
+    )?;
 
     let shutdown = CancellationToken::new();
     {
@@ -295,7 +310,12 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     let stop_renewing = CancellationToken::new();
     let mut elector = None;
     let renew_task = if flags.leader_elect {
-        let mut e = LeaderElector::new(a.client.clone(), a.lease_cfg.clone(), a.guard.clone(), &a.registry)?;
+        let mut e = LeaderElector::new(
+            a.client.clone(),
+            a.lease_cfg.clone(),
+            a.guard.clone(),
+            &a.registry,
+        )?;
         if !e.acquire(&a.shutdown).await {
             tracing::info!("shut down while standing by");
             return Ok(());
@@ -326,21 +346,34 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     let mut started: Vec<(&'static str, Box<dyn Controller>)> = Vec::new();
     for d in a.controllers.descriptors() {
         if !a.enabled.contains(&d.name) {
-            tracing::info!(controller = d.name, "skipping controller: disabled by --controllers");
+            tracing::info!(
+                controller = d.name,
+                "skipping controller: disabled by --controllers"
+            );
             continue;
         }
         if !flags.controller_start_interval.is_zero() {
             let jitter = rand::rng().random_range(0.0..1.0);
             tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
         }
-        match (d.init)(&ctx).map_err(|source| RunError::Init { name: d.name, source })? {
+        match (d.init)(&ctx).map_err(|source| RunError::Init {
+            name: d.name,
+            source,
+        })? {
             Some(c) => started.push((d.name, c)),
-            None => tracing::info!(controller = d.name, "skipping controller: disabled by its configuration"),
+            None => tracing::info!(
+                controller = d.name,
+                "skipping controller: disabled by its configuration"
+            ),
         }
     }
 
     let informer_cancel = CancellationToken::new();
-    let informer_task = tokio::spawn(nodes.clone().run(Api::<Node>::all(a.client.clone()), informer_cancel.clone()));
+    let informer_task = tokio::spawn(
+        nodes
+            .clone()
+            .run(Api::<Node>::all(a.client.clone()), informer_cancel.clone()),
+    );
 
     // Wait for the cache, unless the term ends first.
     let term_end = tokio::select! {
@@ -355,7 +388,10 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     let mut running = tokio::task::JoinSet::new();
     if term_end.is_none() {
         a.cache_synced.store(true, Ordering::SeqCst);
-        tracing::info!(nodes = nodes.list().len(), "caches are synced; starting controllers");
+        tracing::info!(
+            nodes = nodes.list().len(),
+            "caches are synced; starting controllers"
+        );
         for (name, c) in started {
             a.manager_metrics
                 .running_controllers

@@ -1,0 +1,296 @@
+//! The e2e harness: a real kube-apiserver + etcd (started once by `hack/controlplane.sh up`, or reused
+//! from `NETCM_E2E_KUBECONFIG`), a clean cluster per test, Node fixtures, waits with clear failure
+//! messages, the real `netcm` binary as a child process (its log shown when a test fails), the audit log,
+//! and ServiceAccount tokens for RBAC tests.
+//!
+//! Tests that touch the cluster hold an exclusive file lock for their whole run, so no two tests (in any
+//! test binary) race on cluster-scoped Nodes. There is no skip: without a control plane a test fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+pub mod audit;
+pub mod netcm;
+pub mod nodes;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use netcm::Netcm;
+
+/// The checkout's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e/ has a parent")
+        .to_path_buf()
+}
+
+/// The running control plane: kubeconfig and audit log paths.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    pub kubeconfig: PathBuf,
+    pub audit_log: PathBuf,
+}
+
+fn controlplane_sh(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/controlplane.sh"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running hack/controlplane.sh {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "hack/controlplane.sh {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The control plane for this test run: started once (idempotently), never skipped.
+pub fn control_plane() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        let kubeconfig = match std::env::var("NETCM_E2E_KUBECONFIG") {
+            Ok(k) if !k.is_empty() => PathBuf::from(k),
+            _ => {
+                let out = controlplane_sh(&["up"]);
+                let last = out.lines().last().unwrap_or_default();
+                PathBuf::from(last.strip_prefix("KUBECONFIG=").unwrap_or_else(|| {
+                    panic!("hack/controlplane.sh up did not print KUBECONFIG=…; got {out:?}")
+                }))
+            }
+        };
+        let audit_log = PathBuf::from(controlplane_sh(&["audit"]).trim());
+        ControlPlane {
+            kubeconfig,
+            audit_log,
+        }
+    })
+}
+
+/// Stops and starts kube-apiserver, keeping etcd's data.
+pub fn restart_apiserver() {
+    controlplane_sh(&["restart-apiserver"]);
+}
+
+/// Stops kube-apiserver (start it again with [`start_apiserver`]).
+pub fn stop_apiserver() {
+    controlplane_sh(&["stop-apiserver"]);
+}
+
+/// Starts a stopped kube-apiserver with the same flags and port.
+pub fn start_apiserver() {
+    controlplane_sh(&["start-apiserver"]);
+}
+
+/// A path of a built tool (kubectl, kube-controller-manager, …).
+pub fn tool(name: &str) -> PathBuf {
+    PathBuf::from(controlplane_sh(&["bin", name]).trim())
+}
+
+/// Builds a client for a kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> kube::Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// One test's hold on the cluster: exclusive, with a clean state.
+pub struct TestEnv {
+    pub cp: ControlPlane,
+    pub client: kube::Client,
+    _lock: std::fs::File,
+}
+
+/// The namespace netcm's Lease lives in during tests.
+pub const LEASE_NAMESPACE: &str = "kube-system";
+
+impl TestEnv {
+    /// Takes the cluster lock and removes every Node, Lease in kube-system and Event in default.
+    pub async fn new() -> TestEnv {
+        let cp = control_plane().clone();
+        let lock_path = cp.kubeconfig.with_file_name("e2e.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .expect("open e2e lock");
+        let lock = tokio::task::spawn_blocking(move || {
+            lock.lock().expect("take e2e lock");
+            lock
+        })
+        .await
+        .expect("lock task");
+        let client = client_for(&cp.kubeconfig).await;
+        let env = TestEnv {
+            cp,
+            client,
+            _lock: lock,
+        };
+        env.wait_api(Duration::from_secs(60)).await;
+        env.clean().await;
+        env
+    }
+
+    async fn wait_api(&self, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            match self.client.apiserver_version().await {
+                Ok(_) => return,
+                Err(e) if start.elapsed() > timeout => {
+                    panic!("API server not reachable after {timeout:?}: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// Deletes every Node, Lease (kube-system) and Event (default), and waits until they are gone.
+    pub async fn clean(&self) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        nodes
+            .delete_collection(&dp, &ListParams::default())
+            .await
+            .expect("delete nodes");
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        leases
+            .delete_collection(&dp, &ListParams::default())
+            .await
+            .expect("delete leases");
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        events
+            .delete_collection(&dp, &ListParams::default())
+            .await
+            .expect("delete events");
+        wait_for(
+            "nodes and leases to be deleted",
+            Duration::from_secs(60),
+            || async {
+                let n = nodes.list(&ListParams::default()).await.ok()?.items.len();
+                let l = leases.list(&ListParams::default()).await.ok()?.items.len();
+                (n == 0 && l == 0).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Creates a namespace if it does not exist.
+    pub async fn ensure_namespace(&self, name: &str) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create namespace {name}: {e}"),
+        }
+    }
+
+    /// Events recorded about a Node, as (type, reason, note).
+    pub async fn node_events(&self, node: &str) -> Vec<(String, String, String)> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Mints a token for a ServiceAccount (TokenRequest) and writes a kubeconfig that uses it; the temp dir
+/// holding the file lives as long as the returned guard.
+pub async fn serviceaccount_kubeconfig(
+    env: &TestEnv,
+    namespace: &str,
+    name: &str,
+) -> (PathBuf, tempfile::TempDir) {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), namespace);
+    let tr = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = sas
+        .create_token_request(name, &PostParams::default(), &tr)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+        .status
+        .expect("token status")
+        .token;
+    let admin = std::fs::read_to_string(&env.cp.kubeconfig).expect("read admin kubeconfig");
+    let server = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("server in kubeconfig")
+        .to_string();
+    let ca = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority: "))
+        .expect("CA in kubeconfig")
+        .to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    (path, dir)
+}

@@ -1,0 +1,193 @@
+//! The real `netcm` binary as a child process: its log in a file (printed when the test fails), its HTTP
+//! endpoints, signals.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::{repo_root, wait_for, LEASE_NAMESPACE};
+
+/// The binary, built once per test run from this checkout.
+pub fn netcm_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--quiet", "-p", "netcm", "--bin", "netcm"])
+            .current_dir(repo_root())
+            .status()
+            .expect("run cargo build -p netcm");
+        assert!(status.success(), "cargo build -p netcm failed");
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| repo_root().join("target"));
+        target.join("debug/netcm")
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running netcm.
+pub struct Netcm {
+    child: Option<std::process::Child>,
+    pub log_path: PathBuf,
+    pub port: u16,
+    pub label: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Netcm {
+    /// Starts netcm against `kubeconfig` with test defaults (loopback HTTP on a free port, Lease in
+    /// kube-system, -v=2) followed by `args` (later flags win).
+    pub fn start(label: &str, kubeconfig: &Path, args: &[&str]) -> Netcm {
+        Self::start_with_env(label, kubeconfig, args, &[])
+    }
+
+    /// Like [`Netcm::start`] with extra environment variables.
+    pub fn start_with_env(
+        label: &str,
+        kubeconfig: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Netcm {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log_path = dir.path().join(format!("{label}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let port = free_port();
+        let mut cmd = Command::new(netcm_binary());
+        cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--port={port}"))
+            .arg(format!(
+                "--leader-elect-resource-namespace={LEASE_NAMESPACE}"
+            ))
+            .arg("-v=2")
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("NODE_NAME")
+            .env_remove("POD_NAME")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log);
+        let child = cmd.spawn().expect("spawn netcm");
+        Netcm {
+            child: Some(child),
+            log_path,
+            port,
+            label: label.to_string(),
+            _dir: dir,
+        }
+    }
+
+    /// The log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
+        wait_for(
+            &format!("{} to log {needle:?}", self.label),
+            timeout,
+            || async { self.logs().contains(needle).then_some(()) },
+        )
+        .await;
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Sends a signal by name (TERM, KILL, STOP, CONT).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args(["-s", sig, &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -s {sig} {} failed", self.pid());
+    }
+
+    /// The exit status if the process has exited.
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let label = self.label.clone();
+        wait_for(&format!("{label} to exit"), timeout, || {
+            let s = self.try_exit();
+            async move { s }
+        })
+        .await
+    }
+
+    /// GET a path on the metrics/health port: (status, body).
+    pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((code, body))
+    }
+
+    /// Waits until the HTTP endpoint answers at all.
+    pub async fn wait_http(&self, timeout: Duration) {
+        wait_for(&format!("{} to serve HTTP", self.label), timeout, || {
+            self.http_get("/healthz")
+        })
+        .await;
+    }
+
+    /// The value of one sample in /metrics (`name{labels}` exactly as printed, or a bare name).
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.http_get("/metrics").await?;
+        body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+    }
+}
+
+impl Drop for Netcm {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            let logs = self.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(150).collect();
+            eprintln!(
+                "----- last lines of {} ({}) -----",
+                self.label,
+                self.log_path.display()
+            );
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+            eprintln!("----- end of {} -----", self.label);
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Node fixtures: create Nodes with addresses, pod CIDRs and annotations; read them back.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+/// What a test Node carries.
+#[derive(Debug, Clone, Default)]
+pub struct NodeFixture {
+    pub name: String,
+    /// (type, address), e.g. ("InternalIP", "192.0.2.10").
+    pub addresses: Vec<(String, String)>,
+    pub pod_cidrs: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl NodeFixture {
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn internal_ip(mut self, ip: &str) -> Self {
+        self.addresses.push(("InternalIP".into(), ip.into()));
+        self
+    }
+
+    pub fn address(mut self, kind: &str, ip: &str) -> Self {
+        self.addresses.push((kind.into(), ip.into()));
+        self
+    }
+
+    pub fn pod_cidrs(mut self, cidrs: &[&str]) -> Self {
+        self.pod_cidrs = cidrs.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
+    }
+}
+
+/// Creates the Node (and its status addresses with a status PATCH, as a kubelet would).
+pub async fn create_node(client: &kube::Client, f: &NodeFixture) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(f.name.clone()),
+            annotations: (!f.annotations.is_empty()).then(|| f.annotations.clone()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            pod_cidr: f.pod_cidrs.first().cloned(),
+            pod_cidrs: (!f.pod_cidrs.is_empty()).then(|| f.pod_cidrs.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let created = api
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap_or_else(|e| panic!("create node {}: {e}", f.name));
+    if f.addresses.is_empty() {
+        return created;
+    }
+    set_addresses(client, &f.name, &f.addresses).await
+}
+
+/// Replaces a Node's `status.addresses`.
+pub async fn set_addresses(
+    client: &kube::Client,
+    name: &str,
+    addresses: &[(String, String)],
+) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    let addrs: Vec<NodeAddress> = addresses
+        .iter()
+        .map(|(t, a)| NodeAddress {
+            type_: t.clone(),
+            address: a.clone(),
+        })
+        .collect();
+    let patch = serde_json::json!({ "status": { "addresses": addrs } });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch status of node {name}: {e}"))
+}
+
+/// The Node's pod CIDRs (`spec.podCIDRs`), empty if none.
+pub fn pod_cidrs(node: &Node) -> Vec<String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.pod_cidrs.clone())
+        .unwrap_or_default()
+}
+
+/// Creates many Nodes with `concurrency` parallel creators.
+pub async fn create_nodes(client: &kube::Client, fixtures: Vec<NodeFixture>, concurrency: usize) {
+    use futures::StreamExt;
+    futures::stream::iter(fixtures)
+        .map(|f| {
+            let client = client.clone();
+            async move {
+                create_node(&client, &f).await;
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await;
+}
