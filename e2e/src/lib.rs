@@ -9,7 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod audit;
+pub mod flannel;
 pub mod netcm;
+pub mod netns;
 pub mod nodes;
 
 use std::path::{Path, PathBuf};
@@ -120,6 +122,7 @@ pub const LEASE_NAMESPACE: &str = "kube-system";
 impl TestEnv {
     /// Takes the cluster lock and removes every Node, Lease in kube-system and Event in default.
     pub async fn new() -> TestEnv {
+        let started = Instant::now();
         let cp = control_plane().clone();
         let lock_path = cp.kubeconfig.with_file_name("e2e.lock");
         let lock = std::fs::OpenOptions::new()
@@ -140,8 +143,13 @@ impl TestEnv {
             client,
             _lock: lock,
         };
+        let locked = started.elapsed();
         env.wait_api(Duration::from_secs(60)).await;
         env.clean().await;
+        eprintln!(
+            "[e2e] cluster locked after {locked:?}, clean after {:?}",
+            started.elapsed()
+        );
         env
     }
 
@@ -293,4 +301,17 @@ pub async fn serviceaccount_kubeconfig(
     )
     .expect("write kubeconfig");
     (path, dir)
+}
+
+/// The current holder of netcm's Lease (`kube-system/<name>`), if any.
+pub async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
 }

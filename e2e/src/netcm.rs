@@ -102,6 +102,27 @@ impl Netcm {
         .await;
     }
 
+    /// This process's leader-election identity, from its startup log line.
+    pub async fn identity(&self) -> String {
+        let label = self.label.clone();
+        wait_for(
+            &format!("{label} to log its identity"),
+            Duration::from_secs(30),
+            || async {
+                self.logs().lines().find_map(|l| {
+                    let rest = l.split(" identity=").nth(1)?;
+                    Some(
+                        rest.split_whitespace()
+                            .next()?
+                            .trim_matches('"')
+                            .to_string(),
+                    )
+                })
+            },
+        )
+        .await
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)

@@ -64,7 +64,12 @@ pub fn effective_config(cli: &Cli) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn the_command_line_of_every_controller_fits_together() {
+        Cli::command().debug_assert();
+    }
 
     #[test]
     fn every_controller_name_and_alias_follows_the_rules_and_maps_to_a_real_controller() {

@@ -5,6 +5,8 @@ use netcm_ipam::{AllocatorConfig, AllocatorFlags, ConfigError};
 
 /// subnet-allocator flags.
 #[derive(Debug, Clone, Args)]
+// clap names an argument group after the struct, and every controller's struct is called `Flags`.
+#[group(id = "subnet-allocator-flags")]
 pub struct Flags {
     /// Should CIDRs for Pods be allocated and set on the Nodes. Requires --cluster-cidr.
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]

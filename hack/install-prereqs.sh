@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what the tests and local runs need on a fresh machine (Debian packages, Rust components).
+# Go (>= the version in hack/tools/k8s/go.mod) must be on the machine: Debian's golang is too old to
+# build Kubernetes 1.36, so its absence is reported, not papered over.
+set -euo pipefail
+
+need_pkgs=()
+for pair in openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux kill:procps; do
+  cmd=${pair%%:*} pkg=${pair##*:}
+  command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "installing: ${need_pkgs[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: need root to apt-get install ${need_pkgs[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+command -v cargo >/dev/null 2>&1 || { echo "error: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+if command -v rustup >/dev/null 2>&1; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+fi
+command -v go >/dev/null 2>&1 || {
+  echo "error: go not found: the control plane is built from the k8s.io/kubernetes Go module and needs Go >= 1.26" >&2
+  exit 1
+}
+echo "prerequisites ok: $(cargo --version), $(go version)"
