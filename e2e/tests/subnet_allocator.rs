@@ -1,0 +1,413 @@
+//! subnet-allocator on the real control plane: distinct CIDRs at scale, dual-stack, exhaustion and
+//! release, bad data from others, crashes and a frozen leader mid-allocation.
+
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams};
+use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::{audit, lease_holder, wait_for, Netcm, TestEnv};
+
+async fn all_nodes(client: &kube::Client) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .expect("list nodes")
+        .items
+}
+
+fn name(n: &Node) -> String {
+    n.metadata.name.clone().unwrap_or_default()
+}
+
+/// Waits until every Node has pod CIDRs; returns them.
+async fn wait_all_allocated(
+    client: &kube::Client,
+    expected: usize,
+    timeout: Duration,
+) -> Vec<Node> {
+    wait_for(
+        &format!("all {expected} nodes to have pod CIDRs"),
+        timeout,
+        || async {
+            let nodes = all_nodes(client).await;
+            (nodes.len() == expected && nodes.iter().all(|n| !pod_cidrs(n).is_empty()))
+                .then_some(nodes)
+        },
+    )
+    .await
+}
+
+/// Panics if any two CIDRs held by different Nodes overlap.
+fn assert_no_overlaps(nodes: &[Node]) {
+    let mut all: Vec<(IpNet, String)> = nodes
+        .iter()
+        .flat_map(|n| {
+            pod_cidrs(n)
+                .into_iter()
+                .map(move |c| (c.parse::<IpNet>().expect("valid CIDR"), name(n)))
+        })
+        .collect();
+    all.sort_by_key(|(net, _)| (net.network(), net.prefix_len()));
+    for pair in all.windows(2) {
+        let ((a, an), (b, bn)) = (&pair[0], &pair[1]);
+        let overlap = a.contains(&b.network()) || b.contains(&a.network());
+        assert!(!overlap, "{an} holds {a} and {bn} holds {b}: they overlap");
+    }
+}
+
+fn fixtures(prefix: &str, n: usize) -> Vec<NodeFixture> {
+    (0..n)
+        .map(|i| NodeFixture::named(format!("{prefix}-{i:04}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn three_hundred_nodes_created_at_once_get_distinct_cidrs_inside_the_cluster_cidr_and_never_the_service_range(
+) {
+    let env = TestEnv::new().await;
+    let _n = Netcm::start(
+        "allocator",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/22",
+            "--node-cidr-mask-size=31",
+            "--service-cluster-ip-range=10.244.1.0/24",
+        ],
+    );
+    create_nodes(&env.client, fixtures("bulk", 300), 16).await;
+    let nodes = wait_all_allocated(&env.client, 300, Duration::from_secs(120)).await;
+    assert_no_overlaps(&nodes);
+    let cluster: IpNet = "10.244.0.0/22".parse().expect("cidr");
+    let service: IpNet = "10.244.1.0/24".parse().expect("cidr");
+    for n in &nodes {
+        let cidrs = pod_cidrs(n);
+        assert_eq!(cidrs.len(), 1, "{}: {cidrs:?}", name(n));
+        let c: IpNet = cidrs[0].parse().expect("cidr");
+        assert!(cluster.contains(&c), "{}: {c} outside {cluster}", name(n));
+        assert!(
+            !service.contains(&c.network()),
+            "{}: {c} inside the service range",
+            name(n)
+        );
+        assert_eq!(
+            n.spec.as_ref().and_then(|s| s.pod_cidr.clone()),
+            Some(cidrs[0].clone())
+        );
+    }
+}
+
+#[tokio::test]
+async fn dual_stack_gives_one_cidr_per_family_with_pod_cidr_from_the_family_listed_first() {
+    let env = TestEnv::new().await;
+    let _n = Netcm::start(
+        "dual",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=fd00:10:244::/56,10.244.0.0/16",
+        ],
+    );
+    create_nodes(&env.client, fixtures("dual", 20), 8).await;
+    let nodes = wait_all_allocated(&env.client, 20, Duration::from_secs(60)).await;
+    assert_no_overlaps(&nodes);
+    for n in &nodes {
+        let cidrs: Vec<IpNet> = pod_cidrs(n)
+            .iter()
+            .map(|c| c.parse().expect("cidr"))
+            .collect();
+        assert_eq!(cidrs.len(), 2, "{}: {cidrs:?}", name(n));
+        assert!(
+            matches!(cidrs[0], IpNet::V6(_)) && cidrs[0].prefix_len() == 64,
+            "{cidrs:?}"
+        );
+        assert!(
+            matches!(cidrs[1], IpNet::V4(_)) && cidrs[1].prefix_len() == 24,
+            "{cidrs:?}"
+        );
+        let primary = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.clone())
+            .expect("podCIDR");
+        assert_eq!(primary, cidrs[0].to_string());
+    }
+}
+
+#[tokio::test]
+async fn an_exhausted_pool_reports_cidr_not_available_and_a_released_cidr_goes_to_the_waiting_node_at_once(
+) {
+    let env = TestEnv::new().await;
+    let n = Netcm::start(
+        "exhaustion",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.250.0.0/28",
+            "--node-cidr-mask-size=30",
+        ],
+    );
+    create_nodes(&env.client, fixtures("small", 4), 4).await;
+    wait_all_allocated(&env.client, 4, Duration::from_secs(30)).await;
+    // Let the fifth Node fail several times so its backoff is long, then free a CIDR.
+    create_node(&env.client, &NodeFixture::named("waiting")).await;
+    wait_for(
+        "CIDRNotAvailable on the fifth node",
+        Duration::from_secs(20),
+        || async {
+            let events = env.node_events("waiting").await;
+            events
+                .iter()
+                .any(|(t, reason, _)| t == "Warning" && reason == "CIDRNotAvailable")
+                .then_some(())
+        },
+    )
+    .await;
+    let usage = n
+        .metric("node_ipam_controller_cidrset_usage_cidrs{clusterCIDR=\"10.250.0.0/28\"}")
+        .await;
+    assert_eq!(usage, Some(1.0), "a full pool shows usage 1");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    let t0 = Instant::now();
+    api.delete("small-0001", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for(
+        "the waiting node to be allocated",
+        Duration::from_secs(10),
+        || async {
+            let node = api.get_opt("waiting").await.ok().flatten()?;
+            (!pod_cidrs(&node).is_empty()).then_some(())
+        },
+    )
+    .await;
+    let took = t0.elapsed();
+    eprintln!("waiting node allocated {took:?} after a release");
+    assert!(
+        took < Duration::from_secs(2),
+        "allocation after release took {took:?}"
+    );
+    assert_no_overlaps(&all_nodes(&env.client).await);
+}
+
+#[tokio::test]
+async fn bad_pod_cidrs_written_by_others_get_warnings_and_are_never_handed_out_while_others_are_served(
+) {
+    let env = TestEnv::new().await;
+    // Written before netcm starts (KCM would crash-loop on these) ...
+    create_node(
+        &env.client,
+        &NodeFixture::named("outside").pod_cidrs(&["192.168.77.0/24"]),
+    )
+    .await;
+    create_node(
+        &env.client,
+        &NodeFixture::named("twin-a").pod_cidrs(&["10.244.0.0/24"]),
+    )
+    .await;
+    create_node(
+        &env.client,
+        &NodeFixture::named("twin-b").pod_cidrs(&["10.244.0.0/24"]),
+    )
+    .await;
+    let n = Netcm::start(
+        "bad-data",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/22",
+        ],
+    );
+    // ... and while it runs.
+    create_node(
+        &env.client,
+        &NodeFixture::named("late-twin").pod_cidrs(&["10.244.1.0/24"]),
+    )
+    .await;
+    create_node(
+        &env.client,
+        &NodeFixture::named("late-owner").pod_cidrs(&["10.244.1.0/25"]),
+    )
+    .await;
+    create_nodes(&env.client, fixtures("good", 2), 2).await;
+    let nodes = wait_all_allocated(&env.client, 7, Duration::from_secs(30)).await;
+    for n in nodes.iter().filter(|n| name(n).starts_with("good-")) {
+        let c = &pod_cidrs(n)[0];
+        assert!(
+            c == "10.244.2.0/24" || c == "10.244.3.0/24",
+            "{} got {c}, which overlaps a held range",
+            name(n)
+        );
+    }
+    for (node, reason) in [
+        ("outside", "CIDROutOfRange"),
+        ("twin-a", "CIDRConflict"),
+        ("twin-b", "CIDRConflict"),
+        ("late-owner", "CIDRConflict"),
+    ] {
+        wait_for(
+            &format!("a {reason} Warning on {node}"),
+            Duration::from_secs(15),
+            || async {
+                let events = env.node_events(node).await;
+                events
+                    .iter()
+                    .any(|(t, r, _)| t == "Warning" && r == reason)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    // The pool is full now (2 free /24s were taken): a third good node waits instead of getting a held range.
+    create_node(&env.client, &NodeFixture::named("good-extra")).await;
+    wait_for(
+        "CIDRNotAvailable for good-extra",
+        Duration::from_secs(15),
+        || async {
+            let events = env.node_events("good-extra").await;
+            events
+                .iter()
+                .any(|(_, r, _)| r == "CIDRNotAvailable")
+                .then_some(())
+        },
+    )
+    .await;
+    let conflicts = n
+        .metric("netcm_node_cidr_conflicts")
+        .await
+        .expect("conflict gauge");
+    assert!(conflicts >= 4.0, "netcm_node_cidr_conflicts = {conflicts}");
+    assert!(n.logs().contains("bad pod CIDR on node"));
+}
+
+#[tokio::test]
+async fn kill_9_in_the_middle_of_allocating_1000_nodes_then_restart_ends_with_every_node_allocated_without_overlap(
+) {
+    let env = TestEnv::new().await;
+    create_nodes(&env.client, fixtures("crash", 1000), 16).await;
+    let args = [
+        "--controllers=subnet-allocator",
+        "--cluster-cidr=10.128.0.0/12",
+        "--kube-api-qps=100",
+        "--kube-api-burst=10",
+    ];
+    let first = Netcm::start("first", &env.cp.kubeconfig, &args);
+    wait_for("some allocations", Duration::from_secs(60), || async {
+        let v = first
+            .metric("node_ipam_controller_cidrset_cidrs_allocations_total{clusterCIDR=\"10.128.0.0/12\"}")
+            .await?;
+        (v >= 200.0).then_some(())
+    })
+    .await;
+    first.signal("KILL");
+    let done_before = all_nodes(&env.client)
+        .await
+        .iter()
+        .filter(|n| !pod_cidrs(n).is_empty())
+        .count();
+    eprintln!("killed after {done_before} of 1000 nodes were allocated");
+    assert!(done_before < 1000, "the kill must land mid-allocation");
+    drop(first);
+    env_restart_lease(&env).await;
+    let _second = Netcm::start("second", &env.cp.kubeconfig, &args[..2]);
+    let nodes = wait_all_allocated(&env.client, 1000, Duration::from_secs(120)).await;
+    assert_no_overlaps(&nodes);
+}
+
+/// The killed leader never released its lease: drop it so the restarted process leads at once instead of
+/// waiting out the lease (a restart of the same pod would wait; this keeps the test short).
+async fn env_restart_lease(env: &TestEnv) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), netcm_e2e::LEASE_NAMESPACE);
+    let _ = leases.delete("netcm", &DeleteParams::default()).await;
+}
+
+#[tokio::test]
+async fn a_frozen_leader_and_a_killed_one_mid_allocation_never_cause_an_overlap_or_a_late_write() {
+    let env = TestEnv::new().await;
+    let args = [
+        "--controllers=subnet-allocator",
+        "--cluster-cidr=10.128.0.0/12",
+        "--kube-api-qps=60",
+        "--kube-api-burst=10",
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=1s",
+    ];
+    create_nodes(&env.client, fixtures("zombie", 1000), 16).await;
+    let mut a = Netcm::start("zombie-a", &env.cp.kubeconfig, &args);
+    let a_id = a.identity().await;
+    wait_for("zombie-a to lead", Duration::from_secs(30), || async {
+        (lease_holder(&env.client, "netcm").await.as_deref() == Some(a_id.as_str())).then_some(())
+    })
+    .await;
+    let b = Netcm::start("zombie-b", &env.cp.kubeconfig, &args);
+    let c = Netcm::start("zombie-c", &env.cp.kubeconfig, &args);
+    let alloc_metric =
+        "node_ipam_controller_cidrset_cidrs_allocations_total{clusterCIDR=\"10.128.0.0/12\"}";
+    wait_for(
+        "zombie-a to allocate some",
+        Duration::from_secs(60),
+        || async { (a.metric(alloc_metric).await? >= 150.0).then_some(()) },
+    )
+    .await;
+    a.signal("STOP");
+    // B or C takes over; kill -9 whichever leads, mid-allocation.
+    let (b_id, c_id) = (b.identity().await, c.identity().await);
+    let second = wait_for(
+        "a standby to take over",
+        Duration::from_secs(30),
+        || async {
+            let h = lease_holder(&env.client, "netcm").await?;
+            (h == b_id || h == c_id).then_some(h)
+        },
+    )
+    .await;
+    let (killed, survivor) = if second == b_id { (&b, &c) } else { (&c, &b) };
+    wait_for(
+        "the second leader to allocate some",
+        Duration::from_secs(60),
+        || async { (killed.metric(alloc_metric).await? >= 100.0).then_some(()) },
+    )
+    .await;
+    killed.signal("KILL");
+    survivor
+        .wait_log("this replica now leads", Duration::from_secs(30))
+        .await;
+    let nodes = wait_all_allocated(&env.client, 1000, Duration::from_secs(180)).await;
+    assert_no_overlaps(&nodes);
+    a.signal("CONT");
+    let status = a.wait_exit(Duration::from_secs(30)).await;
+    assert!(
+        !status.success(),
+        "the zombie must exit non-zero, got {status}"
+    );
+
+    let events = audit::read(&env.cp.audit_log);
+    let mine = |e: &&audit::AuditEvent| e.user_agent.contains(&a_id);
+    let last_renewal = events
+        .iter()
+        .filter(mine)
+        .filter(|e| e.resource() == "leases" && e.succeeded())
+        .filter_map(|e| e.received())
+        .max()
+        .expect("zombie-a renewed at least once");
+    let expired = last_renewal + jiff::SignedDuration::from_secs(4);
+    let late: Vec<_> = events
+        .iter()
+        .filter(mine)
+        .filter(|e| {
+            matches!(e.resource().as_str(), "nodes" | "nodes/status" | "events") && e.succeeded()
+        })
+        .filter(|e| e.received().is_some_and(|t| t > expired))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "zombie writes after its lease expired: {late:#?}"
+    );
+    // Still no overlap after the zombie woke up.
+    assert_no_overlaps(&all_nodes(&env.client).await);
+}
