@@ -1,28 +1,92 @@
-//! The node-annotation-syncer controller (being built; registered so the binary and flags are wired).
+//! node-annotation-syncer: publishes every Node's subnet lease in flannel's kube-subnet-manager
+//! annotation format, centrally, so node agents need only read access to Nodes.
+//!
+//! Watches Nodes through the manager's shared informer. For each Node with pod CIDR(s) it writes, under
+//! `--annotation-prefix`, `kube-subnet-manager: "true"`, `backend-type`, `backend-data` (`null` for
+//! host-gw, plus `backend-v6-data` when the Node has an IPv6 pod CIDR; other backends keep what their
+//! agent wrote), `public-ip` and `public-ipv6` — from the `public-ip(v6)-overwrite` annotation when it is
+//! a usable address, else from `status.addresses` in `--public-ip-address-types` order. Only the keys
+//! that differ go into one JSON merge PATCH, behind the leader fence; annotations it does not own are
+//! never touched. An unusable overwrite keeps the last good value and raises a Warning Event and
+//! `netcm_annotation_invalid_overwrites_total`. A Node without a pod CIDR or an address of the right
+//! family gets nothing until it changes.
+//!
+//! The pure decision lives in [`lease::plan`]; start reading at [`syncer::Syncer::sync_node`].
 
-use clap::Args;
-use netcm_manager::{InitContext, InitResult};
+pub mod flags;
+pub mod keys;
+pub mod lease;
+pub mod metrics;
+pub mod syncer;
 
-/// The controller's canonical name.
-pub const NAME: &str = "node-annotation-syncer";
+use std::sync::Arc;
 
-/// node-annotation-syncer flags.
-#[derive(Debug, Clone, Args)]
-pub struct Flags {}
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
+use netcm_manager::{run_workers, Controller, InformerEvent, InitContext, InitError, InitResult};
+use tokio_util::sync::CancellationToken;
 
-impl Flags {
-    /// Checks the flags before anything touches the API.
-    pub fn validate(&self) -> Result<(), String> {
-        Ok(())
-    }
+pub use flags::{Config, Flags};
+pub use syncer::{Syncer, NAME};
 
-    /// The settings logged at startup.
-    pub fn effective_config(&self) -> Vec<(String, String)> {
-        Vec::new()
-    }
+/// The running controller.
+pub struct NodeAnnotationSyncer {
+    syncer: Arc<Syncer>,
+    workers: usize,
 }
 
-/// The init function.
-pub fn init(_ctx: &InitContext, _flags: &Flags) -> InitResult {
-    Ok(None)
+/// The init function: validates the flags, registers metrics, subscribes to Node events.
+pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
+    let config = flags.config().map_err(InitError::new)?;
+    let metrics = metrics::SyncerMetrics::register(&ctx.registry).map_err(InitError::new)?;
+    let queue = ctx.new_queue(NAME);
+    let handler_queue = queue.clone();
+    ctx.nodes
+        .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
+            handler_queue.add(ev.name());
+        }))
+        .map_err(InitError::new)?;
+    tracing::info!(
+        controller = NAME,
+        prefix = %config.keys.prefix,
+        backend_type = %config.backend_type,
+        address_types = %config.address_types.join(","),
+        "publishing subnet leases as node annotations"
+    );
+    let syncer = Syncer::new(
+        ctx.nodes.clone(),
+        Api::all(ctx.client.clone()),
+        config,
+        ctx.recorder.clone(),
+        ctx.leader.clone(),
+        metrics,
+        queue,
+    );
+    Ok(Some(Box::new(NodeAnnotationSyncer {
+        syncer,
+        workers: flags.concurrent_node_annotation_syncs.max(1),
+    })))
+}
+
+impl Controller for NodeAnnotationSyncer {
+    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let syncer = self.syncer;
+            let queue = syncer.queue.clone();
+            run_workers(
+                NAME,
+                queue,
+                self.workers,
+                shutdown,
+                CONTROLLER_DRAIN_TIMEOUT,
+                move |key| {
+                    let syncer = syncer.clone();
+                    async move { syncer.sync_node(&key).await }
+                },
+            )
+            .await;
+        })
+    }
 }

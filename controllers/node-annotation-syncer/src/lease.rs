@@ -1,0 +1,312 @@
+//! The pure part: from a Node (pod CIDRs, addresses) and its current annotations, the lease annotations
+//! that differ from what flannel's `nodeToLease` should read. No API, no clock, no state.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::flags::Config;
+
+/// An IP family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// IPv4: `public-ip`, `backend-data`.
+    V4,
+    /// IPv6: `public-ipv6`, `backend-v6-data`.
+    V6,
+}
+
+impl Family {
+    /// The metric label and log word.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::V4 => "ipv4",
+            Self::V6 => "ipv6",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        }
+    }
+}
+
+/// Why nothing can be published for a Node yet; a later change of the Node retriggers the sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// No `spec.podCIDR(s)` yet.
+    NoPodCidr,
+    /// Pod CIDRs flannel could not read (unparsable, or more than two).
+    UnusablePodCidrs(String),
+    /// No usable address of a pod CIDR's family in `status.addresses` (and no lease value to keep).
+    NoAddress(Vec<Family>),
+}
+
+impl Waiting {
+    /// The metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::NoPodCidr => "no_pod_cidr",
+            Self::UnusablePodCidrs(_) => "unusable_pod_cidr",
+            Self::NoAddress(_) => "no_address",
+        }
+    }
+
+    /// Every label, for metrics that should show zeros.
+    pub const LABELS: [&'static str; 3] = ["no_pod_cidr", "unusable_pod_cidr", "no_address"];
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoPodCidr => write!(f, "the node has no pod CIDR yet"),
+            Self::UnusablePodCidrs(why) => write!(f, "the node's pod CIDRs are unusable: {why}"),
+            Self::NoAddress(fams) => {
+                let names: Vec<&str> = fams.iter().map(|f| f.name()).collect();
+                write!(
+                    f,
+                    "the node has no usable {} address of the configured types",
+                    names.join(" or ")
+                )
+            }
+        }
+    }
+}
+
+/// A public-IP overwrite annotation whose value is not a usable address of its family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidOverwrite {
+    /// The family it is for.
+    pub family: Family,
+    /// The overwrite annotation key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+    /// What is published instead: the kept lease value, or one taken from the addresses.
+    pub instead: Instead,
+}
+
+/// What replaces an invalid overwrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Instead {
+    /// The current lease value (the last good one) stays.
+    Kept(String),
+    /// No lease value yet: the one from `status.addresses`.
+    FromAddresses(String),
+    /// Nothing (no address either).
+    Nothing,
+}
+
+/// What a sync should do for one Node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The annotations to set: only keys whose value differs from the current one.
+    pub changes: BTreeMap<String, String>,
+    /// Overwrites that were ignored.
+    pub invalid: Vec<InvalidOverwrite>,
+    /// Set when nothing may be published yet (then `changes` is empty).
+    pub waiting: Option<Waiting>,
+}
+
+/// What a Node says about its pod CIDRs: `spec.podCIDRs`, else `spec.podCIDR` (as flannel reads them).
+pub fn pod_cidrs(node: &Node) -> Vec<String> {
+    let spec = node.spec.as_ref();
+    let list = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
+    if !list.is_empty() {
+        return list;
+    }
+    spec.and_then(|s| s.pod_cidr.clone())
+        .filter(|c| !c.is_empty())
+        .into_iter()
+        .collect()
+}
+
+/// The families of a Node's pod CIDRs, or why flannel could not read them.
+fn families(raw: &[String]) -> Result<Vec<Family>, Waiting> {
+    if raw.is_empty() {
+        return Err(Waiting::NoPodCidr);
+    }
+    // flannel's nodeToLease errors on a third entry and on any entry it cannot parse.
+    if raw.len() > 2 {
+        return Err(Waiting::UnusablePodCidrs(format!(
+            "{} pod CIDRs; at most one per family",
+            raw.len()
+        )));
+    }
+    let mut fams = Vec::new();
+    for s in raw {
+        let net: IpNet = s
+            .parse()
+            .map_err(|_| Waiting::UnusablePodCidrs(format!("{s:?} is not a CIDR")))?;
+        let fam = match net {
+            IpNet::V4(_) => Family::V4,
+            IpNet::V6(_) => Family::V6,
+        };
+        if !fams.contains(&fam) {
+            fams.push(fam);
+        }
+    }
+    fams.sort();
+    Ok(fams)
+}
+
+/// Parses `raw` as a public IP of `family`: the exact text of one address (no spaces, no zone, no
+/// IPv4-mapped IPv6), not unspecified, loopback, multicast, broadcast or IPv6 link-local, which can never
+/// be a node's address for routes. Returns the canonical text.
+pub fn usable_ip(raw: &str, family: Family) -> Result<String, &'static str> {
+    let ip: IpAddr = raw.parse().map_err(|_| "not an IP address")?;
+    match (ip, family) {
+        (IpAddr::V4(v4), Family::V4) => {
+            if v4.is_unspecified() {
+                Err("the unspecified address")
+            } else if v4.is_loopback() {
+                Err("a loopback address")
+            } else if v4.is_multicast() {
+                Err("a multicast address")
+            } else if v4.is_broadcast() {
+                Err("the broadcast address")
+            } else {
+                Ok(v4.to_string())
+            }
+        }
+        (IpAddr::V6(v6), Family::V6) => {
+            if v6.is_unspecified() {
+                Err("the unspecified address")
+            } else if v6.is_loopback() {
+                Err("a loopback address")
+            } else if v6.is_multicast() {
+                Err("a multicast address")
+            } else if v6.to_ipv4_mapped().is_some() {
+                Err("an IPv4-mapped address")
+            } else if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                Err("a link-local address")
+            } else {
+                Ok(v6.to_string())
+            }
+        }
+        (IpAddr::V6(_), Family::V4) => Err("an IPv6 address where IPv4 is expected"),
+        (IpAddr::V4(_), Family::V6) => Err("an IPv4 address where IPv6 is expected"),
+    }
+}
+
+/// The first usable address of `family` in `status.addresses`, by type in `types` order, then by the
+/// order the Node lists them.
+pub fn address_ip(node: &Node, types: &[String], family: Family) -> Option<String> {
+    let addrs = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default();
+    types.iter().find_map(|t| {
+        addrs
+            .iter()
+            .filter(|a| &a.type_ == t)
+            .find_map(|a| usable_ip(&a.address, family).ok())
+    })
+}
+
+/// The public IP of one family: `Some(value)` to publish, `None` for "keep what is there" or "nothing".
+fn public_ip(
+    cfg: &Config,
+    node: &Node,
+    current: &BTreeMap<String, String>,
+    family: Family,
+    invalid: &mut Vec<InvalidOverwrite>,
+) -> Option<String> {
+    let (overwrite_key, lease_key) = match family {
+        Family::V4 => (&cfg.keys.public_ip_overwrite, &cfg.keys.public_ip),
+        Family::V6 => (&cfg.keys.public_ipv6_overwrite, &cfg.keys.public_ipv6),
+    };
+    let from_addresses = || address_ip(node, &cfg.address_types, family);
+    // flannel treats an empty overwrite as unset.
+    let Some(raw) = current.get(overwrite_key).filter(|v| !v.is_empty()) else {
+        return from_addresses();
+    };
+    let why = match usable_ip(raw, family) {
+        Ok(ip) => return Some(ip),
+        Err(why) => why,
+    };
+    // The last good value stays; only a lease that has none (or a broken one) gets the address.
+    let kept = current
+        .get(lease_key)
+        .filter(|v| usable_ip(v, family).is_ok())
+        .cloned();
+    let chosen = if kept.is_some() {
+        None
+    } else {
+        from_addresses()
+    };
+    let instead = match (&kept, &chosen) {
+        (Some(k), _) => Instead::Kept(k.clone()),
+        (None, Some(a)) => Instead::FromAddresses(a.clone()),
+        (None, None) => Instead::Nothing,
+    };
+    invalid.push(InvalidOverwrite {
+        family,
+        key: overwrite_key.clone(),
+        value: raw.clone(),
+        why,
+        instead,
+    });
+    chosen.or(kept)
+}
+
+/// Computes what to write for `node`, whose annotations are `current` (the cache's, plus netcm's own
+/// writes the cache has not seen yet).
+pub fn plan(cfg: &Config, node: &Node, current: &BTreeMap<String, String>) -> Plan {
+    let mut plan = Plan::default();
+    let fams = match families(&pod_cidrs(node)) {
+        Ok(f) => f,
+        Err(w) => {
+            plan.waiting = Some(w);
+            return plan;
+        }
+    };
+    let keys = &cfg.keys;
+    let mut desired: BTreeMap<String, String> = BTreeMap::new();
+    desired.insert(keys.kube_subnet_manager.clone(), "true".into());
+    desired.insert(keys.backend_type.clone(), cfg.backend_type.clone());
+    if cfg.writes_backend_data() {
+        // host-gw's BackendData is a nil json.RawMessage, which flannel marshals to `null`.
+        desired.insert(keys.backend_data.clone(), "null".into());
+        if fams.contains(&Family::V6) {
+            desired.insert(keys.backend_v6_data.clone(), "null".into());
+        }
+    }
+    let mut missing = Vec::new();
+    for fam in fams {
+        let lease_key = match fam {
+            Family::V4 => &keys.public_ip,
+            Family::V6 => &keys.public_ipv6,
+        };
+        match public_ip(cfg, node, current, fam, &mut plan.invalid) {
+            Some(ip) => {
+                desired.insert(lease_key.clone(), ip);
+            }
+            None if current
+                .get(lease_key)
+                .is_some_and(|v| usable_ip(v, fam).is_ok()) => {}
+            None => missing.push(fam),
+        }
+    }
+    if !missing.is_empty() {
+        // A lease flannel cannot parse (no public IP of a family it serves) is worse than none.
+        plan.waiting = Some(Waiting::NoAddress(missing));
+        return plan;
+    }
+    plan.changes = desired
+        .into_iter()
+        .filter(|(k, v)| current.get(k) != Some(v))
+        .collect();
+    plan
+}
+
+#[cfg(test)]
+#[path = "lease_tests.rs"]
+mod tests;

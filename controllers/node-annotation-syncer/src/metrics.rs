@@ -1,0 +1,70 @@
+//! The syncer's own metrics (netcm_ prefix); its workqueue metrics carry `name="node-annotation-syncer"`.
+
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+use crate::lease::{Family, Waiting};
+
+/// The metric families the syncer updates.
+#[derive(Clone)]
+pub struct SyncerMetrics {
+    /// PATCHes of lease annotations sent to the API server.
+    pub writes: IntCounter,
+    pub(crate) invalid: IntCounterVec,
+    pub(crate) waiting: IntGaugeVec,
+}
+
+impl SyncerMetrics {
+    /// Registers the families, with every label value present from the start.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let writes = IntCounter::with_opts(Opts::new(
+            "netcm_annotation_writes_total",
+            "Lease annotation PATCHes the node-annotation-syncer sent to the API server.",
+        ))?;
+        let invalid = IntCounterVec::new(
+            Opts::new(
+                "netcm_annotation_invalid_overwrites_total",
+                "Public-IP overwrite annotation values found unusable (each distinct value counted once per Node).",
+            ),
+            &["family"],
+        )?;
+        let waiting = IntGaugeVec::new(
+            Opts::new(
+                "netcm_annotation_nodes_waiting",
+                "Nodes with no lease published yet, by reason (no pod CIDR, unusable pod CIDR, no address of a pod CIDR's family).",
+            ),
+            &["reason"],
+        )?;
+        for f in [Family::V4, Family::V6] {
+            invalid.with_label_values(&[f.label()]);
+        }
+        for r in Waiting::LABELS {
+            waiting.with_label_values(&[r]);
+        }
+        registry.register(Box::new(writes.clone()))?;
+        registry.register(Box::new(invalid.clone()))?;
+        registry.register(Box::new(waiting.clone()))?;
+        Ok(Self {
+            writes,
+            invalid,
+            waiting,
+        })
+    }
+
+    /// Counts one newly seen invalid overwrite.
+    pub fn invalid_overwrite(&self, family: Family) {
+        self.invalid.with_label_values(&[family.label()]).inc();
+    }
+
+    /// Moves one Node between waiting reasons (`None` = not waiting).
+    pub fn waiting_moved(&self, from: Option<&'static str>, to: Option<&'static str>) {
+        if from == to {
+            return;
+        }
+        if let Some(r) = from {
+            self.waiting.with_label_values(&[r]).dec();
+        }
+        if let Some(r) = to {
+            self.waiting.with_label_values(&[r]).inc();
+        }
+    }
+}
