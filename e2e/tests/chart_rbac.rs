@@ -1,0 +1,626 @@
+//! The Helm chart's RBAC, proven on the real API server: the objects `helm template` renders with the
+//! default values are applied (server-side) in namespace `netcm-system`, netcm runs with a token of the
+//! chart's ServiceAccount and nothing else, and
+//! - with the whole RBAC it allocates pod CIDRs, holds its Lease, records Events and looks up its own
+//!   Node through its Pod, without a single "forbidden" in its log;
+//! - without any one rule of the ClusterRole or the Role, the feature that rule is for fails, with a
+//!   clear error in the log (so no rule is there for nothing);
+//! - every argument the chart passes (default and all-on values, Deployment and DaemonSet) is a flag
+//!   netcm accepts with a value it accepts.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use netcm_e2e::nodes::{create_node, NodeFixture};
+use netcm_e2e::{
+    control_plane, repo_root, serviceaccount_kubeconfig, tool, wait_for, Netcm, TestEnv,
+};
+use serde_json::{json, Value};
+
+/// The namespace the chart is installed in.
+const NAMESPACE: &str = "netcm-system";
+const RELEASE: &str = "netcm";
+const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The Pod netcm reads its Node from (POD_NAME), as the Deployment's pods do.
+const POD: &str = "netcm-chart-e2e";
+const POD_NODE: &str = "chart-node-0";
+const NODES: [&str; 3] = [POD_NODE, "chart-node-1", "chart-node-2"];
+const TIMEOUT: Duration = Duration::from_secs(30);
+const FIELD_MANAGER: &str = "netcm-e2e-chart";
+/// The RBAC kinds the chart renders, applied in this order.
+const RBAC_KINDS: [&str; 5] = [
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {what}: {e}"));
+    let mut pipe = child.stdin.take().expect("stdin");
+    pipe.write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write stdin");
+    drop(pipe);
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// helm, built from its Go module by hack/verify-chart.sh.
+fn helm() -> PathBuf {
+    let out = run(
+        Command::new("bash")
+            .arg(repo_root().join("hack/verify-chart.sh"))
+            .arg("helm"),
+        None,
+    );
+    PathBuf::from(out.trim())
+}
+
+fn kubectl(kubeconfig: &Path) -> Command {
+    let mut cmd = Command::new(tool("kubectl"));
+    cmd.env("KUBECONFIG", kubeconfig);
+    cmd
+}
+
+/// The chart rendered by `helm template` into `NAMESPACE`, as JSON objects (kubectl does the YAML).
+struct Rendering {
+    objects: Vec<Value>,
+}
+
+impl Rendering {
+    fn new(value_files: &[&str]) -> Rendering {
+        let chart = repo_root().join("charts/netcm");
+        let mut cmd = Command::new(helm());
+        cmd.args(["template", RELEASE])
+            .arg(&chart)
+            .args(["--namespace", NAMESPACE]);
+        for f in value_files {
+            cmd.arg("-f").arg(chart.join(f));
+        }
+        let yaml = run(&mut cmd, None);
+        let json = run(
+            kubectl(&control_plane().kubeconfig).args([
+                "create",
+                "--dry-run=client",
+                "-o",
+                "json",
+                "-f",
+                "-",
+            ]),
+            Some(&yaml),
+        );
+        let objects = serde_json::Deserializer::from_str(&json)
+            .into_iter::<Value>()
+            .collect::<Result<Vec<_>, _>>()
+            .expect("kubectl printed JSON objects");
+        Rendering { objects }
+    }
+
+    fn all(&self, kind: &str) -> Vec<&Value> {
+        self.objects.iter().filter(|o| o["kind"] == kind).collect()
+    }
+
+    fn one(&self, kind: &str) -> &Value {
+        match self.all(kind).as_slice() {
+            [o] => o,
+            other => panic!(
+                "expected one {kind} in the rendering, found {}",
+                other.len()
+            ),
+        }
+    }
+
+    fn args(&self, kind: &str) -> Vec<String> {
+        let args = &self.one(kind)["spec"]["template"]["spec"]["containers"][0]["args"];
+        serde_json::from_value(args.clone()).expect("container args are strings")
+    }
+
+    fn service_account(&self) -> String {
+        self.one("ServiceAccount")["metadata"]["name"]
+            .as_str()
+            .expect("ServiceAccount name")
+            .to_string()
+    }
+
+    /// The RBAC objects, with the rule `drop` = (kind, index) taken out of that role.
+    fn rbac_without(&self, drop: Option<(&str, usize)>) -> Vec<Value> {
+        RBAC_KINDS
+            .iter()
+            .flat_map(|k| self.all(k))
+            .map(|o| {
+                let mut o = o.clone();
+                if let Some((kind, i)) = drop {
+                    if o["kind"] == kind && o["metadata"]["name"] == RELEASE {
+                        o["rules"].as_array_mut().expect("rules").remove(i);
+                    }
+                }
+                o
+            })
+            .collect()
+    }
+}
+
+/// Server-side applies `objects` as one List, as an operator's `kubectl apply --server-side` would.
+fn apply(kubeconfig: &Path, objects: Vec<Value>) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    run(
+        kubectl(kubeconfig).args([
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            &format!("--field-manager={FIELD_MANAGER}"),
+            "-f",
+            "-",
+        ]),
+        Some(&list.to_string()),
+    );
+}
+
+/// The chart's args for the harness's `Netcm::start`: its own listener and verbosity flags dropped (the
+/// harness sets them), `set` replacing the chart's values, `add` appended.
+fn adapt(args: &[String], set: &[(&str, &str)], add: &[&str]) -> Vec<String> {
+    const HARNESS: [&str; 3] = ["--bind-address", "--port", "--v"];
+    let mut out: Vec<String> = args
+        .iter()
+        .filter(|a| !HARNESS.contains(&flag_name(a)))
+        .map(|a| match set.iter().find(|(f, _)| *f == flag_name(a)) {
+            Some((f, v)) => format!("{f}={v}"),
+            None => a.clone(),
+        })
+        .collect();
+    out.extend(add.iter().map(|s| s.to_string()));
+    out
+}
+
+fn flag_name(arg: &str) -> &str {
+    arg.split('=').next().unwrap_or(arg)
+}
+
+/// A request the chart's ServiceAccount makes: (verb, API group, resource, namespace, name).
+#[derive(Debug, Clone, Copy)]
+struct Probe(
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+/// Asks the API server's authorizer whether `user` (a ServiceAccount) may make the request.
+async fn allowed(env: &TestEnv, user: &str, p: Probe) -> bool {
+    let Probe(verb, group, resource, namespace, name) = p;
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_string()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{NAMESPACE}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: namespace.map(Into::into),
+                name: name.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(env.client.clone())
+        .create(&PostParams::default(), &sar)
+        .await
+        .expect("create SubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// One rule of the chart's RBAC, the feature it exists for, and how that feature fails without it.
+struct Case {
+    role: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+    feature: &'static str,
+    /// A request the rule allows: denied without it.
+    probe: Probe,
+    /// Without the rule, one line of netcm's log has this message ...
+    message: &'static str,
+    /// ... and this in its error.
+    error: &'static str,
+}
+
+const COORDINATION: &str = "coordination.k8s.io";
+
+static CASES: [Case; 6] = [
+    Case {
+        role: "ClusterRole",
+        resource: "nodes",
+        verbs: &["get", "list", "watch"],
+        feature: "the Node informer",
+        probe: Probe("list", "", "nodes", None, None),
+        message: "watch failed",
+        error: "cannot list resource \"nodes\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "nodes",
+        verbs: &["patch"],
+        feature: "pod CIDR allocation (PATCH spec.podCIDRs)",
+        probe: Probe("patch", "", "nodes", None, None),
+        message: "sync failed",
+        error: "cannot patch resource \"nodes\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "events",
+        verbs: &["create", "patch"],
+        feature: "Events on Nodes",
+        probe: Probe("create", "events.k8s.io", "events", Some("default"), None),
+        message: "failed to record event",
+        error: "cannot create resource \"events\"",
+    },
+    Case {
+        role: "Role",
+        resource: "leases",
+        verbs: &["create"],
+        feature: "leader election: creating the Lease",
+        probe: Probe("create", COORDINATION, "leases", Some(NAMESPACE), None),
+        message: "failed to acquire the lease",
+        error: "cannot create resource \"leases\"",
+    },
+    Case {
+        role: "Role",
+        resource: "leases",
+        verbs: &["get", "list", "update", "watch"],
+        feature: "leader election: reading and renewing the Lease",
+        probe: Probe(
+            "get",
+            COORDINATION,
+            "leases",
+            Some(NAMESPACE),
+            Some("netcm"),
+        ),
+        message: "failed to acquire the lease",
+        error: "cannot get resource \"leases\"",
+    },
+    Case {
+        role: "Role",
+        resource: "pods",
+        verbs: &["get"],
+        feature: "finding this replica's Node from POD_NAME",
+        probe: Probe("get", "", "pods", Some(NAMESPACE), Some(POD)),
+        message: "could not look up this pod's node",
+        error: "cannot get resource \"pods\"",
+    },
+];
+
+/// The case a rendered rule belongs to (by role kind, resource and verbs).
+fn case_for(role: &str, rule: &Value) -> Option<&'static Case> {
+    let strings = |v: &Value| -> Vec<String> {
+        let mut s: Vec<String> = serde_json::from_value(v.clone()).unwrap_or_default();
+        s.sort();
+        s
+    };
+    let resources = strings(&rule["resources"]);
+    let verbs = strings(&rule["verbs"]);
+    CASES
+        .iter()
+        .find(|c| c.role == role && resources == [c.resource] && verbs.iter().eq(c.verbs.iter()))
+}
+
+/// A clean stage for one netcm run: no Lease (a killed leader's would make the next run stand by), the
+/// Pod netcm reads its Node from, fresh Nodes.
+async fn stage(env: &TestEnv) {
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let _ = leases.delete("netcm", &DeleteParams::default()).await;
+    wait_for("the chart's Lease to be gone", TIMEOUT, || async {
+        matches!(leases.get_opt("netcm").await, Ok(None)).then_some(())
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    for n in NODES {
+        let _ = nodes
+            .delete(
+                n,
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    wait_for("the test Nodes to be gone", TIMEOUT, || async {
+        let list = nodes.list(&Default::default()).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
+    for n in NODES {
+        create_node(
+            &env.client,
+            &NodeFixture::named(n).internal_ip("192.0.2.10"),
+        )
+        .await;
+    }
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
+    if pods.get_opt(POD).await.expect("get pod").is_none() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(POD.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(POD_NODE.into()),
+                containers: vec![Container {
+                    name: "netcm".into(),
+                    image: Some("netcm.invalid/never-pulled".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+}
+
+async fn remove_pod(env: &TestEnv) {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = pods.delete(POD, &dp).await;
+}
+
+/// Starts netcm as the chart's Deployment would run it (its args and POD_NAME/POD_NAMESPACE), as the
+/// chart's ServiceAccount, running only the allocator, with an Event per allocation.
+fn start_netcm(label: &str, kubeconfig: &Path, chart: &Rendering) -> Netcm {
+    let args = adapt(
+        &chart.args("Deployment"),
+        &[
+            ("--controllers", "subnet-allocator"),
+            ("--cluster-cidr", CLUSTER_CIDR),
+            ("--record-cidr-assigned-events", "true"),
+            ("--leader-elect-resource-namespace", NAMESPACE),
+        ],
+        &[],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Netcm::start_with_env(
+        label,
+        kubeconfig,
+        &args,
+        &[("POD_NAME", POD), ("POD_NAMESPACE", NAMESPACE)],
+    )
+}
+
+/// Waits until netcm got past its flags and client config; a usage error fails the test at once, naming it.
+async fn wait_started(netcm: &mut Netcm) {
+    let start = std::time::Instant::now();
+    while !netcm.logs().contains("API client configured") {
+        if let Some(status) = netcm.try_exit() {
+            panic!(
+                "{} exited ({status}) before it started:\n{}",
+                netcm.label,
+                netcm.logs()
+            );
+        }
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "{} did not start within {TIMEOUT:?}",
+            netcm.label
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn forbidden_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.to_lowercase().contains("forbidden"))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_charts_rbac_lets_netcm_allocate_lead_record_events_and_find_its_node() {
+    let env = TestEnv::new().await;
+    env.ensure_namespace(NAMESPACE).await;
+    let chart = Rendering::new(&[]);
+    let sa = chart.service_account();
+    let user = format!("system:serviceaccount:{NAMESPACE}:{sa}");
+    apply(&env.cp.kubeconfig, chart.rbac_without(None));
+    for c in &CASES {
+        wait_for(&format!("RBAC to allow {:?}", c.probe), TIMEOUT, || async {
+            allowed(&env, &user, c.probe).await.then_some(())
+        })
+        .await;
+    }
+    stage(&env).await;
+    let (kubeconfig, _dir) = serviceaccount_kubeconfig(&env, NAMESPACE, &sa).await;
+
+    let mut netcm = start_netcm("chart-rbac", &kubeconfig, &chart);
+    wait_started(&mut netcm).await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    for n in NODES {
+        wait_for(&format!("{n} to get a pod CIDR"), TIMEOUT, || async {
+            let node = nodes.get(n).await.ok()?;
+            node.spec?.pod_cidr.filter(|c| c.starts_with("10.244."))
+        })
+        .await;
+        wait_for(&format!("a CIDRAssigned Event on {n}"), TIMEOUT, || async {
+            env.node_events(n)
+                .await
+                .iter()
+                .any(|(_, reason, _)| reason == "CIDRAssigned")
+                .then_some(())
+        })
+        .await;
+    }
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let holder = wait_for(
+        "the Lease in the chart's namespace to be held",
+        TIMEOUT,
+        || async {
+            leases
+                .get_opt("netcm")
+                .await
+                .ok()??
+                .spec?
+                .holder_identity
+                .filter(|h| !h.is_empty())
+        },
+    )
+    .await;
+    netcm.wait_log("caches are synced", TIMEOUT).await;
+    let log = netcm.logs();
+    assert!(
+        log.contains(&holder),
+        "the Lease holder {holder} is not this netcm"
+    );
+    assert!(
+        !log.contains("could not look up this pod's node"),
+        "netcm could not find its Node through POD_NAME"
+    );
+    let forbidden = forbidden_lines(&log);
+    assert!(
+        forbidden.is_empty(),
+        "403s with the chart's RBAC:\n{}",
+        forbidden.join("\n")
+    );
+    drop(netcm);
+    remove_pod(&env).await;
+}
+
+#[tokio::test]
+async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly_without_it() {
+    let env = TestEnv::new().await;
+    env.ensure_namespace(NAMESPACE).await;
+    let chart = Rendering::new(&[]);
+    let sa = chart.service_account();
+    let user = format!("system:serviceaccount:{NAMESPACE}:{sa}");
+
+    // Every rendered rule has a case, and every case its rule: the table below and the chart agree.
+    let mut rules = Vec::new();
+    for role in ["ClusterRole", "Role"] {
+        let rendered = chart.one(role)["rules"].as_array().expect("rules").clone();
+        for (i, rule) in rendered.iter().enumerate() {
+            let case = case_for(role, rule)
+                .unwrap_or_else(|| panic!("no minimality case for {role} rule {rule}"));
+            rules.push((role, i, case));
+        }
+    }
+    for c in &CASES {
+        assert!(
+            rules.iter().any(|(_, _, r)| std::ptr::eq(*r, c)),
+            "the chart has no {} rule for {} {:?}",
+            c.role,
+            c.resource,
+            c.verbs
+        );
+    }
+
+    let (kubeconfig, _dir) = {
+        apply(&env.cp.kubeconfig, chart.rbac_without(None));
+        serviceaccount_kubeconfig(&env, NAMESPACE, &sa).await
+    };
+    for (role, i, case) in rules {
+        apply(&env.cp.kubeconfig, chart.rbac_without(Some((role, i))));
+        wait_for(
+            &format!(
+                "RBAC to deny {:?} without the rule for {}",
+                case.probe, case.feature
+            ),
+            TIMEOUT,
+            || async { (!allowed(&env, &user, case.probe).await).then_some(()) },
+        )
+        .await;
+        stage(&env).await;
+        let label = format!("without-{}-{}", case.resource, case.verbs.join("-"));
+        let mut netcm = start_netcm(&label, &kubeconfig, &chart);
+        wait_started(&mut netcm).await;
+        wait_for(
+            &format!(
+                "{label}: {} to fail with a log line {:?} with {:?}",
+                case.feature, case.message, case.error
+            ),
+            TIMEOUT,
+            || async {
+                netcm
+                    .logs()
+                    .lines()
+                    .any(|l| l.contains(case.message) && l.contains(case.error))
+                    .then_some(())
+            },
+        )
+        .await;
+        drop(netcm);
+    }
+    // Leave the whole RBAC in place, as the chart installs it.
+    apply(&env.cp.kubeconfig, chart.rbac_without(None));
+    remove_pod(&env).await;
+}
+
+#[tokio::test]
+async fn every_argument_the_chart_passes_is_a_flag_netcm_accepts() {
+    let default = Rendering::new(&[]);
+    let all_on = Rendering::new(&["ci/all-on-values.yaml"]);
+    let binary = netcm_e2e::netcm::netcm_binary();
+    let runs = [
+        ("default Deployment", default.args("Deployment")),
+        ("all-on Deployment", all_on.args("Deployment")),
+        ("all-on DaemonSet", all_on.args("DaemonSet")),
+    ];
+    for (what, args) in runs {
+        // Flags are parsed and validated before netcm reads its client config: with a kubeconfig that
+        // does not exist, good flags end in exit 1 (no config), bad ones in exit 2 (usage).
+        let args = adapt(
+            &args,
+            &[],
+            &["--kubeconfig=/nonexistent/netcm-e2e/kubeconfig"],
+        );
+        let out = Command::new(binary)
+            .args(&args)
+            .args(["--bind-address=127.0.0.1", "--port=0"])
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run netcm");
+        assert_ne!(
+            out.status.code(),
+            Some(2),
+            "netcm rejects the {what} args {args:?}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "netcm with the {what} args and no kubeconfig should fail on the kubeconfig:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

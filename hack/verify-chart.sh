@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The Helm chart, tested like code against the real kube-apiserver of hack/controlplane.sh:
+#   1. helm lint --strict, with the default values and with every optional part on
+#      (charts/netcm/ci/all-on-values.yaml);
+#   2. helm template of both, and a check of what each rendering must and must not contain;
+#   3. kubectl apply --server-side --dry-run=server of each rendering: strict field validation against the
+#      API server's schemas, admission (PriorityClass, PodSecurity) and RBAC, without changing anything. The
+#      default rendering goes to a namespace labelled with the Pod Security "restricted" profile and must
+#      pass it without a warning. The ServiceMonitor CRD is a minimal stand-in from hack/testdata/.
+# helm is built from its Go module (HELM_VERSION in hack/versions.env) into the same cache as the control
+# plane binaries. Exits non-zero on the first failure.
+#
+#   hack/verify-chart.sh         run every check
+#   hack/verify-chart.sh helm    print the path of the built helm (built first if needed)
+#
+# Environment: NETCM_CACHE_DIR (as hack/controlplane.sh), NETCM_VERIFY_OUT (renderings; default _out/chart).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/versions.env
+source "$root/hack/versions.env"
+
+cache=${NETCM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/netcm}
+helm_bin=$cache/helm-$HELM_VERSION/helm
+chart=$root/charts/netcm
+out=${NETCM_VERIFY_OUT:-$root/_out/chart}
+release=netcm
+ns_default=netcm-verify-restricted
+ns_all_on=netcm-verify-all-on
+field_manager=netcm-verify-chart
+
+log() { printf '[verify-chart] %s\n' "$*" >&2; }
+die() { printf '[verify-chart] FAIL: %s\n' "$*" >&2; exit 1; }
+
+build_helm() {
+  [ -x "$helm_bin" ] && return 0
+  command -v go >/dev/null 2>&1 || die "go not found: helm is built from its Go module (hack/install-prereqs.sh)"
+  command -v flock >/dev/null 2>&1 || die "flock not found (util-linux)"
+  mkdir -p "$(dirname "$helm_bin")"
+  (
+    flock 9
+    [ -x "$helm_bin" ] && exit 0
+    log "building helm $HELM_VERSION from the helm.sh/helm/v3 module"
+    cd "$root/hack/tools/helm"
+    # helm's Makefile stamps its version and the Kubernetes version `helm template` and `helm lint` assume
+    # (client-go's minor, as 1.x); without them helm reports v1.20 and misses newer API deprecations.
+    local k8s major minor
+    k8s=$(go list -f '{{.Version}}' -m k8s.io/client-go)
+    k8s=${k8s#v}
+    major=$((${k8s%%.*} + 1))
+    minor=$(echo "$k8s" | cut -d. -f2)
+    local ldflags="-w -s -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+    for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+      ldflags="$ldflags -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
+    done
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$helm_bin.tmp" helm.sh/helm/v3/cmd/helm
+    mv "$helm_bin.tmp" "$helm_bin"
+  ) 9>"$cache/build.lock"
+}
+
+# contains FILE REGEX WHAT / lacks FILE REGEX WHAT: a rendering must (not) have a line matching REGEX.
+contains() { grep -Eq -- "$2" "$1" || die "$(basename "$1"): expected $3"; log "  ok: has $3"; }
+lacks() { ! grep -Eq -- "$2" "$1" || die "$(basename "$1"): must not have $3"; log "  ok: no $3"; }
+
+kinds() { grep -E '^kind: ' "$1" | sed 's/^kind: //' | sort | tr '\n' ' '; }
+
+mkdir -p "$cache"
+build_helm
+case "${1:-}" in
+  "") ;;
+  helm) echo "$helm_bin"; exit 0 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
+mkdir -p "$out"
+log "helm: $("$helm_bin" version --short)"
+
+# --- 1. lint -------------------------------------------------------------------------------------------
+log "helm lint --strict (default values)"
+"$helm_bin" lint --strict "$chart"
+log "helm lint --strict (all on: ci/all-on-values.yaml)"
+"$helm_bin" lint --strict "$chart" -f "$chart/ci/all-on-values.yaml"
+
+# --- 2. render ------------------------------------------------------------------------------------------
+kube_version=${KUBE_VERSION#v}
+render() { # NAME NAMESPACE [helm args…]
+  local name=$1 ns=$2
+  shift 2
+  "$helm_bin" template "$release" "$chart" --namespace "$ns" --kube-version "$kube_version" "$@" >"$out/$name.yaml"
+  log "rendered $name: $(kinds "$out/$name.yaml")-> $out/$name.yaml"
+}
+render default "$ns_default"
+render all-on "$ns_all_on" -f "$chart/ci/all-on-values.yaml"
+
+log "checking the default rendering"
+d=$out/default.yaml
+for kind in ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding Service Deployment PodDisruptionBudget; do
+  contains "$d" "^kind: $kind\$" "a $kind"
+done
+lacks "$d" '^kind: (DaemonSet|ServiceMonitor)$' "DaemonSet or ServiceMonitor (off by default)"
+contains "$d" '^  replicas: 2$' "2 replicas"
+contains "$d" 'priorityClassName: system-cluster-critical' "priorityClassName system-cluster-critical"
+contains "$d" 'key: node-role.kubernetes.io/control-plane' "a control-plane toleration"
+contains "$d" 'podAntiAffinity:' "pod anti-affinity"
+contains "$d" '- --leader-elect=true' "leader election on"
+contains "$d" "- --leader-elect-resource-namespace=$ns_default\$" "the Lease in the release namespace"
+contains "$d" 'path: /livez' "a liveness probe on /livez"
+contains "$d" 'path: /readyz' "a readiness probe on /readyz"
+contains "$d" 'fieldPath: metadata.name' "POD_NAME from the downward API"
+lacks "$d" 'hostNetwork|NET_ADMIN|runAsUser: 0' "hostNetwork, NET_ADMIN or root"
+lacks "$d" 'tokenreviews|subjectaccessreviews|nodes/status' "RBAC for features that are off"
+
+log "checking the all-on rendering"
+a=$out/all-on.yaml
+for kind in DaemonSet ServiceMonitor; do contains "$a" "^kind: $kind\$" "a $kind"; done
+contains "$a" 'hostNetwork: true' "hostNetwork for the route modes"
+contains "$a" 'add: \[NET_ADMIN\]' "NET_ADMIN for the route modes"
+contains "$a" '- --leader-elect=false' "the DaemonSet without leader election"
+contains "$a" 'fieldPath: spec.nodeName' "NODE_NAME from the downward API in the DaemonSet"
+contains "$a" 'resources: \[nodes/status\]' "nodes/status patch for the route controller"
+contains "$a" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
+contains "$a" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
+
+# --- 3. server-side dry-run against the real control plane -------------------------------------------------
+log "starting (or reusing) the control plane"
+kubeconfig_line=$(bash "$root/hack/controlplane.sh" up | tail -1)
+export KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
+[ -f "$KUBECONFIG" ] || die "hack/controlplane.sh up did not print a kubeconfig path (got '$kubeconfig_line')"
+kubectl=$(bash "$root/hack/controlplane.sh" bin kubectl)
+log "kubectl: $kubectl; API server: $(grep -m1 'server:' "$KUBECONFIG" | awk '{print $2}') (Kubernetes $KUBE_VERSION)"
+
+# The namespaces must exist for namespaced dry-runs. The default rendering's namespace enforces and warns on
+# the "restricted" profile: PodSecurity admission checks Deployment/DaemonSet pod templates with warnings.
+"$kubectl" apply --server-side --field-manager="$field_manager" -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $ns_default
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/warn: restricted
+    pod-security.kubernetes.io/audit: restricted
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $ns_all_on
+EOF
+log "namespaces $ns_default (Pod Security: restricted) and $ns_all_on exist"
+
+log "installing the minimal ServiceMonitor CRD (hack/testdata/servicemonitor-crd.yaml)"
+"$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/servicemonitor-crd.yaml" >/dev/null
+"$kubectl" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com >/dev/null
+
+dry_run() { # NAME: every object of the rendering, server-side applied in dry-run mode
+  local name=$1 file=$out/$1.yaml err=$out/$1.dry-run.stderr
+  log "kubectl apply --server-side --dry-run=server -f $file"
+  # --force-conflicts: cluster-scoped objects of the same name may exist (e2e/tests/chart_rbac.rs installs
+  # the RBAC for real); whoever manages them is irrelevant to whether this rendering is valid.
+  if ! "$kubectl" apply --server-side --dry-run=server --force-conflicts --field-manager="$field_manager" \
+    --validate=strict -f "$file" 2>"$err" | sed 's/^/[verify-chart]   /' >&2; then
+    cat "$err" >&2
+    die "the API server rejected the $name rendering"
+  fi
+  [ ! -s "$err" ] || sed 's/^/[verify-chart]   stderr: /' "$err" >&2
+}
+dry_run default
+if grep -qi 'violate PodSecurity' "$out/default.dry-run.stderr"; then
+  die "the default rendering does not pass the Pod Security \"restricted\" profile (see above)"
+fi
+log "  ok: the default rendering passes Pod Security \"restricted\""
+dry_run all-on
+
+log "PASS: lint (2 value sets), render checks, server-side dry-run of $(grep -c '^kind: ' "$d") + $(grep -c '^kind: ' "$a") objects"
