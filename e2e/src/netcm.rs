@@ -10,10 +10,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{repo_root, wait_for, LEASE_NAMESPACE};
 
-/// The binary, built once per test run from this checkout.
+/// The binary: `NETCM_BIN` if set (the benchmarks use a release build), else built once per run.
 pub fn netcm_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("NETCM_BIN") {
+            return PathBuf::from(bin);
+        }
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .args(["build", "--quiet", "-p", "netcm", "--bin", "netcm"])
             .current_dir(repo_root())

@@ -10,7 +10,7 @@ use netcm_manager::run::{run, ManagerOptions, RunError};
 /// netcm — a network controller manager for Kubernetes: pod CIDR allocation, flannel-format subnet
 /// leases and node routes, leader-elected in the shape of kube-controller-manager.
 #[derive(Debug, Parser)]
-#[command(name = "netcm", version, about, long_about = None)]
+#[command(name = "netcm", version, about, long_about = None, args_override_self = true)]
 struct Cli {
     #[command(flatten)]
     generic: netcm_manager::flags::GenericFlags,

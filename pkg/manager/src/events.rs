@@ -36,13 +36,16 @@ impl EventType {
     }
 }
 
+/// (node, reason, note): what makes two events the same for deduplication.
+type EventKey = (String, String, String);
+
 /// Records Events; cheap to clone.
 #[derive(Clone)]
 pub struct EventRecorder {
     api: Api<Event>,
     controller: String,
     instance: String,
-    recent: Arc<Mutex<HashMap<(String, String, String), Instant>>>,
+    recent: Arc<Mutex<HashMap<EventKey, Instant>>>,
 }
 
 impl EventRecorder {
@@ -56,7 +59,7 @@ impl EventRecorder {
         }
     }
 
-    fn is_duplicate(&self, key: (String, String, String)) -> bool {
+    fn is_duplicate(&self, key: EventKey) -> bool {
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         if recent.len() > 10_000 {
@@ -84,13 +87,16 @@ impl EventRecorder {
         if self.is_duplicate((name.clone(), reason.to_string(), note.clone())) {
             return;
         }
+        let now = jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{name}.")),
+                // client-go's name, `<object>.<unix nanos in hex>`: a generateName ending in "." is
+                // rejected by the API server (not a valid DNS subdomain prefix).
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
                 namespace: Some(EVENT_NAMESPACE.to_string()),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(jiff::Timestamp::now())),
+            event_time: Some(MicroTime(now)),
             type_: Some(kind.as_str().to_string()),
             reason: Some(reason.to_string()),
             action: Some(action.to_string()),

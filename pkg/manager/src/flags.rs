@@ -85,7 +85,8 @@ pub struct FlagError(pub String);
 impl GenericFlags {
     /// Checks the rules client-go and KCM enforce, before anything touches the API.
     pub fn validate(&self) -> Result<(), FlagError> {
-        if !(self.kube_api_qps > 0.0) || !self.kube_api_qps.is_finite() {
+        if self.kube_api_qps.is_nan() || self.kube_api_qps <= 0.0 || !self.kube_api_qps.is_finite()
+        {
             return Err(FlagError(format!(
                 "--kube-api-qps must be greater than 0, got {}",
                 self.kube_api_qps
