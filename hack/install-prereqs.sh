@@ -5,7 +5,7 @@
 set -euo pipefail
 
 need_pkgs=()
-for pair in openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux kill:procps; do
+for pair in openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps; do
   cmd=${pair%%:*} pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done

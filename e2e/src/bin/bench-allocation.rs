@@ -396,7 +396,10 @@ async fn main() {
         );
     }
     let find = |needle: &str| rows.iter().find(|r| r.contender.contains(needle));
-    if let (Some(netcm), Some(kcm)) = (find("netcm"), find("qps 500")) {
+    if let (Some(netcm), Some(kcm)) = (
+        find("netcm"),
+        find("kube-controller-manager nodeipam (qps 500"),
+    ) {
         println!(
             "\nnetcm / KCM at equal QPS: time {:.2}×",
             netcm.seconds / kcm.seconds
@@ -409,7 +412,10 @@ async fn main() {
             );
         }
     }
-    if let (Some(netcm), Some(kcm)) = (find("netcm"), find("qps 20,")) {
+    if let (Some(netcm), Some(kcm)) = (
+        find("netcm"),
+        find("kube-controller-manager nodeipam (defaults"),
+    ) {
         println!(
             "KCM at its defaults / netcm at its defaults: {:.1}× slower",
             kcm.seconds / netcm.seconds

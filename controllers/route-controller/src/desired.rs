@@ -1,0 +1,408 @@
+//! What a Node asks for: one route per pod CIDR, via the Node's public IP of the same family.
+//!
+//! The public IP comes from the lease annotations node-annotation-syncer writes (`<prefix>/public-ip`,
+//! `<prefix>/public-ipv6`), falling back to the Node's own addresses (InternalIP, then ExternalIP), so the
+//! controller also works where nothing writes the annotations. Pure functions, no I/O.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::backend::Route;
+
+/// The address family of a pod CIDR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl Family {
+    fn of_net(net: &IpNet) -> Self {
+        match net {
+            IpNet::V4(_) => Family::V4,
+            IpNet::V6(_) => Family::V6,
+        }
+    }
+
+    fn matches(self, ip: &IpAddr) -> bool {
+        matches!(
+            (self, ip),
+            (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_))
+        )
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+/// The annotation keys a gateway is read from, built once from the prefix.
+#[derive(Debug, Clone)]
+pub struct AnnotationKeys {
+    /// `<prefix>/public-ip`.
+    pub public_ip: String,
+    /// `<prefix>/public-ipv6`.
+    pub public_ipv6: String,
+}
+
+impl AnnotationKeys {
+    /// Keys under a normalized prefix (one that ends in, or contains, its "/").
+    pub fn new(normalized_prefix: &str) -> Self {
+        Self {
+            public_ip: format!("{normalized_prefix}public-ip"),
+            public_ipv6: format!("{normalized_prefix}public-ipv6"),
+        }
+    }
+
+    fn for_family(&self, family: Family) -> &str {
+        match family {
+            Family::V4 => &self.public_ip,
+            Family::V6 => &self.public_ipv6,
+        }
+    }
+}
+
+/// A pod CIDR no route can be built for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unroutable {
+    /// The pod CIDR.
+    pub destination: IpNet,
+    /// Why.
+    pub reason: String,
+}
+
+/// Everything one Node asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeRoutes {
+    /// One route per pod CIDR that has a gateway.
+    pub routes: Vec<Route>,
+    /// Pod CIDRs without a usable gateway of their family.
+    pub unroutable: Vec<Unroutable>,
+    /// Pod CIDRs without a gateway yet: the Node has not reported its addresses.
+    pub waiting: Vec<IpNet>,
+}
+
+impl NodeRoutes {
+    /// Whether the Node has pod CIDRs at all (a Node without any is not the route controller's concern,
+    /// as in the cloud route controller).
+    pub fn wants_routes(&self) -> bool {
+        !self.routes.is_empty() || !self.unroutable.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// Every pod CIDR this Node asks a route for, whether or not one can be built.
+    pub fn destinations(&self) -> impl Iterator<Item = IpNet> + '_ {
+        self.routes
+            .iter()
+            .map(|r| r.destination)
+            .chain(self.unroutable.iter().map(|u| u.destination))
+            .chain(self.waiting.iter().copied())
+    }
+}
+
+/// The Node's pod CIDRs (`spec.podCIDRs`, else `spec.podCIDR`), parsed and reduced to their network
+/// address; unparsable entries are skipped (subnet-allocator reports them).
+pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
+    let spec = node.spec.as_ref();
+    let mut raw = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
+    if raw.is_empty() {
+        raw.extend(spec.and_then(|s| s.pod_cidr.clone()));
+    }
+    let mut out: Vec<IpNet> = Vec::new();
+    for s in raw.iter().filter(|s| !s.is_empty()) {
+        match s.trim().parse::<IpNet>() {
+            // The kernel refuses a destination with host bits set.
+            Ok(net) if !out.contains(&net.trunc()) => out.push(net.trunc()),
+            Ok(_) => {}
+            Err(_) => tracing::debug!(cidr = %s, "skipping an unparsable pod CIDR"),
+        }
+    }
+    out
+}
+
+/// An address that can be a next hop: not unspecified, loopback or multicast.
+fn usable_gateway(ip: &IpAddr) -> bool {
+    !(ip.is_unspecified() || ip.is_loopback() || ip.is_multicast())
+}
+
+/// The Node's gateway of a family: the lease annotation if it holds a usable address of that family,
+/// else the first InternalIP, else the first ExternalIP of that family.
+pub fn gateway(node: &Node, family: Family, keys: &AnnotationKeys) -> Option<IpAddr> {
+    let annotated = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys.for_family(family)))
+        .and_then(|v| v.trim().parse::<IpAddr>().ok())
+        .filter(|ip| family.matches(ip) && usable_gateway(ip));
+    if annotated.is_some() {
+        return annotated;
+    }
+    let addresses = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default();
+    ["InternalIP", "ExternalIP"].iter().find_map(|kind| {
+        addresses
+            .iter()
+            .filter(|a| a.type_ == *kind)
+            .filter_map(|a| a.address.trim().parse::<IpAddr>().ok())
+            .find(|ip| family.matches(ip) && usable_gateway(ip))
+    })
+}
+
+/// Whether the kubelet has reported the Node's addresses yet.
+fn has_reported_addresses(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .is_some_and(|a| !a.is_empty())
+}
+
+/// The routes a Node asks for: `podCIDR via gateway` per pod CIDR. A pod CIDR without a gateway is a
+/// failure once the Node has reported its addresses (it has none of that family); before that it is
+/// only waiting (a kubelet reports its addresses right after registering), which is not a failure.
+pub fn node_routes(node: &Node, keys: &AnnotationKeys) -> NodeRoutes {
+    let mut out = NodeRoutes::default();
+    let reported = has_reported_addresses(node);
+    for destination in pod_cidrs(node) {
+        let family = Family::of_net(&destination);
+        match gateway(node, family, keys) {
+            Some(gateway) => out.routes.push(Route {
+                destination,
+                gateway,
+            }),
+            None if !reported => out.waiting.push(destination),
+            None => out.unroutable.push(Unroutable {
+                destination,
+                reason: format!(
+                    "the node has no {family} address (annotation {} or an InternalIP/ExternalIP)",
+                    keys.for_family(family)
+                ),
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    /// A Node fixture: name, pod CIDRs, addresses as (type, ip), annotations as (key, value).
+    pub(crate) fn node(
+        name: &str,
+        cidrs: &[&str],
+        addresses: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: cidrs.first().map(|s| s.to_string()),
+                pod_cidrs: Some(cidrs.iter().map(|s| s.to_string()).collect()),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(
+                    addresses
+                        .iter()
+                        .map(|(t, a)| NodeAddress {
+                            type_: t.to_string(),
+                            address: a.to_string(),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub(crate) fn keys() -> AnnotationKeys {
+        AnnotationKeys::new("flannel.alpha.coreos.com/")
+    }
+
+    fn route(dst: &str, gw: &str) -> Route {
+        Route {
+            destination: dst.parse().expect("dst"),
+            gateway: gw.parse().expect("gw"),
+        }
+    }
+
+    #[test]
+    fn a_node_gets_one_route_per_pod_cidr_via_its_internal_ip() {
+        let n = node(
+            "a",
+            &["10.244.1.0/24"],
+            &[("InternalIP", "192.0.2.10")],
+            &[],
+        );
+        assert_eq!(
+            node_routes(&n, &keys()).routes,
+            [route("10.244.1.0/24", "192.0.2.10")]
+        );
+    }
+
+    #[test]
+    fn the_lease_annotation_wins_over_the_node_addresses() {
+        let n = node(
+            "a",
+            &["10.244.1.0/24"],
+            &[("InternalIP", "192.0.2.10")],
+            &[("flannel.alpha.coreos.com/public-ip", "198.51.100.7")],
+        );
+        assert_eq!(
+            node_routes(&n, &keys()).routes,
+            [route("10.244.1.0/24", "198.51.100.7")]
+        );
+    }
+
+    #[test]
+    fn a_garbage_or_wrong_family_annotation_falls_back_to_the_addresses() {
+        for bad in ["banana", "2001:db8::1", "0.0.0.0", "127.0.0.1"] {
+            let n = node(
+                "a",
+                &["10.244.1.0/24"],
+                &[("InternalIP", "192.0.2.10")],
+                &[("flannel.alpha.coreos.com/public-ip", bad)],
+            );
+            assert_eq!(
+                node_routes(&n, &keys()).routes,
+                [route("10.244.1.0/24", "192.0.2.10")],
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn internal_ip_comes_before_external_ip_whatever_their_order() {
+        let n = node(
+            "a",
+            &["10.244.1.0/24"],
+            &[("ExternalIP", "203.0.113.1"), ("InternalIP", "192.0.2.10")],
+            &[],
+        );
+        assert_eq!(
+            node_routes(&n, &keys()).routes,
+            [route("10.244.1.0/24", "192.0.2.10")]
+        );
+        let external_only = node(
+            "b",
+            &["10.244.2.0/24"],
+            &[("ExternalIP", "203.0.113.1")],
+            &[],
+        );
+        assert_eq!(
+            node_routes(&external_only, &keys()).routes,
+            [route("10.244.2.0/24", "203.0.113.1")]
+        );
+    }
+
+    #[test]
+    fn dual_stack_nodes_get_a_route_per_family_via_the_address_of_that_family() {
+        let n = node(
+            "a",
+            &["10.244.1.0/24", "fd00:10:244:1::/64"],
+            &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::10")],
+            &[("flannel.alpha.coreos.com/public-ipv6", "2001:db8::99")],
+        );
+        assert_eq!(
+            node_routes(&n, &keys()).routes,
+            [
+                route("10.244.1.0/24", "192.0.2.10"),
+                route("fd00:10:244:1::/64", "2001:db8::99")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_cidr_without_an_address_of_its_family_is_unroutable() {
+        let n = node(
+            "a",
+            &["10.244.1.0/24", "fd00::/64"],
+            &[("InternalIP", "192.0.2.10")],
+            &[],
+        );
+        let r = node_routes(&n, &keys());
+        assert_eq!(r.routes.len(), 1);
+        assert_eq!(r.unroutable.len(), 1);
+        assert!(
+            r.unroutable[0].reason.contains("IPv6"),
+            "{:?}",
+            r.unroutable
+        );
+        assert!(r.wants_routes());
+    }
+
+    #[test]
+    fn a_pod_cidr_of_a_node_that_has_not_reported_addresses_yet_is_waiting_not_failed() {
+        let n = node("a", &["10.244.1.0/24"], &[], &[]);
+        let r = node_routes(&n, &keys());
+        assert_eq!(r.waiting.len(), 1);
+        assert!(r.unroutable.is_empty());
+        // An annotated gateway is used even before the addresses are reported.
+        let annotated = node(
+            "b",
+            &["10.244.1.0/24", "fd00::/64"],
+            &[],
+            &[("flannel.alpha.coreos.com/public-ip", "192.0.2.3")],
+        );
+        let r = node_routes(&annotated, &keys());
+        assert_eq!(r.routes, [route("10.244.1.0/24", "192.0.2.3")]);
+        assert_eq!(r.waiting, ["fd00::/64".parse::<IpNet>().expect("net")]);
+    }
+
+    #[test]
+    fn a_node_without_pod_cidrs_wants_nothing_and_host_bits_are_cleared() {
+        let n = node("a", &[], &[("InternalIP", "192.0.2.10")], &[]);
+        assert!(!node_routes(&n, &keys()).wants_routes());
+        assert!(node_routes(&node("w", &["10.244.1.0/24"], &[], &[]), &keys()).wants_routes());
+        let sloppy = node(
+            "b",
+            &["10.244.1.7/24", "garbage"],
+            &[("InternalIP", "192.0.2.10")],
+            &[],
+        );
+        assert_eq!(
+            pod_cidrs(&sloppy),
+            ["10.244.1.0/24".parse::<IpNet>().expect("net")]
+        );
+    }
+
+    #[test]
+    fn a_custom_prefix_changes_the_keys_read() {
+        let keys = AnnotationKeys::new("example.com/net-");
+        assert_eq!(keys.public_ip, "example.com/net-public-ip");
+        let n = node(
+            "a",
+            &["10.244.1.0/24"],
+            &[],
+            &[("example.com/net-public-ip", "192.0.2.3")],
+        );
+        assert_eq!(
+            node_routes(&n, &keys).routes,
+            [route("10.244.1.0/24", "192.0.2.3")]
+        );
+    }
+}

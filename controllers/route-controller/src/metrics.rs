@@ -1,0 +1,67 @@
+//! The route controller's metrics: the cloud route controller's `route_controller_route_sync_total`, and
+//! netcm's own gauges and error counter.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::backend::Operation;
+
+/// The metric families the route controller updates.
+#[derive(Clone)]
+pub struct RouteMetrics {
+    /// Full reconciles of the routing table (upstream's name: one per pass).
+    pub sync_total: IntCounter,
+    /// netcm's routes in the table, as of the last change or listing.
+    pub programmed: IntGauge,
+    /// Nodes with a pod CIDR whose route could not be created.
+    pub failing_nodes: IntGauge,
+    errors: IntCounterVec,
+}
+
+impl RouteMetrics {
+    /// Registers the families.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let sync_total = IntCounter::with_opts(Opts::new(
+            "route_controller_route_sync_total",
+            "A metric counting the amount of times routes have been synced with the cloud provider.",
+        ))?;
+        let programmed = IntGauge::with_opts(Opts::new(
+            "netcm_routes_programmed",
+            "Routes netcm has programmed in its routing table (its table and protocol).",
+        ))?;
+        let failing_nodes = IntGauge::with_opts(Opts::new(
+            "netcm_route_failing_nodes",
+            "Nodes with a pod CIDR that has no route (NoRouteCreated).",
+        ))?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "netcm_route_errors_total",
+                "Route backend calls that failed, by operation (list, create, replace, delete).",
+            ),
+            &["operation"],
+        )?;
+        registry.register(Box::new(sync_total.clone()))?;
+        registry.register(Box::new(programmed.clone()))?;
+        registry.register(Box::new(failing_nodes.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        // Every label exists from the start, so dashboards and alerts see 0 rather than nothing.
+        for op in [
+            Operation::List,
+            Operation::Create,
+            Operation::Replace,
+            Operation::Delete,
+        ] {
+            errors.with_label_values(&[op.as_str()]);
+        }
+        Ok(Self {
+            sync_total,
+            programmed,
+            failing_nodes,
+            errors,
+        })
+    }
+
+    /// Counts one failed backend call.
+    pub fn error(&self, operation: Operation) {
+        self.errors.with_label_values(&[operation.as_str()]).inc();
+    }
+}

@@ -1,0 +1,313 @@
+//! The netlink backend: routes in the kernel routing table of the host (or network namespace) netcm runs
+//! in, through rtnetlink. Every route netcm writes carries `--route-table` and `--route-protocol`; listing
+//! and deleting match both, so routes of other software, or in other tables, are never touched.
+//!
+//! All calls share one netlink socket: rtnetlink pipelines requests on it, so many creates can be in
+//! flight at once and a few thousand routes take well under a second.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use futures::future::BoxFuture;
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use rtnetlink::RouteMessageBuilder;
+
+use crate::backend::{BackendError, Route, Routes};
+
+/// errno values the backend tells apart.
+const EPERM: i32 = 1;
+const ENOENT: i32 = 2;
+const ESRCH: i32 = 3;
+const EEXIST: i32 = 17;
+
+/// Why the netlink backend could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No netlink socket (not Linux, or netlink unavailable in this sandbox).
+    #[error("netlink backend: cannot open a netlink route socket: {0}")]
+    Socket(#[source] std::io::Error),
+    /// The kernel refuses route changes from this process.
+    #[error(
+        "netlink backend: the kernel refuses route changes from this process ({0}); it needs CAP_NET_ADMIN in the host's network namespace (hostNetwork: true and securityContext.capabilities.add: [NET_ADMIN])"
+    )]
+    PermissionDenied(String),
+}
+
+/// netcm's routes in one table of the kernel, through rtnetlink.
+#[derive(Clone)]
+pub struct NetlinkRoutes {
+    handle: rtnetlink::Handle,
+    table: u32,
+    protocol: u8,
+}
+
+/// Sends one request on a fresh synchronous socket and returns the kernel's errno (0 = success).
+fn ask_kernel(message: RouteNetlinkMessage) -> Result<i32, std::io::Error> {
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let mut request = NetlinkMessage::from(message);
+    request.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    request.header.sequence_number = 1;
+    request.finalize();
+    let mut buf = vec![0u8; request.buffer_len()];
+    request.serialize(&mut buf);
+    socket.send(&buf, 0)?;
+    // The kernel handles a request to itself inside send(): the answer is queued before send returns, so
+    // a non-blocking read cannot miss it, and cannot hang if something is odd.
+    socket.set_non_blocking(true)?;
+    let (answer, _) = socket.recv_from_full()?;
+    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer)
+        .map_err(|e| std::io::Error::other(format!("undecodable netlink answer: {e}")))?;
+    match reply.payload {
+        NetlinkPayload::Error(e) => Ok(e.raw_code().abs()),
+        _ => Ok(0),
+    }
+}
+
+/// Proves the process may change routes, before anything else runs: a delete with an impossible prefix
+/// length (33 bits of IPv4) in netcm's table and protocol. The kernel checks CAP_NET_ADMIN first
+/// (EPERM), then rejects the request itself, so nothing can ever match and nothing is deleted.
+fn probe_write_permission(table: u32, protocol: u8) -> Result<(), OpenError> {
+    let mut message = RouteMessage::default();
+    message.header.address_family = AddressFamily::Inet;
+    message.header.destination_prefix_length = 33;
+    message.header.protocol = RouteProtocol::from(protocol);
+    message.header.scope = RouteScope::Universe;
+    message.header.kind = RouteType::Unicast;
+    message.header.table = 0;
+    message.attributes.push(RouteAttribute::Table(table));
+    match ask_kernel(RouteNetlinkMessage::DelRoute(message)).map_err(OpenError::Socket)? {
+        EPERM => Err(OpenError::PermissionDenied(
+            std::io::Error::from_raw_os_error(EPERM).to_string(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl NetlinkRoutes {
+    /// Opens the backend: checks that route changes are permitted, then opens the socket all calls share.
+    /// The returned future drives that socket; spawn it on the runtime before the first call completes.
+    pub fn open(
+        table: u32,
+        protocol: u8,
+    ) -> Result<(Self, impl Future<Output = ()> + Send + 'static), OpenError> {
+        probe_write_permission(table, protocol)?;
+        let (connection, handle, _) = rtnetlink::new_connection().map_err(OpenError::Socket)?;
+        Ok((
+            Self {
+                handle,
+                table,
+                protocol,
+            },
+            connection,
+        ))
+    }
+
+    /// A route message in netcm's table and protocol.
+    fn message(
+        &self,
+        operation: &'static str,
+        route: &Route,
+    ) -> Result<RouteMessage, BackendError> {
+        RouteMessageBuilder::<IpAddr>::new()
+            .table_id(self.table)
+            .protocol(RouteProtocol::from(self.protocol))
+            .destination_prefix(route.destination.network(), route.destination.prefix_len())
+            .and_then(|b| b.gateway(route.gateway))
+            .map(RouteMessageBuilder::build)
+            .map_err(|e| BackendError::Refused {
+                operation,
+                subject: route.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Whether a dumped route is netcm's: its table and protocol, a unicast route.
+    fn is_ours(&self, msg: &RouteMessage) -> bool {
+        let table = msg
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                RouteAttribute::Table(t) => Some(*t),
+                _ => None,
+            })
+            .unwrap_or(u32::from(msg.header.table));
+        table == self.table
+            && u8::from(msg.header.protocol) == self.protocol
+            && msg.header.kind == RouteType::Unicast
+    }
+
+    async fn dump(&self, family: AddressFamily) -> Result<Vec<Route>, BackendError> {
+        let mut query = RouteMessage::default();
+        query.header.address_family = family;
+        let messages: Vec<RouteMessage> = self
+            .handle
+            .route()
+            .get(query)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| refused("list", format!("table {}", self.table), &e))?;
+        Ok(messages
+            .iter()
+            .filter(|m| self.is_ours(m))
+            .filter_map(parse_route)
+            .collect())
+    }
+}
+
+/// `destination via gateway` of a dumped route, if it is one (multipath and gateway-less routes are not
+/// shapes netcm writes).
+fn parse_route(msg: &RouteMessage) -> Option<Route> {
+    let len = msg.header.destination_prefix_length;
+    let mut destination = None;
+    let mut gateway = None;
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Destination(RouteAddress::Inet(a)) => {
+                destination = IpNet::new(IpAddr::V4(*a), len).ok()
+            }
+            RouteAttribute::Destination(RouteAddress::Inet6(a)) => {
+                destination = IpNet::new(IpAddr::V6(*a), len).ok()
+            }
+            RouteAttribute::Gateway(RouteAddress::Inet(a)) => gateway = Some(IpAddr::V4(*a)),
+            RouteAttribute::Gateway(RouteAddress::Inet6(a)) => gateway = Some(IpAddr::V6(*a)),
+            _ => {}
+        }
+    }
+    let destination = destination.or_else(|| match msg.header.address_family {
+        // A default route has no destination attribute.
+        AddressFamily::Inet => IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).ok(),
+        AddressFamily::Inet6 => IpNet::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0).ok(),
+        _ => None,
+    })?;
+    Some(Route {
+        destination,
+        gateway: gateway?,
+    })
+}
+
+/// The kernel's errno in an rtnetlink error, if it is one.
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => Some(m.raw_code().abs()),
+        _ => None,
+    }
+}
+
+fn refused(operation: &'static str, subject: String, e: &rtnetlink::Error) -> BackendError {
+    let message = match e {
+        rtnetlink::Error::NetlinkError(m) => m.to_io().to_string(),
+        other => other.to_string(),
+    };
+    BackendError::Refused {
+        operation,
+        subject,
+        message,
+    }
+}
+
+impl Routes for NetlinkRoutes {
+    fn list_routes(&self) -> BoxFuture<'_, Result<Vec<Route>, BackendError>> {
+        Box::pin(async move {
+            let mut routes = self.dump(AddressFamily::Inet).await?;
+            routes.extend(self.dump(AddressFamily::Inet6).await?);
+            Ok(routes)
+        })
+    }
+
+    fn create_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            let msg = self.message("create", &route)?;
+            match self.handle.route().add(msg).execute().await {
+                Ok(()) => Ok(()),
+                Err(e) if errno(&e) == Some(EEXIST) => Err(BackendError::Exists(route.destination)),
+                Err(e) => Err(refused("create", route.to_string(), &e)),
+            }
+        })
+    }
+
+    fn replace_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            let msg = self.message("replace", &route)?;
+            self.handle
+                .route()
+                .add(msg)
+                .replace()
+                .execute()
+                .await
+                .map_err(|e| refused("replace", route.to_string(), &e))
+        })
+    }
+
+    fn delete_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            // The gateway is part of the match, so a route someone re-pointed meanwhile stays.
+            let msg = self.message("delete", &route)?;
+            match self.handle.route().del(msg).execute().await {
+                Ok(()) => Ok(()),
+                Err(e) if matches!(errno(&e), Some(ESRCH | ENOENT)) => Ok(()),
+                Err(e) => Err(refused("delete", route.to_string(), &e)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes() -> NetlinkRoutes {
+        // A handle without a running connection: only the message builders are exercised.
+        let (_, handle, _) = rtnetlink::new_connection().expect("netlink socket");
+        NetlinkRoutes {
+            handle,
+            table: 100,
+            protocol: 199,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_route_message_carries_the_table_protocol_destination_and_gateway_and_parses_back() {
+        let r = routes();
+        for (dst, gw) in [
+            ("10.244.3.0/24", "192.0.2.3"),
+            ("fd00:1::/64", "2001:db8::3"),
+        ] {
+            let route = Route {
+                destination: dst.parse().expect("dst"),
+                gateway: gw.parse().expect("gw"),
+            };
+            let msg = r.message("create", &route).expect("message");
+            assert!(r.is_ours(&msg), "{msg:?}");
+            assert_eq!(parse_route(&msg), Some(route));
+        }
+    }
+
+    #[tokio::test]
+    async fn routes_of_another_protocol_or_table_are_not_ours() {
+        let r = routes();
+        let route = Route {
+            destination: "10.244.3.0/24".parse().expect("dst"),
+            gateway: "192.0.2.3".parse().expect("gw"),
+        };
+        let mut other_protocol = r.message("create", &route).expect("message");
+        other_protocol.header.protocol = RouteProtocol::Static;
+        assert!(!r.is_ours(&other_protocol));
+        let big_table = NetlinkRoutes {
+            table: 1000,
+            ..r.clone()
+        };
+        let in_big_table = big_table.message("create", &route).expect("message");
+        assert!(!r.is_ours(&in_big_table));
+        assert!(big_table.is_ours(&in_big_table));
+    }
+}

@@ -1,0 +1,695 @@
+//! route-controller end to end: the real netcm inside a network namespace the test creates, against the
+//! real API server, programming routes in that namespace's kernel tables and writing the
+//! NetworkUnavailable condition.
+//!
+//! Every test uses table 100 and protocol 199 (netcm's default protocol), a veth pair inside the
+//! namespace for the on-link subnets 192.0.2.0/24, 198.18.0.0/15 (the benchmarking range, room for
+//! thousands of Node IPs) and 2001:db8::/64, and pod CIDRs from 10.0.0.0/8 and fd00::/8.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use netcm_e2e::netns::{Forwarder, NetNs, NetnsNetcm};
+use netcm_e2e::nodes::{create_nodes, set_addresses, NodeFixture};
+use netcm_e2e::{audit, wait_for, TestEnv};
+
+const TABLE: &str = "100";
+const PROTO: &str = "199";
+const PERIOD_SECS: u64 = 2;
+const PUBLIC_IP: &str = "flannel.alpha.coreos.com/public-ip";
+
+/// A test's cluster, namespace and API forwarder.
+struct Lab {
+    env: TestEnv,
+    ns: NetNs,
+    _forwarder: Forwarder,
+}
+
+async fn lab() -> Lab {
+    let env = TestEnv::new().await;
+    let ns = NetNs::create();
+    ns.add_subnets(&["192.0.2.1/24", "198.18.0.1/15", "2001:db8::1/64"]);
+    let forwarder = ns.forward_apiserver(&env.cp.kubeconfig);
+    Lab {
+        env,
+        ns,
+        _forwarder: forwarder,
+    }
+}
+
+impl Lab {
+    /// netcm with only the route controller, table 100, protocol 199, a 2 s reconcile, then `args`.
+    fn start(&self, args: &[&str], env: &[(&str, &str)]) -> NetnsNetcm {
+        let period = format!("--route-reconciliation-period={PERIOD_SECS}s");
+        let mut all = vec![
+            "--controllers=route-controller",
+            "--route-table=100",
+            "--route-protocol=199",
+            period.as_str(),
+        ];
+        all.extend_from_slice(args);
+        NetnsNetcm::start(
+            "route-controller",
+            &self.ns,
+            &self.env.cp.kubeconfig,
+            &all,
+            env,
+        )
+    }
+
+    /// netcm's routes in table 100 (destination → gateway); panics on two routes to one destination.
+    fn routes(&self) -> BTreeMap<IpNet, IpAddr> {
+        let mut out = BTreeMap::new();
+        for r in self.ns.routes(TABLE, Some(PROTO)) {
+            let dst: IpNet = r.dst.parse().expect("route destination");
+            let gw: IpAddr = r
+                .gateway
+                .as_deref()
+                .unwrap_or_else(|| panic!("route to {dst} without a gateway"))
+                .parse()
+                .expect("gateway");
+            assert!(out.insert(dst, gw).is_none(), "two routes to {dst}");
+        }
+        out
+    }
+
+    /// How many routes of netcm's are in table 100.
+    fn route_count(&self) -> usize {
+        self.ns.route_count(TABLE, PROTO)
+    }
+
+    async fn wait_routes(&self, want: &BTreeMap<IpNet, IpAddr>, timeout: Duration) {
+        wait_for(
+            "netcm's routes to be exactly the expected ones",
+            timeout,
+            || async { (self.routes() == *want).then_some(()) },
+        )
+        .await;
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.env.client.clone())
+    }
+
+    /// NetworkUnavailable of every Node: name → (status, reason, message).
+    async fn conditions(&self) -> BTreeMap<String, (String, String, String)> {
+        let list = self
+            .nodes()
+            .list(&ListParams::default())
+            .await
+            .expect("list nodes");
+        list.items
+            .into_iter()
+            .filter_map(|n| {
+                let name = n.metadata.name.clone()?;
+                let c = n
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .find(|c| c.type_ == "NetworkUnavailable")?;
+                Some((
+                    name,
+                    (
+                        c.status,
+                        c.reason.unwrap_or_default(),
+                        c.message.unwrap_or_default(),
+                    ),
+                ))
+            })
+            .collect()
+    }
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().expect("net")
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("ip")
+}
+
+fn created() -> (String, String, String) {
+    (
+        "False".into(),
+        "RouteCreated".into(),
+        "RouteController created a route".into(),
+    )
+}
+
+fn not_created() -> (String, String, String) {
+    (
+        "True".into(),
+        "NoRouteCreated".into(),
+        "RouteController failed to create a route".into(),
+    )
+}
+
+/// Successful status PATCHes by netcm on the given Nodes since `since`.
+fn netcm_status_writes(
+    env: &TestEnv,
+    names: &BTreeSet<String>,
+    since: jiff::Timestamp,
+) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in audit::read(&env.cp.audit_log) {
+        let name = e
+            .object_ref
+            .as_ref()
+            .map(|o| o.name.clone())
+            .unwrap_or_default();
+        if e.resource() == "nodes/status"
+            && e.verb == "patch"
+            && e.user_agent.contains("netcm/")
+            && e.succeeded()
+            && names.contains(&name)
+            && e.received().is_some_and(|t| t >= since)
+        {
+            *out.entry(name).or_default() += 1;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_nodes_get_exactly_one_route_each_and_route_created_and_foreign_routes_stay() {
+    let lab = lab().await;
+    let since = jiff::Timestamp::now();
+    // Routes that are not netcm's to touch, and a leftover of netcm's own that no Node wants.
+    lab.ns.ip(&[
+        "route",
+        "add",
+        "10.200.0.0/24",
+        "via",
+        "192.0.2.200",
+        "table",
+        TABLE,
+        "proto",
+        "static",
+    ]);
+    lab.ns.ip(&[
+        "route",
+        "add",
+        "10.201.0.0/24",
+        "via",
+        "192.0.2.201",
+        "proto",
+        PROTO,
+    ]);
+    lab.ns
+        .ip(&["route", "add", "10.202.0.0/24", "via", "192.0.2.202"]);
+    lab.ns.ip(&[
+        "route",
+        "add",
+        "10.99.0.0/24",
+        "via",
+        "192.0.2.99",
+        "table",
+        TABLE,
+        "proto",
+        PROTO,
+    ]);
+    let netcm = lab.start(&[], &[]);
+
+    let mut fixtures = Vec::new();
+    let mut want = BTreeMap::new();
+    for i in 0..50u32 {
+        let v4 = format!("10.244.{i}.0/24");
+        let internal = format!("192.0.2.{}", 10 + i);
+        let mut f = NodeFixture::named(format!("node-{i:02}")).internal_ip(&internal);
+        let mut cidrs = vec![v4.clone()];
+        // Nodes 40–49 carry the lease annotation, which wins over their InternalIP.
+        let gw = if i >= 40 {
+            let public = format!("198.18.0.{}", 10 + i);
+            f = f.annotation(PUBLIC_IP, &public);
+            public
+        } else {
+            internal
+        };
+        want.insert(net(&v4), ip(&gw));
+        // Every tenth Node is dual-stack.
+        if i % 10 == 0 {
+            let v6 = format!("fd00:10:244:{i:x}::/64");
+            let v6_ip = format!("2001:db8::{:x}", 0x100 + i);
+            f = f.internal_ip(&v6_ip);
+            cidrs.push(v6.clone());
+            want.insert(net(&v6), ip(&v6_ip));
+        }
+        let refs: Vec<&str> = cidrs.iter().map(String::as_str).collect();
+        fixtures.push(f.pod_cidrs(&refs));
+    }
+    create_nodes(&lab.env.client, fixtures, 8).await;
+
+    lab.wait_routes(&want, Duration::from_secs(60)).await;
+    assert_eq!(
+        lab.route_count(),
+        55,
+        "one route per pod CIDR, nothing more"
+    );
+    let names: BTreeSet<String> = (0..50).map(|i| format!("node-{i:02}")).collect();
+    wait_for(
+        "every Node to get RouteCreated",
+        Duration::from_secs(60),
+        || async {
+            let c = lab.conditions().await;
+            names
+                .iter()
+                .all(|n| c.get(n) == Some(&created()))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Others' routes are untouched: same table other protocol, main table (even with netcm's protocol).
+    let table = lab.ns.ip(&["route", "show", "table", TABLE]);
+    assert!(table.contains("10.200.0.0/24 via 192.0.2.200"), "{table}");
+    let main = lab.ns.ip(&["route", "show"]);
+    assert!(main.contains("10.201.0.0/24 via 192.0.2.201"), "{main}");
+    assert!(main.contains("10.202.0.0/24 via 192.0.2.202"), "{main}");
+    assert!(
+        !main.contains("10.244."),
+        "no pod route in the main table: {main}"
+    );
+
+    // Metrics, then two more reconcile periods: still one condition write per Node, no more.
+    assert_eq!(netcm.metric("netcm_routes_programmed").await, Some(55.0));
+    assert_eq!(
+        netcm
+            .metric("netcm_route_errors_total{operation=\"create\"}")
+            .await,
+        Some(0.0)
+    );
+    assert!(
+        netcm
+            .metric("workqueue_adds_total{name=\"route-controller\"}")
+            .await
+            >= Some(50.0),
+        "workqueue metrics under name=route-controller"
+    );
+    tokio::time::sleep(Duration::from_secs(2 * PERIOD_SECS + 1)).await;
+    assert!(netcm.metric("route_controller_route_sync_total").await >= Some(2.0));
+    let writes = netcm_status_writes(&lab.env, &names, since);
+    assert_eq!(
+        writes.len(),
+        50,
+        "every Node's condition written: {writes:?}"
+    );
+    assert!(
+        writes.values().all(|n| *n == 1),
+        "one write per Node: {writes:?}"
+    );
+    assert_eq!(lab.routes(), want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_follow_address_changes_and_deletions_and_come_back_after_a_manual_delete() {
+    let lab = lab().await;
+    let netcm = lab.start(&[], &[]);
+    let fixtures: Vec<NodeFixture> = (1..=3)
+        .map(|i| {
+            NodeFixture::named(format!("n{i}"))
+                .internal_ip(&format!("192.0.2.{i}0"))
+                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
+        })
+        .collect();
+    create_nodes(&lab.env.client, fixtures, 3).await;
+    let mut want: BTreeMap<IpNet, IpAddr> = (1..=3)
+        .map(|i| {
+            (
+                net(&format!("10.244.{i}.0/24")),
+                ip(&format!("192.0.2.{i}0")),
+            )
+        })
+        .collect();
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+
+    // A changed InternalIP: the gateway follows.
+    set_addresses(
+        &lab.env.client,
+        "n2",
+        &[("InternalIP".into(), "192.0.2.77".into())],
+    )
+    .await;
+    want.insert(net("10.244.2.0/24"), ip("192.0.2.77"));
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+
+    // A deleted Node: its route goes.
+    lab.nodes()
+        .delete("n3", &DeleteParams::default())
+        .await
+        .expect("delete n3");
+    want.remove(&net("10.244.3.0/24"));
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+
+    // A route deleted by hand is back within one reconciliation period (plus the time to notice).
+    lab.ns.ip(&[
+        "route",
+        "del",
+        "10.244.1.0/24",
+        "table",
+        TABLE,
+        "proto",
+        PROTO,
+    ]);
+    let deleted = Instant::now();
+    lab.wait_routes(&want, Duration::from_secs(PERIOD_SECS + 5))
+        .await;
+    let back = deleted.elapsed();
+    eprintln!("route deleted by hand was back after {back:?} (period {PERIOD_SECS}s)");
+    assert!(
+        back <= Duration::from_secs(PERIOD_SECS) + Duration::from_millis(1500),
+        "back after {back:?}, period {PERIOD_SECS}s"
+    );
+    assert!(netcm.metric("route_controller_route_sync_total").await >= Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_gateway_gives_no_route_created_and_an_event_and_spares_the_others() {
+    let lab = lab().await;
+    let netcm = lab.start(&[], &[]);
+    let mut fixtures: Vec<NodeFixture> = (1..=3)
+        .map(|i| {
+            NodeFixture::named(format!("good-{i}"))
+                .internal_ip(&format!("192.0.2.{i}0"))
+                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
+        })
+        .collect();
+    // 203.0.113.0/24 is not on any link of the namespace: the kernel refuses the gateway.
+    fixtures.push(
+        NodeFixture::named("bad")
+            .internal_ip("203.0.113.5")
+            .pod_cidrs(&["10.244.9.0/24"]),
+    );
+    create_nodes(&lab.env.client, fixtures, 4).await;
+
+    let mut want: BTreeMap<IpNet, IpAddr> = (1..=3)
+        .map(|i| {
+            (
+                net(&format!("10.244.{i}.0/24")),
+                ip(&format!("192.0.2.{i}0")),
+            )
+        })
+        .collect();
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    wait_for(
+        "bad to get NoRouteCreated and the others RouteCreated",
+        Duration::from_secs(30),
+        || async {
+            let c = lab.conditions().await;
+            (c.get("bad") == Some(&not_created())
+                && (1..=3).all(|i| c.get(&format!("good-{i}")) == Some(&created())))
+            .then_some(())
+        },
+    )
+    .await;
+    let events = wait_for(
+        "a FailedToCreateRoute event on bad",
+        Duration::from_secs(30),
+        || async {
+            let ev = lab.env.node_events("bad").await;
+            ev.iter()
+                .any(|(t, r, _)| t == "Warning" && r == "FailedToCreateRoute")
+                .then_some(ev)
+        },
+    )
+    .await;
+    let note = &events
+        .iter()
+        .find(|(_, r, _)| r == "FailedToCreateRoute")
+        .expect("event")
+        .2;
+    assert!(
+        note.contains("10.244.9.0/24") && note.contains("203.0.113.5"),
+        "{note}"
+    );
+    for i in 1..=3 {
+        assert!(lab.env.node_events(&format!("good-{i}")).await.is_empty());
+    }
+    assert!(
+        netcm
+            .metric("netcm_route_errors_total{operation=\"create\"}")
+            .await
+            >= Some(1.0)
+    );
+    assert_eq!(netcm.metric("netcm_route_failing_nodes").await, Some(1.0));
+    assert_eq!(lab.routes(), want, "no route for bad, the others untouched");
+
+    // Fixed: an on-link address gives the route and flips the condition.
+    set_addresses(
+        &lab.env.client,
+        "bad",
+        &[("InternalIP".into(), "192.0.2.99".into())],
+    )
+    .await;
+    want.insert(net("10.244.9.0/24"), ip("192.0.2.99"));
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    wait_for(
+        "bad to get RouteCreated",
+        Duration::from_secs(30),
+        || async { (lab.conditions().await.get("bad") == Some(&created())).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemonset_mode_routes_to_every_other_node_and_writes_only_its_own_condition() {
+    let lab = lab().await;
+    let since = jiff::Timestamp::now();
+    let fixtures: Vec<NodeFixture> = (0..10)
+        .map(|i| {
+            NodeFixture::named(format!("ds-{i}"))
+                .internal_ip(&format!("192.0.2.{}", 100 + i))
+                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
+        })
+        .collect();
+    create_nodes(&lab.env.client, fixtures, 8).await;
+    let _netcm = lab.start(&["--leader-elect=false"], &[("NODE_NAME", "ds-0")]);
+    let want: BTreeMap<IpNet, IpAddr> = (1..10)
+        .map(|i| {
+            (
+                net(&format!("10.244.{i}.0/24")),
+                ip(&format!("192.0.2.{}", 100 + i)),
+            )
+        })
+        .collect();
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    assert!(
+        !lab.routes().contains_key(&net("10.244.0.0/24")),
+        "no route to its own pod CIDR"
+    );
+
+    // Its own Node gets RouteCreated from a reconcile that found every peer routed; no other Node is
+    // written to.
+    wait_for(
+        "ds-0 to get RouteCreated",
+        Duration::from_secs(4 * PERIOD_SECS + 10),
+        || async { (lab.conditions().await.get("ds-0") == Some(&created())).then_some(()) },
+    )
+    .await;
+    let conditions = lab.conditions().await;
+    assert_eq!(
+        conditions.keys().collect::<Vec<_>>(),
+        ["ds-0"],
+        "{conditions:?}"
+    );
+    let peers: BTreeSet<String> = (1..10).map(|i| format!("ds-{i}")).collect();
+    assert!(netcm_status_writes(&lab.env, &peers, since).is_empty());
+    assert_eq!(lab.routes(), want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_set_node_network_unavailable_false_routes_are_made_and_no_condition_is_written() {
+    let lab = lab().await;
+    let since = jiff::Timestamp::now();
+    let _netcm = lab.start(&["--set-node-network-unavailable=false"], &[]);
+    let fixtures: Vec<NodeFixture> = (1..=3)
+        .map(|i| {
+            NodeFixture::named(format!("quiet-{i}"))
+                .internal_ip(&format!("192.0.2.{i}"))
+                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
+        })
+        .collect();
+    create_nodes(&lab.env.client, fixtures, 3).await;
+    let want: BTreeMap<IpNet, IpAddr> = (1..=3)
+        .map(|i| {
+            (
+                net(&format!("10.244.{i}.0/24")),
+                ip(&format!("192.0.2.{i}")),
+            )
+        })
+        .collect();
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(PERIOD_SECS + 1)).await;
+    assert!(lab.conditions().await.is_empty());
+    let names: BTreeSet<String> = (1..=3).map(|i| format!("quiet-{i}")).collect();
+    assert!(netcm_status_writes(&lab.env, &names, since).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_net_admin_the_route_controller_stops_at_startup_with_a_clear_error() {
+    let env = TestEnv::new().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("netcm.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    // setpriv drops CAP_NET_ADMIN from the inheritable and bounding sets, so netcm runs without it.
+    let mut child = std::process::Command::new("setpriv")
+        .args(["--inh-caps=-net_admin", "--bounding-set=-net_admin", "--"])
+        .arg(netcm_e2e::netcm::netcm_binary())
+        .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
+        .args([
+            "--controllers=route-controller",
+            "--leader-elect=false",
+            "--port=0",
+        ])
+        .env_remove("RUST_LOG")
+        .env_remove("NODE_NAME")
+        .stdout(log.try_clone().expect("fd"))
+        .stderr(log)
+        .spawn()
+        .expect("setpriv (util-linux) runs netcm");
+    let status = wait_for("netcm to exit", Duration::from_secs(60), || {
+        let s = child.try_wait().ok().flatten();
+        async move { s }
+    })
+    .await;
+    let logs = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(!status.success(), "exit status {status}; log:\n{logs}");
+    assert!(
+        logs.contains("route-controller") && logs.contains("CAP_NET_ADMIN"),
+        "the error names the controller and the capability:\n{logs}"
+    );
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// The timestamp of the first (or last) log line containing `needle` (text log format).
+fn log_time(logs: &str, needle: &str, last: bool) -> Option<jiff::Timestamp> {
+    let mut lines = logs.lines().filter(|l| l.contains(needle));
+    let line = if last {
+        lines.next_back()
+    } else {
+        lines.next()
+    }?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// How many Nodes the scale test uses: `NETCM_E2E_ROUTE_NODES` (hack/bench-routes.sh sets 5000).
+fn scale_nodes() -> u32 {
+    std::env::var("NETCM_E2E_ROUTE_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// The i-th Node's pod CIDR and an address in 198.18.0.0/15.
+fn scale_node(i: u32, bump: u32) -> (String, String) {
+    let host = 10 + i + bump;
+    (
+        format!("10.{}.{}.0/24", i / 256, i % 256),
+        format!("198.18.{}.{}", host / 256, host % 256),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_nodes_are_routed_in_seconds() {
+    let lab = lab().await;
+    let n = scale_nodes();
+    let fixtures: Vec<NodeFixture> = (0..n)
+        .map(|i| {
+            let (cidr, public) = scale_node(i, 0);
+            NodeFixture::named(format!("scale-{i:05}"))
+                .annotation(PUBLIC_IP, &public)
+                .pod_cidrs(&[&cidr])
+        })
+        .collect();
+    let t = Instant::now();
+    create_nodes(&lab.env.client, fixtures, 16).await;
+    eprintln!(
+        "created {n} Nodes with lease annotations in {:?}",
+        t.elapsed()
+    );
+
+    // Backlog: every lease annotation is present before netcm starts (built beforehand, not timed).
+    netcm_e2e::netcm::netcm_binary();
+    let started = Instant::now();
+    let netcm = lab.start(&[], &[]);
+    wait_for(
+        "every route of the backlog",
+        Duration::from_secs(300),
+        || async { (lab.route_count() == n as usize).then_some(()) },
+    )
+    .await;
+    let backlog = started.elapsed();
+    // From netcm's own log: informer synced → last route programmed (the route work alone).
+    let logs = netcm.logs();
+    let synced = log_time(&logs, "caches are synced", false);
+    let last_route = log_time(&logs, "programmed route", true);
+    let programming = synced
+        .zip(last_route)
+        .map(|(a, b)| {
+            format!(
+                "{:.0?}",
+                Duration::try_from(b.duration_since(a)).unwrap_or_default()
+            )
+        })
+        .unwrap_or_else(|| "?".into());
+    let want: BTreeMap<IpNet, IpAddr> = (0..n)
+        .map(|i| {
+            let (cidr, public) = scale_node(i, 0);
+            (net(&cidr), ip(&public))
+        })
+        .collect();
+    assert_eq!(lab.routes(), want);
+    wait_for(
+        "every Node to get RouteCreated",
+        Duration::from_secs(300),
+        || async {
+            let c = lab.conditions().await;
+            (c.len() == n as usize && c.values().all(|v| *v == created())).then_some(())
+        },
+    )
+    .await;
+    let conditions = started.elapsed();
+
+    // Live: every Node's public IP changes while netcm runs; the routes follow.
+    let nodes = lab.nodes();
+    let t = Instant::now();
+    futures::StreamExt::collect::<Vec<_>>(futures::StreamExt::buffer_unordered(
+        futures::stream::iter((0..n).map(|i| {
+            let nodes = nodes.clone();
+            async move {
+                let (_, public) = scale_node(i, n);
+                let patch = serde_json::json!({"metadata": {"annotations": {PUBLIC_IP: public}}});
+                nodes
+                    .patch(
+                        &format!("scale-{i:05}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .expect("patch annotation");
+            }
+        })),
+        16,
+    ))
+    .await;
+    let patched = t.elapsed();
+    let want: BTreeMap<IpNet, IpAddr> = (0..n)
+        .map(|i| {
+            let (cidr, public) = scale_node(i, n);
+            (net(&cidr), ip(&public))
+        })
+        .collect();
+    lab.wait_routes(&want, Duration::from_secs(300)).await;
+    let live = t.elapsed();
+    eprintln!(
+        "route-controller with {n} Nodes: backlog (all lease annotations present, netcm started) → all {n} routes programmed in {backlog:.2?} from process start ({programming} from informer synced to the last route, per netcm's log); all conditions RouteCreated after {conditions:.2?}; live gateway change of every Node: annotations PATCHed in {patched:.2?}, all routes replaced {live:.2?} after the first PATCH ({:.2?} after the last)",
+        live.saturating_sub(patched)
+    );
+    assert_eq!(
+        netcm.metric("netcm_routes_programmed").await,
+        Some(n as f64)
+    );
+}
