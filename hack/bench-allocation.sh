@@ -3,7 +3,7 @@
 # side in one run on the real control plane. Prints a markdown table.
 #
 #   hack/bench-allocation.sh                 # 5,000 Nodes
-#   NODES=1000 SKIP_KCM_DEFAULT=1 hack/bench-allocation.sh
+#   NODES=1000 SKIP_KCM_DEFAULT=1 hack/bench-allocation.sh   (ONLY_NETCM=1: ceiling and netcm only)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

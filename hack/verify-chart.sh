@@ -107,7 +107,11 @@ contains "$d" 'path: /livez' "a liveness probe on /livez"
 contains "$d" 'path: /readyz' "a readiness probe on /readyz"
 contains "$d" 'fieldPath: metadata.name' "POD_NAME from the downward API"
 lacks "$d" 'hostNetwork|NET_ADMIN|runAsUser: 0' "hostNetwork, NET_ADMIN or root"
-lacks "$d" 'tokenreviews|subjectaccessreviews|nodes/status' "RBAC for features that are off"
+lacks "$d" 'nodes/status' "RBAC for features that are off"
+contains "$d" '- --secure-port=10270' "secure metrics on by default"
+contains "$d" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
+contains "$d" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
+contains "$d" 'nonResourceURLs: \[/metrics\]' "a metrics-reader ClusterRole for scrapers"
 
 log "checking the all-on rendering"
 a=$out/all-on.yaml

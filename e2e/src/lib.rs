@@ -303,6 +303,15 @@ pub async fn serviceaccount_kubeconfig(
     (path, dir)
 }
 
+/// The bearer token in a kubeconfig written by [`serviceaccount_kubeconfig`].
+pub fn kubeconfig_token(kubeconfig: &Path) -> String {
+    std::fs::read_to_string(kubeconfig)
+        .expect("read kubeconfig")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_string))
+        .expect("a token in the kubeconfig")
+}
+
 /// The current holder of netcm's Lease (`kube-system/<name>`), if any.
 pub async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);

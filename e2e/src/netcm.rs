@@ -42,6 +42,8 @@ pub struct Netcm {
     child: Option<std::process::Child>,
     pub log_path: PathBuf,
     pub port: u16,
+    /// `--secure-port`: HTTPS with TokenReview / SubjectAccessReview.
+    pub secure_port: u16,
     pub label: String,
     _dir: tempfile::TempDir,
 }
@@ -64,10 +66,12 @@ impl Netcm {
         let log_path = dir.path().join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
         let port = free_port();
+        let secure_port = free_port();
         let mut cmd = Command::new(netcm_binary());
         cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--port={port}"))
+            .arg(format!("--secure-port={secure_port}"))
             .arg(format!(
                 "--leader-elect-resource-namespace={LEASE_NAMESPACE}"
             ))
@@ -85,6 +89,7 @@ impl Netcm {
             child: Some(child),
             log_path,
             port,
+            secure_port,
             label: label.to_string(),
             _dir: dir,
         }
@@ -174,6 +179,22 @@ impl Netcm {
             .map(|(_, b)| b.to_string())
             .unwrap_or_default();
         Some((code, body))
+    }
+
+    /// GET a path on the secure port with an optional bearer token (curl, as a scraper would): (status, body).
+    pub fn https_get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"]);
+        if let Some(t) = token {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+        }
+        let out = cmd
+            .arg(format!("https://127.0.0.1:{}{path}", self.secure_port))
+            .output()
+            .expect("run curl (hack/install-prereqs.sh installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
+        (code.trim().parse().unwrap_or(0), body.to_string())
     }
 
     /// Waits until the HTTP endpoint answers at all.

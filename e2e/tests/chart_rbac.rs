@@ -181,7 +181,7 @@ fn apply(kubeconfig: &Path, objects: Vec<Value>) {
 /// The chart's args for the harness's `Netcm::start`: its own listener and verbosity flags dropped (the
 /// harness sets them), `set` replacing the chart's values, `add` appended.
 fn adapt(args: &[String], set: &[(&str, &str)], add: &[&str]) -> Vec<String> {
-    const HARNESS: [&str; 3] = ["--bind-address", "--port", "--v"];
+    const HARNESS: [&str; 4] = ["--bind-address", "--port", "--secure-port", "--v"];
     let mut out: Vec<String> = args
         .iter()
         .filter(|a| !HARNESS.contains(&flag_name(a)))
@@ -255,7 +255,37 @@ struct Case {
 
 const COORDINATION: &str = "coordination.k8s.io";
 
-static CASES: [Case; 6] = [
+static CASES: [Case; 8] = [
+    Case {
+        role: "ClusterRole",
+        resource: "tokenreviews",
+        verbs: &["create"],
+        feature: "secure metrics: authenticating scrapers (TokenReview)",
+        probe: Probe(
+            "create",
+            "authentication.k8s.io",
+            "tokenreviews",
+            None,
+            None,
+        ),
+        message: "secure metrics: token review failed",
+        error: "cannot create resource \"tokenreviews\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "subjectaccessreviews",
+        verbs: &["create"],
+        feature: "secure metrics: authorizing scrapers (SubjectAccessReview)",
+        probe: Probe(
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            None,
+            None,
+        ),
+        message: "secure metrics: subject access review failed",
+        error: "cannot create resource \"subjectaccessreviews\"",
+    },
     Case {
         role: "ClusterRole",
         resource: "nodes",
@@ -527,7 +557,13 @@ async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly
     // Every rendered rule has a case, and every case its rule: the table below and the chart agree.
     let mut rules = Vec::new();
     for role in ["ClusterRole", "Role"] {
-        let rendered = chart.one(role)["rules"].as_array().expect("rules").clone();
+        // netcm's own role (the metrics-reader ClusterRole is for scrapers, not for netcm).
+        let own = chart
+            .all(role)
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == RELEASE)
+            .unwrap_or_else(|| panic!("no {role} named {RELEASE}"));
+        let rendered = own["rules"].as_array().expect("rules").clone();
         for (i, rule) in rendered.iter().enumerate() {
             let case = case_for(role, rule)
                 .unwrap_or_else(|| panic!("no minimality case for {role} rule {rule}"));
@@ -548,6 +584,7 @@ async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly
         apply(&env.cp.kubeconfig, chart.rbac_without(None));
         serviceaccount_kubeconfig(&env, NAMESPACE, &sa).await
     };
+    let token = netcm_e2e::kubeconfig_token(&kubeconfig);
     for (role, i, case) in rules {
         apply(&env.cp.kubeconfig, chart.rbac_without(Some((role, i))));
         wait_for(
@@ -570,6 +607,10 @@ async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly
             ),
             TIMEOUT,
             || async {
+                // The secure-metrics rules are only exercised by a scrape.
+                if case.resource.ends_with("reviews") {
+                    netcm.https_get("/metrics", Some(&token));
+                }
                 netcm
                     .logs()
                     .lines()

@@ -196,10 +196,21 @@ impl<S> Layer<S> for NetcmLayer {
     }
 }
 
-/// Writes that the leader fence does not cover: the Lease itself (renewal is how the fence is kept).
+/// API groups whose "writes" the leader fence does not cover: the Lease itself (renewal is how the fence
+/// is kept), and TokenReviews / SubjectAccessReviews, which change nothing and which a standby needs to
+/// serve its secure metrics.
+const UNFENCED_GROUPS: [&str; 3] = [
+    "/apis/coordination.k8s.io/",
+    "/apis/authentication.k8s.io/",
+    "/apis/authorization.k8s.io/",
+];
+
 fn is_fenced_write(req: &Request<Body>) -> bool {
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    mutating && !req.uri().path().starts_with("/apis/coordination.k8s.io/")
+    mutating
+        && !UNFENCED_GROUPS
+            .iter()
+            .any(|g| req.uri().path().starts_with(g))
 }
 
 fn verb(req: &Request<Body>) -> &'static str {
@@ -336,6 +347,10 @@ mod tests {
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/netcm"
         )));
         assert!(!is_fenced_write(&req(Method::GET, "/api/v1/nodes")));
+        assert!(!is_fenced_write(&req(
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+        )));
     }
 
     #[test]

@@ -68,6 +68,19 @@ pub struct GenericFlags {
     #[arg(long, default_value_t = 10271)]
     pub port: u16,
 
+    /// The port for /metrics and health checks over HTTPS with delegated authentication and
+    /// authorization (TokenReview / SubjectAccessReview); 0 disables it.
+    #[arg(long, default_value_t = 0)]
+    pub secure_port: u16,
+
+    /// PEM certificate for --secure-port (default: a self-signed certificate made in memory).
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key for --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -90,6 +103,12 @@ impl GenericFlags {
             return Err(FlagError(format!(
                 "--kube-api-qps must be greater than 0, got {}",
                 self.kube_api_qps
+            )));
+        }
+        if self.secure_port != 0 && self.secure_port == self.port {
+            return Err(FlagError(format!(
+                "--secure-port and --port must differ, both are {}",
+                self.port
             )));
         }
         if self.kube_api_burst == 0 {

@@ -166,7 +166,7 @@ where
             .clone();
         let transform = self.shared.transform.clone();
         let kind = K::kind(&()).to_string();
-        let stream = watcher(api, watcher::Config::default().page_size(500))
+        let stream = watcher(api, watcher::Config::default().page_size(100))
             .default_backoff()
             .modify(move |obj: &mut K| transform(obj));
         let mut stream = std::pin::pin!(stream);

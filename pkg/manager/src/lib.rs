@@ -3,7 +3,8 @@
 //! It owns everything that is not a controller: the API client ([`client`]: rate limit, user agent,
 //! fence, metrics), the one shared Node informer ([`informer`]), leader election with fencing
 //! ([`leader`]), the controller registry and `--controllers` rules ([`registry`]), what a controller is
-//! and the worker loop ([`controller`]), Events ([`events`]), the HTTP endpoints ([`http`], [`health`]),
+//! and the worker loop ([`controller`]), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
+//! and [`secure`] for TLS with delegated auth),
 //! process metrics ([`metrics`]), logs ([`logging`]), the generic flags ([`flags`]) and the main
 //! sequence ([`run`]). It never depends on a controller: `cmd/netcm` hands it the registry.
 //!
@@ -22,6 +23,7 @@ pub mod logging;
 pub mod metrics;
 pub mod registry;
 pub mod run;
+pub mod secure;
 
 pub use controller::{
     run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,

@@ -60,6 +60,9 @@ pub enum RunError {
     /// A metric could not be registered (a programming error).
     #[error("registering metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The secure listener could not be configured.
+    #[error(transparent)]
+    Secure(#[from] crate::secure::SecureError),
     /// An informer subscription came too late (a programming error).
     #[error(transparent)]
     Informer(#[from] crate::informer::AlreadyStarted),
@@ -236,6 +239,29 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
         tracing::info!(address = %local, "serving /metrics, /healthz, /livez, /readyz");
         tokio::spawn(http::serve(
             listener,
+            Endpoints {
+                registry: registry.clone(),
+                healthz: healthz.clone(),
+                livez: livez.clone(),
+                readyz: readyz.clone(),
+            },
+            http_cancel.clone(),
+        ));
+    }
+    if flags.secure_port != 0 {
+        let addr = SocketAddr::new(flags.bind_address, flags.secure_port);
+        let acceptor = crate::secure::tls_acceptor(
+            flags.tls_cert_file.as_deref(),
+            flags.tls_private_key_file.as_deref(),
+        )?;
+        let (listener, local) = crate::secure::bind(addr)
+            .await
+            .map_err(|source| RunError::Bind { addr, source })?;
+        tracing::info!(address = %local, "serving /metrics over HTTPS with delegated authentication and authorization");
+        tokio::spawn(crate::secure::serve(
+            listener,
+            acceptor,
+            crate::secure::Delegation::new(client.clone()),
             Endpoints {
                 registry: registry.clone(),
                 healthz: healthz.clone(),
