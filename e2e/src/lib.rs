@@ -216,6 +216,69 @@ impl TestEnv {
         }
     }
 
+    /// Creates a ServiceAccount (if missing), a ClusterRole `role` with `rules`, and binds them.
+    pub async fn bind_cluster_role(
+        &self,
+        role: &str,
+        rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+        namespace: &str,
+        service_account: &str,
+    ) {
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+        self.ensure_namespace(namespace).await;
+        let meta = |name: &str| kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let created = |r: Result<(), kube::Error>, what: &str| match r {
+            Ok(()) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create {what}: {e}"),
+        };
+        let sas: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let sa = ServiceAccount {
+            metadata: meta(service_account),
+            ..Default::default()
+        };
+        created(
+            sas.create(&PostParams::default(), &sa).await.map(drop),
+            "service account",
+        );
+        let roles: Api<ClusterRole> = Api::all(self.client.clone());
+        let cr = ClusterRole {
+            metadata: meta(role),
+            rules: Some(rules),
+            ..Default::default()
+        };
+        created(
+            roles.create(&PostParams::default(), &cr).await.map(drop),
+            "cluster role",
+        );
+        let bindings: Api<ClusterRoleBinding> = Api::all(self.client.clone());
+        let binding = ClusterRoleBinding {
+            metadata: meta(&format!("{role}-{service_account}")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: role.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: service_account.into(),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }]),
+        };
+        created(
+            bindings
+                .create(&PostParams::default(), &binding)
+                .await
+                .map(drop),
+            "binding",
+        );
+    }
+
     /// Events recorded about a Node, as (type, reason, note).
     pub async fn node_events(&self, node: &str) -> Vec<(String, String, String)> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), "default");

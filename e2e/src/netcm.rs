@@ -208,10 +208,7 @@ impl Netcm {
     /// The value of one sample in /metrics (`name{labels}` exactly as printed, or a bare name).
     pub async fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.http_get("/metrics").await?;
-        body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
+        sample(&body, series)
     }
 }
 
@@ -222,17 +219,29 @@ impl Drop for Netcm {
             let _ = child.wait();
         }
         if std::thread::panicking() {
-            let logs = self.logs();
-            let tail: Vec<&str> = logs.lines().rev().take(150).collect();
-            eprintln!(
-                "----- last lines of {} ({}) -----",
-                self.label,
-                self.log_path.display()
-            );
-            for l in tail.into_iter().rev() {
-                eprintln!("{l}");
-            }
-            eprintln!("----- end of {} -----", self.label);
+            print_log_tail(&self.label, &self.log_path);
         }
     }
+}
+
+/// The value of one sample in a Prometheus text exposition (`name{labels}` exactly as printed).
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+}
+
+/// Prints the end of a process's log; called when a test fails.
+pub fn print_log_tail(label: &str, path: &Path) {
+    let logs = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = logs.lines().rev().take(150).collect();
+    eprintln!("----- last lines of {label} ({}) -----", path.display());
+    for l in tail.into_iter().rev() {
+        eprintln!("{l}");
+    }
+    eprintln!("----- end of {label} -----");
 }

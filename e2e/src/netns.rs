@@ -353,10 +353,7 @@ impl NetnsNetcm {
     /// The value of one sample in /metrics (`name{labels}` exactly as printed, or a bare name).
     pub async fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.http_get("/metrics").await?;
-        body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
+        crate::netcm::sample(&body, series)
     }
 }
 
@@ -367,17 +364,7 @@ impl Drop for NetnsNetcm {
             let _ = child.wait();
         }
         if std::thread::panicking() {
-            let logs = self.logs();
-            let tail: Vec<&str> = logs.lines().rev().take(150).collect();
-            eprintln!(
-                "----- last lines of {} ({}) -----",
-                self.label,
-                self.log_path.display()
-            );
-            for l in tail.into_iter().rev() {
-                eprintln!("{l}");
-            }
-            eprintln!("----- end of {} -----", self.label);
+            crate::netcm::print_log_tail(&self.label, &self.log_path);
         }
     }
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::watcher;
 use netcm_e2e::nodes::{create_node, NodeFixture};
@@ -104,50 +104,18 @@ fn http_header(name: &'static str) -> http::HeaderName {
 async fn a_serviceaccount_token_is_refused_what_its_rbac_does_not_allow() {
     let env = TestEnv::new().await;
     let ns = "netcm-e2e";
-    env.ensure_namespace(ns).await;
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), ns);
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some("node-reader".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let _ = sas.create(&PostParams::default(), &sa).await;
-    let roles: Api<ClusterRole> = Api::all(env.client.clone());
-    let role = ClusterRole {
-        metadata: ObjectMeta {
-            name: Some("netcm-e2e-node-reader".into()),
-            ..Default::default()
-        },
-        rules: Some(vec![PolicyRule {
+    env.bind_cluster_role(
+        "netcm-e2e-node-reader",
+        vec![PolicyRule {
             api_groups: Some(vec!["".into()]),
             resources: Some(vec!["nodes".into()]),
             verbs: vec!["get".into(), "list".into()],
             ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    let _ = roles.create(&PostParams::default(), &role).await;
-    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some("netcm-e2e-node-reader".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: "netcm-e2e-node-reader".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "node-reader".into(),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        }]),
-    };
-    let _ = bindings.create(&PostParams::default(), &binding).await;
+        }],
+        ns,
+        "node-reader",
+    )
+    .await;
 
     let (kubeconfig, _dir) = serviceaccount_kubeconfig(&env, ns, "node-reader").await;
     let sa_client = netcm_e2e::client_for(&kubeconfig).await;

@@ -3,70 +3,35 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use netcm_e2e::{kubeconfig_token, serviceaccount_kubeconfig, wait_for, Netcm, TestEnv};
 
 const NS: &str = "netcm-e2e-metrics";
 
+/// A token of a ServiceAccount that exists with no permissions.
 async fn service_account_token(env: &TestEnv, name: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), NS);
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let _ = sas.create(&PostParams::default(), &sa).await;
+    env.bind_cluster_role("netcm-e2e-nothing", vec![], NS, name)
+        .await;
     let (kubeconfig, _dir) = serviceaccount_kubeconfig(env, NS, name).await;
     kubeconfig_token(&kubeconfig)
-}
-
-async fn grant_metrics_reader(env: &TestEnv, sa: &str) {
-    let roles: Api<ClusterRole> = Api::all(env.client.clone());
-    let role = ClusterRole {
-        metadata: ObjectMeta {
-            name: Some("netcm-e2e-metrics-reader".into()),
-            ..Default::default()
-        },
-        rules: Some(vec![PolicyRule {
-            non_resource_urls: Some(vec!["/metrics".into()]),
-            verbs: vec!["get".into()],
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    let _ = roles.create(&PostParams::default(), &role).await;
-    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some("netcm-e2e-metrics-reader".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: "netcm-e2e-metrics-reader".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.into(),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        }]),
-    };
-    let _ = bindings.create(&PostParams::default(), &binding).await;
 }
 
 #[tokio::test]
 async fn secure_metrics_need_a_token_with_the_metrics_role_and_health_needs_none() {
     let env = TestEnv::new().await;
-    env.ensure_namespace(NS).await;
     let scraper = service_account_token(&env, "scraper").await;
     let nobody = service_account_token(&env, "nobody").await;
-    grant_metrics_reader(&env, "scraper").await;
+    env.bind_cluster_role(
+        "netcm-e2e-metrics-reader",
+        vec![PolicyRule {
+            non_resource_urls: Some(vec!["/metrics".into()]),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        }],
+        NS,
+        "scraper",
+    )
+    .await;
     let n = Netcm::start(
         "secure",
         &env.cp.kubeconfig,

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::keys::{Keys, PrefixError};
+use netcm_lease::{Keys, PrefixError};
 
 /// Every node address type Kubernetes defines.
 pub const NODE_ADDRESS_TYPES: [&str; 5] = [
@@ -88,7 +88,7 @@ impl Config {
 impl Flags {
     /// The validated configuration.
     pub fn config(&self) -> Result<Config, FlagError> {
-        let keys = Keys::new(&self.annotation_prefix)?;
+        let keys = Keys::new("--annotation-prefix", &self.annotation_prefix)?;
         let bt = &self.backend_type;
         let bt_ok = !bt.is_empty()
             && bt

@@ -114,18 +114,7 @@ pub struct Plan {
     pub waiting: Option<Waiting>,
 }
 
-/// What a Node says about its pod CIDRs: `spec.podCIDRs`, else `spec.podCIDR` (as flannel reads them).
-pub fn pod_cidrs(node: &Node) -> Vec<String> {
-    let spec = node.spec.as_ref();
-    let list = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
-    if !list.is_empty() {
-        return list;
-    }
-    spec.and_then(|s| s.pod_cidr.clone())
-        .filter(|c| !c.is_empty())
-        .into_iter()
-        .collect()
-}
+pub use netcm_manager::node::pod_cidrs;
 
 /// The families of a Node's pod CIDRs, or why flannel could not read them.
 fn families(raw: &[String]) -> Result<Vec<Family>, Waiting> {

@@ -14,7 +14,6 @@
 //! The pure decision lives in [`lease::plan`]; start reading at [`syncer::Syncer::sync_node`].
 
 pub mod flags;
-pub mod keys;
 pub mod lease;
 pub mod metrics;
 pub mod syncer;
@@ -22,10 +21,9 @@ pub mod syncer;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{run_workers, Controller, InformerEvent, InitContext, InitError, InitResult};
+use netcm_manager::{run_workers, Controller, InitContext, InitError, InitResult};
 use tokio_util::sync::CancellationToken;
 
 pub use flags::{Config, Flags};
@@ -41,13 +39,7 @@ pub struct NodeAnnotationSyncer {
 pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
     let config = flags.config().map_err(InitError::new)?;
     let metrics = metrics::SyncerMetrics::register(&ctx.registry).map_err(InitError::new)?;
-    let queue = ctx.new_queue(NAME);
-    let handler_queue = queue.clone();
-    ctx.nodes
-        .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
-            handler_queue.add(ev.name());
-        }))
-        .map_err(InitError::new)?;
+    let queue = ctx.node_queue(NAME)?;
     tracing::info!(
         controller = NAME,
         prefix = %config.keys.prefix,

@@ -56,11 +56,11 @@ pub struct AnnotationKeys {
 }
 
 impl AnnotationKeys {
-    /// Keys under a normalized prefix (one that ends in, or contains, its "/").
-    pub fn new(normalized_prefix: &str) -> Self {
+    /// The public-IP keys of the lease format.
+    pub fn new(keys: &netcm_lease::Keys) -> Self {
         Self {
-            public_ip: format!("{normalized_prefix}public-ip"),
-            public_ipv6: format!("{normalized_prefix}public-ipv6"),
+            public_ip: keys.public_ip.clone(),
+            public_ipv6: keys.public_ipv6.clone(),
         }
     }
 
@@ -112,11 +112,7 @@ impl NodeRoutes {
 /// The Node's pod CIDRs (`spec.podCIDRs`, else `spec.podCIDR`), parsed and reduced to their network
 /// address; unparsable entries are skipped (subnet-allocator reports them).
 pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
-    let spec = node.spec.as_ref();
-    let mut raw = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
-    if raw.is_empty() {
-        raw.extend(spec.and_then(|s| s.pod_cidr.clone()));
-    }
+    let raw = netcm_manager::node::pod_cidrs(node);
     let mut out: Vec<IpNet> = Vec::new();
     for s in raw.iter().filter(|s| !s.is_empty()) {
         match s.trim().parse::<IpNet>() {
@@ -240,7 +236,9 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn keys() -> AnnotationKeys {
-        AnnotationKeys::new("flannel.alpha.coreos.com/")
+        AnnotationKeys::new(
+            &crate::flags::lease_keys("flannel.alpha.coreos.com").expect("default prefix"),
+        )
     }
 
     fn route(dst: &str, gw: &str) -> Route {
@@ -392,7 +390,9 @@ pub(crate) mod tests {
 
     #[test]
     fn a_custom_prefix_changes_the_keys_read() {
-        let keys = AnnotationKeys::new("example.com/net-");
+        let keys = AnnotationKeys::new(
+            &crate::flags::lease_keys("example.com/net-").expect("custom prefix"),
+        );
         assert_eq!(keys.public_ip, "example.com/net-public-ip");
         let n = node(
             "a",

@@ -64,38 +64,10 @@ fn parse_table(value: &str) -> Result<u32, String> {
     }
 }
 
-/// flannel's `--kube-annotation-prefix` rules: a "/" is appended when there is none; at most one "/"; the
-/// part before it is a DNS name, the part after it `[0-9a-z-_]*`. Returns the prefix with its "/".
-pub fn normalize_prefix(prefix: &str) -> Result<String, String> {
-    let with_slash = if prefix.contains('/') {
-        prefix.to_string()
-    } else {
-        format!("{prefix}/")
-    };
-    let (domain, rest) = with_slash
-        .split_once('/')
-        .ok_or_else(|| "missing '/'".to_string())?;
-    if rest.contains('/') {
-        return Err(format!("{prefix:?} has more than one '/'"));
-    }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if domain.is_empty() || domain.len() > 253 || !domain.split('.').all(label_ok) {
-        return Err(format!("{prefix:?} does not start with a DNS name"));
-    }
-    if !rest
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-    {
-        return Err(format!("{prefix:?}: after '/' only [0-9a-z-_] is allowed"));
-    }
-    Ok(with_slash)
+/// The lease annotation keys routes are read from, by flannel's prefix rules (the same keys
+/// node-annotation-syncer writes for the same prefix).
+pub fn lease_keys(prefix: &str) -> Result<netcm_lease::Keys, netcm_lease::PrefixError> {
+    netcm_lease::Keys::new("--route-lease-annotation-prefix", prefix)
 }
 
 impl Flags {
@@ -125,8 +97,7 @@ impl Flags {
                 format_duration(self.route_reconciliation_period)
             ));
         }
-        normalize_prefix(&self.route_lease_annotation_prefix)
-            .map_err(|e| format!("--route-lease-annotation-prefix: {e}"))?;
+        lease_keys(&self.route_lease_annotation_prefix).map_err(|e| e.to_string())?;
         Ok(())
     }
 
@@ -235,17 +206,18 @@ mod tests {
     }
 
     #[test]
-    fn annotation_prefixes_follow_flannels_rules() {
-        assert_eq!(
-            normalize_prefix("flannel.alpha.coreos.com").as_deref(),
-            Ok("flannel.alpha.coreos.com/")
+    fn annotation_prefixes_follow_flannels_rules_and_give_the_syncers_keys() {
+        let keys = lease_keys("flannel.alpha.coreos.com").expect("default");
+        assert_eq!(keys.public_ip, "flannel.alpha.coreos.com/public-ip");
+        // flannel appends "-" to a name part, so the syncer writes `lease-public-ip`: read the same.
+        let keys = lease_keys("example.com/lease").expect("custom");
+        assert_eq!(keys.public_ipv6, "example.com/lease-public-ipv6");
+        assert!(lease_keys("a/b/c").is_err());
+        assert!(lease_keys("Not_A_Domain").is_err());
+        let e = lease_keys("example.com/UPPER").expect_err("upper case");
+        assert!(
+            e.to_string().starts_with("--route-lease-annotation-prefix"),
+            "{e}"
         );
-        assert_eq!(
-            normalize_prefix("example.com/net-").as_deref(),
-            Ok("example.com/net-")
-        );
-        assert!(normalize_prefix("a/b/c").is_err());
-        assert!(normalize_prefix("Not_A_Domain").is_err());
-        assert!(normalize_prefix("example.com/UPPER").is_err());
     }
 }

@@ -32,8 +32,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
 use netcm_manager::{
-    run_workers, Controller, EventRecorder, EventType, Fenced, InformerEvent, InitContext,
-    InitError, InitResult, SharedInformer, SyncOutcome,
+    run_workers, Controller, EventRecorder, EventType, Fenced, InitContext, InitError, InitResult,
+    SharedInformer, SyncOutcome,
 };
 use netcm_workqueue::Queue;
 use tokio_util::sync::CancellationToken;
@@ -81,26 +81,19 @@ pub struct RouteController {
 /// The init function: opens the backend (a clear error without CAP_NET_ADMIN) and subscribes to Nodes.
 pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
     flags.validate().map_err(|e| InitError::new(FlagError(e)))?;
-    let prefix = flags::normalize_prefix(&flags.route_lease_annotation_prefix)
-        .map_err(|e| InitError::new(FlagError(e)))?;
+    let keys = flags::lease_keys(&flags.route_lease_annotation_prefix).map_err(InitError::new)?;
     let (backend, connection) =
         netlink::NetlinkRoutes::open(flags.route_table, flags.route_protocol)
             .map_err(InitError::new)?;
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
-        AnnotationKeys::new(&prefix),
+        AnnotationKeys::new(&keys),
         ctx.node_name.clone(),
         ctx.leader.clone(),
         metrics,
     ));
-    let queue = ctx.new_queue(NAME);
-    let handler_queue = queue.clone();
-    ctx.nodes
-        .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
-            handler_queue.add(ev.name());
-        }))
-        .map_err(InitError::new)?;
+    let queue = ctx.node_queue(NAME)?;
     let conditions = flags.set_node_network_unavailable.then(|| {
         Arc::new(ConditionWriter::new(
             Api::all(ctx.client.clone()),

@@ -46,19 +46,6 @@ pub struct Allocator {
     pub(crate) record_assigned: bool,
 }
 
-/// What a Node says about its pod CIDRs: `spec.podCIDRs`, else `spec.podCIDR`.
-pub fn node_pod_cidrs(node: &Node) -> Vec<String> {
-    let spec = node.spec.as_ref();
-    let list = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
-    if !list.is_empty() {
-        return list;
-    }
-    spec.and_then(|s| s.pod_cidr.clone())
-        .filter(|c| !c.is_empty())
-        .into_iter()
-        .collect()
-}
-
 /// Parses pod CIDR strings; returns the parsed ones and the unparsable ones.
 pub fn parse_pod_cidrs(raw: &[String]) -> (Vec<IpNet>, Vec<String>) {
     let mut good = Vec::new();
@@ -166,7 +153,7 @@ impl Allocator {
             self.release(name);
             return Ok(SyncOutcome::Done);
         };
-        let raw = node_pod_cidrs(&node);
+        let raw = netcm_manager::node::pod_cidrs(&node);
         if !raw.is_empty() {
             self.record_existing(&node, name, &raw).await;
             return Ok(SyncOutcome::Done);
@@ -265,7 +252,7 @@ impl Allocator {
         let mut recorded = 0usize;
         for node in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let raw = node_pod_cidrs(&node);
+            let raw = netcm_manager::node::pod_cidrs(&node);
             if !raw.is_empty() {
                 self.record_existing(&node, &name, &raw).await;
                 recorded += 1;
@@ -286,35 +273,6 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeSpec;
-
-    fn node(pod_cidr: Option<&str>, pod_cidrs: Option<Vec<&str>>) -> Node {
-        Node {
-            spec: Some(NodeSpec {
-                pod_cidr: pod_cidr.map(str::to_string),
-                pod_cidrs: pod_cidrs.map(|v| v.into_iter().map(str::to_string).collect()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn pod_cidrs_come_from_the_list_and_fall_back_to_the_single_field() {
-        assert_eq!(
-            node_pod_cidrs(&node(Some("10.0.0.0/24"), None)),
-            ["10.0.0.0/24"]
-        );
-        assert_eq!(
-            node_pod_cidrs(&node(
-                Some("10.0.0.0/24"),
-                Some(vec!["10.0.0.0/24", "fd00::/64"])
-            )),
-            ["10.0.0.0/24", "fd00::/64"]
-        );
-        assert!(node_pod_cidrs(&node(Some(""), Some(vec![]))).is_empty());
-        assert!(node_pod_cidrs(&Node::default()).is_empty());
-    }
 
     #[test]
     fn unparsable_pod_cidrs_are_separated_from_good_ones() {

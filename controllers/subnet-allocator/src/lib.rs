@@ -17,11 +17,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_ipam::Pools;
 use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{run_workers, Controller, InformerEvent, InitContext, InitError, InitResult};
+use netcm_manager::{run_workers, Controller, InitContext, InitError, InitResult};
 use tokio_util::sync::CancellationToken;
 
 pub use allocator::{Allocator, NAME};
@@ -41,13 +40,7 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
     let pools = Pools::new(&config).map_err(InitError::new)?;
     let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
     metrics.publish(&pools.stats());
-    let queue = ctx.new_queue(NAME);
-    let handler_queue = queue.clone();
-    ctx.nodes
-        .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
-            handler_queue.add(ev.name());
-        }))
-        .map_err(InitError::new)?;
+    let queue = ctx.node_queue(NAME)?;
     let allocator = Arc::new(Allocator {
         nodes: ctx.nodes.clone(),
         api: Api::all(ctx.client.clone()),

@@ -11,7 +11,7 @@ use netcm_workqueue::{Queue, RateLimiter, WorkqueueMetrics};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::EventRecorder;
-use crate::informer::SharedInformer;
+use crate::informer::{InformerEvent, SharedInformer};
 use crate::leader::LeaderGuard;
 
 /// Everything an init function may use to build its controller. Init functions subscribe to the informer
@@ -44,6 +44,19 @@ impl InitContext {
             RateLimiter::default_controller(),
             Some(&self.workqueue_metrics),
         )
+    }
+
+    /// [`InitContext::new_queue`], subscribed to the Node informer: every add, update or delete queues
+    /// the Node's name (handlers only enqueue; the sync re-reads the cache).
+    pub fn node_queue(&self, name: &str) -> Result<Queue<String>, InitError> {
+        let queue = self.new_queue(name);
+        let handler_queue = queue.clone();
+        self.nodes
+            .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
+                handler_queue.add(ev.name());
+            }))
+            .map_err(InitError::new)?;
+        Ok(queue)
     }
 }
 

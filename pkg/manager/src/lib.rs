@@ -21,6 +21,7 @@ pub mod informer;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod node;
 pub mod registry;
 pub mod run;
 pub mod secure;

@@ -5,14 +5,26 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrefixError {
     /// More than one "/".
-    #[error("--annotation-prefix {0:?}: the prefix can contain at most one \"/\"")]
-    Slashes(String),
+    #[error("{flag} {value:?}: the prefix can contain at most one \"/\"")]
+    Slashes {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// Not `fqdn/[0-9a-z-_]*`.
-    #[error("--annotation-prefix {0:?}: the prefix must be in the format fqdn/[0-9a-z-_]* (lowercase letters, digits, '-', '_'; at least one '.' before the '/')")]
-    Format(String),
+    #[error("{flag} {value:?}: the prefix must be in the format fqdn/[0-9a-z-_]* (lowercase letters, digits, '-', '_'; at least one '.' before the '/')")]
+    Format {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// flannel's pattern matches, but a resulting key breaks the API server's annotation key rules.
-    #[error("--annotation-prefix {prefix:?}: {key:?} would not be a valid annotation key: {why}")]
+    #[error("{flag} {prefix:?}: {key:?} would not be a valid annotation key: {why}")]
     Key {
+        /// The flag.
+        flag: &'static str,
         /// The flag value.
         prefix: String,
         /// The offending key.
@@ -51,18 +63,26 @@ impl Keys {
     /// whole string must match (flannel's is anchored only at the end, so it accepts e.g. upper case
     /// before the last label, which the API server then refuses), and every key must be a valid
     /// annotation key.
-    pub fn new(flag: &str) -> Result<Self, PrefixError> {
-        let mut prefix = flag.to_string();
+    pub fn new(flag: &'static str, value: &str) -> Result<Self, PrefixError> {
+        let mut prefix = value.to_string();
         match prefix.matches('/').count() {
             0 => prefix.push('/'),
             1 => {}
-            _ => return Err(PrefixError::Slashes(flag.to_string())),
+            _ => {
+                return Err(PrefixError::Slashes {
+                    flag,
+                    value: value.to_string(),
+                })
+            }
         }
         if !prefix.ends_with('/') && !prefix.ends_with('-') {
             prefix.push('-');
         }
         if !matches_flannel_pattern(&prefix) {
-            return Err(PrefixError::Format(flag.to_string()));
+            return Err(PrefixError::Format {
+                flag,
+                value: value.to_string(),
+            });
         }
         let key = |name: &str| format!("{prefix}{name}");
         let keys = Keys {
@@ -79,7 +99,8 @@ impl Keys {
         for k in keys.all() {
             if let Err(why) = check_annotation_key(k) {
                 return Err(PrefixError::Key {
-                    prefix: flag.to_string(),
+                    flag,
+                    prefix: value.to_string(),
                     key: k.to_string(),
                     why,
                 });
@@ -159,11 +180,13 @@ fn check_annotation_key(key: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    /// The flag named in errors.
+    const F: &str = "--annotation-prefix";
     use super::*;
 
     #[test]
     fn the_default_prefix_gives_flannels_keys() {
-        let k = Keys::new("flannel.alpha.coreos.com").expect("valid");
+        let k = Keys::new(F, "flannel.alpha.coreos.com").expect("valid");
         assert_eq!(k.prefix, "flannel.alpha.coreos.com/");
         assert_eq!(k.public_ip, "flannel.alpha.coreos.com/public-ip");
         assert_eq!(
@@ -179,15 +202,17 @@ mod tests {
     #[test]
     fn a_trailing_slash_is_kept_and_a_name_part_gets_a_dash() {
         assert_eq!(
-            Keys::new("example.com/").expect("valid").public_ip,
+            Keys::new(F, "example.com/").expect("valid").public_ip,
             "example.com/public-ip"
         );
         assert_eq!(
-            Keys::new("example.com/lease").expect("valid").public_ip,
+            Keys::new(F, "example.com/lease").expect("valid").public_ip,
             "example.com/lease-public-ip"
         );
         assert_eq!(
-            Keys::new("example.com/lease-").expect("valid").backend_type,
+            Keys::new(F, "example.com/lease-")
+                .expect("valid")
+                .backend_type,
             "example.com/lease-backend-type"
         );
     }
@@ -195,8 +220,11 @@ mod tests {
     #[test]
     fn more_than_one_slash_is_refused() {
         assert_eq!(
-            Keys::new("a.example.com/x/y"),
-            Err(PrefixError::Slashes("a.example.com/x/y".into()))
+            Keys::new(F, "a.example.com/x/y"),
+            Err(PrefixError::Slashes {
+                flag: F,
+                value: "a.example.com/x/y".into()
+            })
         );
     }
 
@@ -212,31 +240,31 @@ mod tests {
             "/x",
         ] {
             assert!(
-                matches!(Keys::new(bad), Err(PrefixError::Format(_))),
+                matches!(Keys::new(F, bad), Err(PrefixError::Format { .. })),
                 "{bad:?} must be refused, got {:?}",
-                Keys::new(bad)
+                Keys::new(F, bad)
             );
         }
     }
 
     #[test]
     fn a_prefix_flannel_accepts_but_the_api_server_would_refuse_is_refused_with_the_key() {
-        let err = Keys::new("my_domain.example.com").expect_err("underscore in the domain");
+        let err = Keys::new(F, "my_domain.example.com").expect_err("underscore in the domain");
         assert!(
             matches!(&err, PrefixError::Key { key, .. } if key == "my_domain.example.com/kube-subnet-manager"),
             "{err}"
         );
         assert!(matches!(
-            Keys::new("example.com/_x"),
+            Keys::new(F, "example.com/_x"),
             Err(PrefixError::Key { .. })
         ));
         let long = format!("example.com/{}", "a".repeat(50));
-        assert!(matches!(Keys::new(&long), Err(PrefixError::Key { .. })));
+        assert!(matches!(Keys::new(F, &long), Err(PrefixError::Key { .. })));
     }
 
     #[test]
     fn the_error_names_the_flag() {
-        let msg = Keys::new("a/b/c").expect_err("bad").to_string();
+        let msg = Keys::new(F, "a/b/c").expect_err("bad").to_string();
         assert!(msg.starts_with("--annotation-prefix"), "{msg}");
     }
 }

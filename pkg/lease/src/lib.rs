@@ -1,0 +1,7 @@
+//! flannel's kube-subnet-manager lease format, shared by the controllers that write it
+//! (node-annotation-syncer) and read it (route-controller): the annotation keys under a prefix, derived
+//! with flannel's `--kube-annotation-prefix` rules and checked to be keys the API server accepts. Pure.
+
+pub mod keys;
+
+pub use keys::{Keys, PrefixError};
