@@ -23,6 +23,8 @@ use serde_json::json;
 
 const CLUSTER_CIDR: &str = "10.64.0.0/10";
 const CREATORS: usize = 16;
+/// How long a controller is watched doing nothing after its last allocation.
+const IDLE_WINDOW: Duration = Duration::from_secs(20);
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -183,6 +185,7 @@ fn proc_stats(pid: u32) -> ProcStats {
 
 struct Row {
     contender: String,
+    idle_cpu_pct: Option<f64>,
     seconds: f64,
     writes_per_node: Option<f64>,
     stats: Option<ProcStats>,
@@ -245,6 +248,11 @@ async fn run_controller(
         .expect("allocation within 30 min")
         .unwrap();
     let stats = proc_stats(child.id());
+    // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let idle_cpu_pct = (proc_stats(child.id()).cpu_seconds - stats.cpu_seconds)
+        / IDLE_WINDOW.as_secs_f64()
+        * 100.0;
     let _ = child.kill();
     let _ = child.wait();
     let seconds = finished.duration_since(start).as_secs_f64();
@@ -257,6 +265,7 @@ async fn run_controller(
     );
     Row {
         contender: label.to_string(),
+        idle_cpu_pct: Some(idle_cpu_pct),
         seconds,
         writes_per_node: Some(patches as f64 / n as f64),
         stats: Some(stats),
@@ -291,10 +300,107 @@ async fn api_ceiling(client: &kube::Client, n: usize) -> Row {
     eprintln!("ceiling: {seconds:.1} s");
     Row {
         contender: "API ceiling (16 concurrent PATCHes, no controller)".to_string(),
+        idle_cpu_pct: None,
         seconds,
         writes_per_node: Some(1.0),
         stats: None,
     }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+/// Steady state: with netcm running, Nodes arrive one at a time; how long from the create's response to
+/// the Node's pod CIDR, against the round trip of one PATCH of a Node (same client, same moment).
+async fn latency(client: &kube::Client, netcm: Command, n: usize) {
+    let api: Api<Node> = Api::all(client.clone());
+    let seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
+        Default::default();
+    let recorder = seen.clone();
+    let watch_api = api.clone();
+    let watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher(watch_api, watcher::Config::default()));
+        while let Some(ev) = stream.next().await {
+            if let Ok(watcher::Event::Apply(node)) = ev {
+                let has = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.pod_cidr.as_ref())
+                    .is_some();
+                if has {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    recorder
+                        .lock()
+                        .unwrap()
+                        .entry(name)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        }
+    });
+    let mut netcm = netcm;
+    let log = std::fs::File::create("/tmp/bench-latency.log").unwrap();
+    let mut child = netcm
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_for("netcm to lead", Duration::from_secs(30), || async {
+        std::fs::read_to_string("/tmp/bench-latency.log")
+            .unwrap_or_default()
+            .contains("started controller")
+            .then_some(())
+    })
+    .await;
+    let mut created = Vec::new();
+    for i in 0..n {
+        let name = format!("bench-latency-{i:04}");
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        api.create(&PostParams::default(), &node).await.unwrap();
+        created.push((name, Instant::now()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut rtts = Vec::new();
+    for (name, _) in &created {
+        let patch = json!({"metadata": {"annotations": {"bench.netcm.io/ping": "1"}}});
+        let t0 = Instant::now();
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        rtts.push(t0.elapsed());
+    }
+    wait_for(
+        "every latency node to be allocated",
+        Duration::from_secs(60),
+        || async { (seen.lock().unwrap().len() >= n).then_some(()) },
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    let mut lat: Vec<Duration> = created
+        .iter()
+        .filter_map(|(name, t0)| seen.get(name).map(|t| t.saturating_duration_since(*t0)))
+        .collect();
+    lat.sort();
+    rtts.sort();
+    let (p50, p99, rtt50) = (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        percentile(&rtts, 0.5),
+    );
+    println!(
+        "\nNode created → pod CIDR set, {n} Nodes arriving one at a time: p50 {:.1} ms, p99 {:.1} ms; \
+         one PATCH round trip p50 {:.1} ms; p99 / PATCH = {:.2}×",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        rtt50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() / rtt50.as_secs_f64().max(1e-9)
+    );
+    delete_all_nodes(client).await;
 }
 
 fn kcm_command(kubeconfig: &Path, qps: u32, burst: u32) -> Command {
@@ -361,6 +467,7 @@ async fn main() {
     );
     if only_netcm {
         print_table(n, &rows);
+        latency(&client, netcm(&[]), 200).await;
         return;
     }
     rows.push(
@@ -386,6 +493,7 @@ async fn main() {
         );
     }
     print_table(n, &rows);
+    latency(&client, netcm(&[]), 200).await;
 }
 
 fn print_table(n: usize, rows: &[Row]) {
@@ -394,8 +502,8 @@ fn print_table(n: usize, rows: &[Row]) {
         .map(|c| c.get())
         .unwrap_or(0);
     println!("\nAllocation of a {n}-Node backlog (Nodes ~8 KB each), real kube-apiserver, {cores} cores\n");
-    println!("| contender | time to allocate all | Nodes/s | × ceiling | node PATCHes per Node | peak RSS MiB | CPU s |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| contender | time to allocate all | Nodes/s | × ceiling | node PATCHes per Node | peak RSS MiB | CPU s | idle CPU % |");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
         let (rss, cpu) = r
             .stats
@@ -408,7 +516,7 @@ fn print_table(n: usize, rows: &[Row]) {
             })
             .unwrap_or(("–".into(), "–".into()));
         println!(
-            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {} | {} |",
             r.contender,
             r.seconds,
             n as f64 / r.seconds,
@@ -417,12 +525,15 @@ fn print_table(n: usize, rows: &[Row]) {
                 .map(|w| format!("{w:.2}"))
                 .unwrap_or_default(),
             rss,
-            cpu
+            cpu,
+            r.idle_cpu_pct
+                .map(|p| format!("{p:.2}"))
+                .unwrap_or_else(|| "–".into())
         );
     }
     let find = |needle: &str| rows.iter().find(|r| r.contender.contains(needle));
     if let (Some(netcm), Some(kcm)) = (
-        find("netcm"),
+        find("netcm (defaults"),
         find("kube-controller-manager nodeipam (qps 500"),
     ) {
         println!(
@@ -438,7 +549,7 @@ fn print_table(n: usize, rows: &[Row]) {
         }
     }
     if let (Some(netcm), Some(kcm)) = (
-        find("netcm"),
+        find("netcm (defaults"),
         find("kube-controller-manager nodeipam (defaults"),
     ) {
         println!(
