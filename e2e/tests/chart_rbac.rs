@@ -1,7 +1,7 @@
 //! The Helm chart's RBAC, proven on the real API server: the objects `helm template` renders with the
 //! default values are applied (server-side) in namespace `netcm-system`, netcm runs with a token of the
 //! chart's ServiceAccount and nothing else, and
-//! - with the whole RBAC it allocates pod CIDRs, holds its Lease, records Events and looks up its own
+//! - with the whole RBAC it allocates pod CIDRs, publishes lease annotations, holds its Lease, records Events and looks up its own
 //!   Node through its Pod, without a single "forbidden" in its log;
 //! - without any one rule of the ClusterRole or the Role, the feature that rule is for fails, with a
 //!   clear error in the log (so no rule is there for nothing);
@@ -430,11 +430,11 @@ async fn remove_pod(env: &TestEnv) {
 
 /// Starts netcm as the chart's Deployment would run it (its args and POD_NAME/POD_NAMESPACE), as the
 /// chart's ServiceAccount, running only the allocator, with an Event per allocation.
-fn start_netcm(label: &str, kubeconfig: &Path, chart: &Rendering) -> Netcm {
+fn start_netcm(label: &str, kubeconfig: &Path, chart: &Rendering, controllers: &str) -> Netcm {
     let args = adapt(
         &chart.args("Deployment"),
         &[
-            ("--controllers", "subnet-allocator"),
+            ("--controllers", controllers),
             ("--cluster-cidr", CLUSTER_CIDR),
             ("--record-cidr-assigned-events", "true"),
             ("--leader-elect-resource-namespace", NAMESPACE),
@@ -493,7 +493,12 @@ async fn the_charts_rbac_lets_netcm_allocate_lead_record_events_and_find_its_nod
     stage(&env).await;
     let (kubeconfig, _dir) = serviceaccount_kubeconfig(&env, NAMESPACE, &sa).await;
 
-    let mut netcm = start_netcm("chart-rbac", &kubeconfig, &chart);
+    let mut netcm = start_netcm(
+        "chart-rbac",
+        &kubeconfig,
+        &chart,
+        "subnet-allocator,node-annotation-syncer",
+    );
     wait_started(&mut netcm).await;
     let nodes: Api<Node> = Api::all(env.client.clone());
     for n in NODES {
@@ -511,6 +516,19 @@ async fn the_charts_rbac_lets_netcm_allocate_lead_record_events_and_find_its_nod
         })
         .await;
     }
+    // node-annotation-syncer publishes the lease once a Node has an address.
+    netcm_e2e::nodes::set_addresses(
+        &env.client,
+        NODES[1],
+        &[("InternalIP".into(), "192.0.2.51".into())],
+    )
+    .await;
+    wait_for("the public-ip lease annotation", TIMEOUT, || async {
+        let node = nodes.get(NODES[1]).await.ok()?;
+        let ann = node.metadata.annotations?;
+        (ann.get("flannel.alpha.coreos.com/public-ip")? == "192.0.2.51").then_some(())
+    })
+    .await;
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), NAMESPACE);
     let holder = wait_for(
         "the Lease in the chart's namespace to be held",
@@ -598,7 +616,7 @@ async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly
         .await;
         stage(&env).await;
         let label = format!("without-{}-{}", case.resource, case.verbs.join("-"));
-        let mut netcm = start_netcm(&label, &kubeconfig, &chart);
+        let mut netcm = start_netcm(&label, &kubeconfig, &chart, "subnet-allocator");
         wait_started(&mut netcm).await;
         wait_for(
             &format!(
