@@ -91,8 +91,12 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)
     Ok((listener, local))
 }
 
-/// Serves until `cancel` fires.
-pub async fn serve(listener: TcpListener, endpoints: Endpoints, cancel: CancellationToken) {
+/// Accepts connections until `cancel` fires, handing each to `handle` on its own task.
+pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, cancel: CancellationToken, handle: F)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     loop {
         let (stream, _) = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -104,16 +108,36 @@ pub async fn serve(listener: TcpListener, endpoints: Endpoints, cancel: Cancella
                 }
             },
         };
-        let endpoints = endpoints.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let resp = route(&endpoints, &req);
-                async move { Ok::<_, Infallible>(resp) }
-            });
-            let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = conn.serve_connection(TokioIo::new(stream), svc).await {
-                tracing::debug!(error = %e, "metrics/health connection ended with an error");
-            }
-        });
+        tokio::spawn(handle(stream));
     }
+}
+
+/// Serves HTTP/1 or HTTP/2 on one connection with `route`-style responses.
+pub(crate) async fn serve_connection<I, S, Fut>(io: I, svc: S)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let svc = std::sync::Arc::new(svc);
+    let service = service_fn(move |req: Request<Incoming>| {
+        let svc = svc.clone();
+        async move { Ok::<_, Infallible>(svc(req).await) }
+    });
+    let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    if let Err(e) = conn.serve_connection(TokioIo::new(io), service).await {
+        tracing::debug!(error = %e, "metrics/health connection ended with an error");
+    }
+}
+
+/// Serves until `cancel` fires.
+pub async fn serve(listener: TcpListener, endpoints: Endpoints, cancel: CancellationToken) {
+    accept_loop(listener, cancel, move |stream| {
+        let endpoints = endpoints.clone();
+        serve_connection(stream, move |req| {
+            let resp = route(&endpoints, &req);
+            async move { resp }
+        })
+    })
+    .await;
 }

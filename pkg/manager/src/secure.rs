@@ -5,7 +5,6 @@
 //! `AlwaysAllowPaths`).
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -14,8 +13,6 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -27,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{route, Endpoints};
+use crate::http::{accept_loop, route, serve_connection, Endpoints};
 
 /// How long an authentication or authorization answer is reused.
 const CACHE_TTL: Duration = Duration::from_secs(10);
@@ -244,20 +241,10 @@ pub async fn serve(
     endpoints: Endpoints,
     cancel: CancellationToken,
 ) {
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a secure connection failed");
-                    continue;
-                }
-            },
-        };
+    accept_loop(listener, cancel, move |stream| {
         let (acceptor, delegation, endpoints) =
             (acceptor.clone(), delegation.clone(), endpoints.clone());
-        tokio::spawn(async move {
+        async move {
             let tls = match acceptor.accept(stream).await {
                 Ok(t) => t,
                 Err(e) => {
@@ -265,23 +252,20 @@ pub async fn serve(
                     return;
                 }
             };
-            let svc = service_fn(move |req: Request<Incoming>| {
+            serve_connection(tls, move |req| {
                 let (delegation, endpoints) = (delegation.clone(), endpoints.clone());
                 async move {
-                    let resp = match delegation.check(&req).await {
+                    match delegation.check(&req).await {
                         Ok(()) => route(&endpoints, &req),
                         Err(Refusal::Unauthorized(why)) => refusal(StatusCode::UNAUTHORIZED, why),
                         Err(Refusal::Forbidden(why)) => refusal(StatusCode::FORBIDDEN, why),
-                    };
-                    Ok::<_, Infallible>(resp)
+                    }
                 }
-            });
-            let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = conn.serve_connection(TokioIo::new(tls), svc).await {
-                tracing::debug!(error = %e, "secure connection ended with an error");
-            }
-        });
-    }
+            })
+            .await;
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
