@@ -100,12 +100,29 @@ impl Netcm {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
-    /// Waits until the log contains `needle`.
+    /// Panics at once if the process has exited (so a crash fails the test now, not at a timeout).
+    pub fn assert_running(&self) {
+        let exited = self
+            .child
+            .as_ref()
+            .and_then(|c| std::fs::read_to_string(format!("/proc/{}/stat", c.id())).ok())
+            .map(|stat| stat.split_whitespace().nth(2) == Some("Z"))
+            .unwrap_or(true);
+        assert!(!exited, "{} exited unexpectedly", self.label);
+    }
+
+    /// Waits until the log contains `needle`; fails at once if the process exits first.
     pub async fn wait_log(&self, needle: &str, timeout: Duration) {
         wait_for(
             &format!("{} to log {needle:?}", self.label),
             timeout,
-            || async { self.logs().contains(needle).then_some(()) },
+            || async {
+                if self.logs().contains(needle) {
+                    return Some(());
+                }
+                self.assert_running();
+                None
+            },
         )
         .await;
     }
@@ -117,7 +134,7 @@ impl Netcm {
             &format!("{label} to log its identity"),
             Duration::from_secs(30),
             || async {
-                self.logs().lines().find_map(|l| {
+                let found = self.logs().lines().find_map(|l| {
                     let rest = l.split(" identity=").nth(1)?;
                     Some(
                         rest.split_whitespace()
@@ -125,7 +142,11 @@ impl Netcm {
                             .trim_matches('"')
                             .to_string(),
                     )
-                })
+                });
+                if found.is_none() {
+                    self.assert_running();
+                }
+                found
             },
         )
         .await
