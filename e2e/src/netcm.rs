@@ -37,41 +37,41 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A running netcm.
-pub struct Netcm {
+/// A spawned netcm and its log file: what [`Netcm`] and [`crate::netns::NetnsNetcm`] share. Killed on
+/// drop; its log tail is printed when the test is failing.
+pub struct NetcmProcess {
     child: Option<std::process::Child>,
     pub log_path: PathBuf,
-    pub port: u16,
-    /// `--secure-port`: HTTPS with TokenReview / SubjectAccessReview.
-    pub secure_port: u16,
     pub label: String,
     _dir: tempfile::TempDir,
 }
 
-impl Netcm {
-    /// Starts netcm against `kubeconfig` with test defaults (loopback HTTP on a free port, Lease in
-    /// kube-system, -v=2) followed by `args` (later flags win).
-    pub fn start(label: &str, kubeconfig: &Path, args: &[&str]) -> Netcm {
-        Self::start_with_env(label, kubeconfig, args, &[])
-    }
-
-    /// Like [`Netcm::start`] with extra environment variables.
-    pub fn start_with_env(
+impl NetcmProcess {
+    /// Runs `wrapper… netcm --kubeconfig=… <test defaults> harness_args… args…` with `env`, logging to a
+    /// temporary file. Test defaults: Lease in kube-system, -v=2, no inherited RUST_LOG/NODE_NAME/POD_NAME.
+    pub fn spawn(
         label: &str,
+        wrapper: &[&str],
         kubeconfig: &Path,
+        harness_args: &[String],
         args: &[&str],
         env: &[(&str, &str)],
-    ) -> Netcm {
+    ) -> NetcmProcess {
         let dir = tempfile::tempdir().expect("tempdir");
         let log_path = dir.path().join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
-        let port = free_port();
-        let secure_port = free_port();
-        let mut cmd = Command::new(netcm_binary());
+        let (program, wrapper_args) = match wrapper.split_first() {
+            Some((first, rest)) => (PathBuf::from(first), rest),
+            None => (netcm_binary().to_path_buf(), &[][..]),
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(wrapper_args);
+        if !wrapper.is_empty() {
+            cmd.arg(netcm_binary());
+        }
         cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--bind-address=127.0.0.1")
-            .arg(format!("--port={port}"))
-            .arg(format!("--secure-port={secure_port}"))
+            .args(harness_args)
             .arg(format!(
                 "--leader-elect-resource-namespace={LEASE_NAMESPACE}"
             ))
@@ -84,12 +84,12 @@ impl Netcm {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log);
-        let child = cmd.spawn().expect("spawn netcm");
-        Netcm {
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {label} ({wrapper:?} netcm): {e}"));
+        NetcmProcess {
             child: Some(child),
             log_path,
-            port,
-            secure_port,
             label: label.to_string(),
             _dir: dir,
         }
@@ -182,6 +182,66 @@ impl Netcm {
         })
         .await
     }
+}
+
+impl Drop for NetcmProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            print_log_tail(&self.label, &self.log_path);
+        }
+    }
+}
+
+/// A running netcm on the test's own network (loopback HTTP and HTTPS ports).
+pub struct Netcm {
+    process: NetcmProcess,
+    pub port: u16,
+    /// `--secure-port`: HTTPS with TokenReview / SubjectAccessReview.
+    pub secure_port: u16,
+}
+
+impl std::ops::Deref for Netcm {
+    type Target = NetcmProcess;
+    fn deref(&self) -> &NetcmProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Netcm {
+    fn deref_mut(&mut self) -> &mut NetcmProcess {
+        &mut self.process
+    }
+}
+
+impl Netcm {
+    /// Starts netcm against `kubeconfig` with test defaults (loopback HTTP on a free port, Lease in
+    /// kube-system, -v=2) followed by `args` (later flags win).
+    pub fn start(label: &str, kubeconfig: &Path, args: &[&str]) -> Netcm {
+        Self::start_with_env(label, kubeconfig, args, &[])
+    }
+
+    /// Like [`Netcm::start`] with extra environment variables.
+    pub fn start_with_env(
+        label: &str,
+        kubeconfig: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Netcm {
+        let (port, secure_port) = (free_port(), free_port());
+        let harness = [
+            format!("--port={port}"),
+            format!("--secure-port={secure_port}"),
+        ];
+        Netcm {
+            process: NetcmProcess::spawn(label, &[], kubeconfig, &harness, args, env),
+            port,
+            secure_port,
+        }
+    }
 
     /// GET a path on the metrics/health port: (status, body).
     pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
@@ -230,18 +290,6 @@ impl Netcm {
     pub async fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.http_get("/metrics").await?;
         sample(&body, series)
-    }
-}
-
-impl Drop for Netcm {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            print_log_tail(&self.label, &self.log_path);
-        }
     }
 }
 

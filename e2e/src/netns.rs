@@ -12,16 +12,15 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use nix::sched::{setns, CloneFlags};
 use serde::Deserialize;
 
-use crate::netcm::netcm_binary;
-use crate::{wait_for, LEASE_NAMESPACE};
+use crate::netcm::NetcmProcess;
 
 /// Every namespace this harness creates starts with this, followed by the test process id.
 const PREFIX: &str = "netcm-e2e-";
@@ -252,12 +251,22 @@ impl Drop for Forwarder {
 /// netcm running inside a network namespace (`ip netns exec`), with the test defaults of
 /// [`crate::Netcm::start`]: its HTTP port on the namespace's loopback, Lease in kube-system, -v=2.
 pub struct NetnsNetcm {
-    child: Option<std::process::Child>,
+    process: NetcmProcess,
     netns: String,
-    pub log_path: PathBuf,
     pub port: u16,
-    pub label: String,
-    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for NetnsNetcm {
+    type Target = NetcmProcess;
+    fn deref(&self) -> &NetcmProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for NetnsNetcm {
+    fn deref_mut(&mut self) -> &mut NetcmProcess {
+        &mut self.process
+    }
 }
 
 impl NetnsNetcm {
@@ -270,60 +279,15 @@ impl NetnsNetcm {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> NetnsNetcm {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log_path = dir.path().join(format!("{label}.log"));
-        let log = File::create(&log_path).expect("log file");
         let port = ns.free_port();
-        let mut cmd = Command::new("ip");
         // `ip netns exec` enters the namespace and execs netcm: the child's pid is netcm's.
-        cmd.args(["netns", "exec", &ns.name])
-            .arg(netcm_binary())
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--bind-address=127.0.0.1")
-            .arg(format!("--port={port}"))
-            .arg(format!(
-                "--leader-elect-resource-namespace={LEASE_NAMESPACE}"
-            ))
-            .arg("-v=2")
-            .args(args)
-            .env_remove("RUST_LOG")
-            .env_remove("NODE_NAME")
-            .env_remove("POD_NAME")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log);
-        let child = cmd.spawn().expect("spawn ip netns exec netcm");
+        let wrapper = ["ip", "netns", "exec", ns.name.as_str()];
+        let harness = [format!("--port={port}")];
         NetnsNetcm {
-            child: Some(child),
+            process: NetcmProcess::spawn(label, &wrapper, kubeconfig, &harness, args, env),
             netns: ns.name.clone(),
-            log_path,
             port,
-            label: label.to_string(),
-            _dir: dir,
         }
-    }
-
-    /// The log so far.
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-
-    /// Waits until the log contains `needle`.
-    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        wait_for(
-            &format!("{} to log {needle:?}", self.label),
-            timeout,
-            || async { self.logs().contains(needle).then_some(()) },
-        )
-        .await;
-    }
-
-    /// The exit status if the process has exited.
-    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// GET a path on netcm's HTTP port inside the namespace: (status, body).
@@ -354,17 +318,5 @@ impl NetnsNetcm {
     pub async fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.http_get("/metrics").await?;
         crate::netcm::sample(&body, series)
-    }
-}
-
-impl Drop for NetnsNetcm {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            crate::netcm::print_log_tail(&self.label, &self.log_path);
-        }
     }
 }
