@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -167,7 +168,7 @@ where
         let transform = self.shared.transform.clone();
         let kind = K::kind(&()).to_string();
         let stream = watcher(api, watcher::Config::default().page_size(100))
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(move |obj: &mut K| transform(obj));
         let mut stream = std::pin::pin!(stream);
         let mut before_relist: HashMap<String, Arc<K>> = HashMap::new();
@@ -240,6 +241,43 @@ where
     }
 }
 
+/// The informer's retry policy after a failed list or watch: 250 ms doubling to 5 s, with jitter, back to
+/// 250 ms after any success. kube-runtime's default (800 ms to 30 s, reset only after 120 s without an
+/// error) left the cache blind for up to a minute after an API server restart, because the relist that a
+/// restart's "resource version too old" demands came after a backoff grown during the outage.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::MIN }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let current = self.next;
+        self.next = (current * 2).min(Self::MAX);
+        // Up to 25 % jitter, so replicas that lost the API server together do not return in lockstep.
+        Some(current.mul_f64(1.0 + rand::random::<f64>() * 0.25))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
 /// Trims a Node to what netcm's controllers read: name, uid, annotations, deletion timestamp,
 /// `spec.podCIDR(s)`, `status.addresses` and the `NetworkUnavailable` condition. At 5,000 Nodes this keeps
 /// the cache a small fraction of a full Node list.
@@ -279,6 +317,22 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    #[test]
+    fn the_watch_backoff_doubles_to_five_seconds_and_starts_over_after_a_success() {
+        use kube::runtime::utils::Backoff;
+        let mut b = WatchBackoff::default();
+        let delays: Vec<Duration> = (0..8).filter_map(|_| b.next()).collect();
+        assert!(delays[0] >= Duration::from_millis(250) && delays[0] <= Duration::from_millis(313));
+        assert!(delays[1] >= Duration::from_millis(500));
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_millis(6250)),
+            "{delays:?}"
+        );
+        assert!(delays[7] >= Duration::from_secs(5));
+        b.reset();
+        assert!(b.next().is_some_and(|d| d <= Duration::from_millis(313)));
+    }
 
     #[test]
     fn trimming_a_node_keeps_what_controllers_read_and_drops_the_rest() {
