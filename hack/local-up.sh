@@ -14,6 +14,10 @@ kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
 export KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 kubectl=$(bash hack/controlplane.sh bin kubectl)
 
+echo "installing the chart's CRDs (PodCIDRClaim)"
+"$kubectl" apply --server-side --field-manager=netcm-local-up -f charts/netcm/crds/ >/dev/null
+"$kubectl" wait --for=condition=Established --timeout=60s -f charts/netcm/crds/ >/dev/null
+
 echo "registering sample Nodes"
 for i in 1 2 3 4 5; do
   cat <<YAML | "$kubectl" apply -f - >/dev/null
@@ -36,6 +40,7 @@ netcm is starting against the local control plane. In another terminal:
   export KUBECONFIG=$KUBECONFIG
   alias kubectl=$kubectl
   kubectl get nodes -o custom-columns=NAME:.metadata.name,POD-CIDRS:.spec.podCIDRs
+  kubectl get podcidrclaims
   kubectl get node sample-node-1 -o jsonpath='{.metadata.annotations}'; echo
   kubectl get events.events.k8s.io -A
   curl -s localhost:$port/metrics | grep -E '^(node_ipam|workqueue_depth|leader_election)'

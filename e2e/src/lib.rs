@@ -73,11 +73,42 @@ pub fn control_plane() -> &'static ControlPlane {
             }
         };
         let audit_log = PathBuf::from(controlplane_sh(&["audit"]).trim());
+        install_crds(&kubeconfig);
         ControlPlane {
             kubeconfig,
             audit_log,
         }
     })
+}
+
+/// The chart's CRDs (`charts/netcm/crds/`), applied as `helm install` would before netcm starts.
+pub fn install_crds(kubeconfig: &Path) {
+    let kubectl = tool("kubectl");
+    let crds = repo_root().join("charts/netcm/crds");
+    for args in [
+        vec!["apply", "--server-side", "--field-manager=netcm-e2e", "-f"],
+        vec!["wait", "--for=condition=Established", "--timeout=60s", "-f"],
+    ] {
+        let out = Command::new(&kubectl)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(&args)
+            .arg(&crds)
+            .output()
+            .unwrap_or_else(|e| panic!("running kubectl {args:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} {} failed:\n{}",
+            crds.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The PodCIDRClaims API (cluster-scoped).
+pub fn pod_cidr_claims(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("ipam.netcm.io", "v1alpha1", "PodCIDRClaim");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podcidrclaims");
+    Api::all_with(client.clone(), &resource)
 }
 
 /// Stops and starts kube-apiserver, keeping etcd's data.
@@ -120,7 +151,7 @@ pub struct TestEnv {
 pub const LEASE_NAMESPACE: &str = "kube-system";
 
 impl TestEnv {
-    /// Takes the cluster lock and removes every Node, Lease in kube-system and Event in default.
+    /// Takes the cluster lock and removes every Node, Lease in kube-system, Event in default and PodCIDRClaim.
     pub async fn new() -> TestEnv {
         let started = Instant::now();
         let cp = control_plane().clone();
@@ -166,7 +197,8 @@ impl TestEnv {
         }
     }
 
-    /// Deletes every Node, Lease (kube-system) and Event (default), and waits until they are gone.
+    /// Deletes every Node, Lease (kube-system), Event (default) and PodCIDRClaim, and waits until the Nodes
+    /// and Leases are gone.
     pub async fn clean(&self) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dp = DeleteParams {
@@ -187,6 +219,10 @@ impl TestEnv {
             .delete_collection(&dp, &ListParams::default())
             .await
             .expect("delete events");
+        pod_cidr_claims(&self.client)
+            .delete_collection(&dp, &ListParams::default())
+            .await
+            .expect("delete PodCIDRClaims");
         wait_for(
             "nodes and leases to be deleted",
             Duration::from_secs(60),

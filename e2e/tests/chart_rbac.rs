@@ -106,7 +106,7 @@ struct Case {
 
 const COORDINATION: &str = "coordination.k8s.io";
 
-static CASES: [Case; 8] = [
+static CASES: [Case; 9] = [
     Case {
         role: "ClusterRole",
         resource: "tokenreviews",
@@ -154,6 +154,15 @@ static CASES: [Case; 8] = [
         probe: Probe("patch", "", "nodes", None, None),
         message: "sync failed",
         error: "cannot patch resource \"nodes\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "podcidrclaims",
+        verbs: &["create", "delete", "get", "list"],
+        feature: "PodCIDRClaims (one claim per CIDR handed out)",
+        probe: Probe("list", "ipam.netcm.io", "podcidrclaims", None, None),
+        message: "listing PodCIDRClaims failed",
+        error: "cannot list resource \"podcidrclaims\"",
     },
     Case {
         role: "ClusterRole",

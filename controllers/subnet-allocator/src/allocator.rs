@@ -1,20 +1,34 @@
 //! The sync handler: one Node key at a time, level-triggered from the cache.
+//!
+//! The ledger (`netcm_ipam::Pools`) is keyed by Node UID, never by name: a Node deleted and re-created
+//! under its name — inside a watch gap, or while its key waited in a backlog — is a new Node, and what
+//! was recorded for the old one (held, pending or claimed) is released, not inherited.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
 use netcm_manager::{EventRecorder, EventType, LeaderGuard, SharedInformer, SyncOutcome};
 use netcm_workqueue::Queue;
 
+use crate::claims::{ClaimError, Claims};
+use crate::decision::{decide, Action, NodeFacts, Recorded};
 use crate::metrics::AllocatorMetrics;
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "subnet-allocator";
+
+/// The ledger owner under which a CIDR claimed for a Node that cannot adopt it is kept reserved.
+pub(crate) fn reservation_owner(cidr: &IpNet) -> String {
+    format!("claim:{cidr}")
+}
+
+fn is_reservation(owner: &str) -> bool {
+    owner.starts_with("claim:")
+}
 
 /// A sync that must be retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -25,9 +39,64 @@ pub enum SyncError {
     /// This process may not write now.
     #[error(transparent)]
     Fenced(#[from] netcm_manager::Fenced),
-    /// The PATCH failed.
+    /// The PATCH failed and may succeed later; the allocation stays recorded for the Node.
     #[error("patching spec.podCIDRs: {0}")]
     Patch(#[from] kube::Error),
+    /// The API refused the PATCH for good; the allocation was released.
+    #[error("the API server rejected spec.podCIDRs {cidrs}: {message}")]
+    Rejected {
+        /// The CIDRs that were refused.
+        cidrs: String,
+        /// The API's message.
+        message: String,
+    },
+    /// Claiming or releasing a PodCIDRClaim failed.
+    #[error("PodCIDRClaim: {0}")]
+    Claim(#[from] ClaimError),
+    /// Every CIDR tried was claimed by another Node.
+    #[error("{0} CIDRs in a row were claimed by other Nodes; retrying")]
+    ClaimsExhausted(usize),
+}
+
+/// Which Node (name and UID) each ledger record belongs to, and which writes the cache has not shown.
+#[derive(Debug, Default)]
+pub(crate) struct Tracking {
+    uid_by_name: HashMap<String, String>,
+    name_by_uid: HashMap<String, String>,
+    /// Node name → the UID whose PATCH succeeded, until the cache shows its CIDRs.
+    written: HashMap<String, String>,
+}
+
+impl Tracking {
+    pub(crate) fn track(&mut self, name: &str, uid: &str) {
+        self.uid_by_name.insert(name.to_string(), uid.to_string());
+        self.name_by_uid.insert(uid.to_string(), name.to_string());
+    }
+
+    fn forget(&mut self, name: &str, uid: &str) {
+        if self.uid_by_name.get(name).map(String::as_str) == Some(uid) {
+            self.uid_by_name.remove(name);
+        }
+        self.name_by_uid.remove(uid);
+        if self.written.get(name).map(String::as_str) == Some(uid) {
+            self.written.remove(name);
+        }
+    }
+
+    fn recorded(&self, name: &str) -> Recorded {
+        Recorded {
+            uid: self.uid_by_name.get(name).cloned(),
+            written_uid: self.written.get(name).cloned(),
+        }
+    }
+
+    /// A ledger owner as people know it: the Node's name, or the reservation as it is.
+    fn display(&self, owner: &str) -> String {
+        self.name_by_uid
+            .get(owner)
+            .cloned()
+            .unwrap_or_else(|| owner.to_string())
+    }
 }
 
 /// The allocator's shared state.
@@ -39,6 +108,9 @@ pub struct Allocator {
     pub(crate) recorder: EventRecorder,
     pub(crate) guard: LeaderGuard,
     pub(crate) metrics: AllocatorMetrics,
+    /// PodCIDRClaims, unless `--pod-cidr-claims=false`.
+    pub(crate) claims: Option<Claims>,
+    pub(crate) tracking: Mutex<Tracking>,
     /// Nodes waiting for a CIDR to be released; requeued at once when one is.
     pub(crate) waiting: Mutex<BTreeSet<String>>,
     /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts`).
@@ -59,12 +131,21 @@ pub fn parse_pod_cidrs(raw: &[String]) -> (Vec<IpNet>, Vec<String>) {
     (good, bad)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What the decision step needs of a cached Node.
+pub(crate) fn facts(node: &Node) -> NodeFacts {
+    NodeFacts {
+        uid: node.metadata.uid.clone().unwrap_or_default(),
+        pod_cidrs: netcm_manager::node::pod_cidrs(node),
+        deleting: node.metadata.deletion_timestamp.is_some(),
+    }
+}
+
 impl Allocator {
-    fn publish_usage(&self, pools: &Pools) {
+    pub(crate) fn publish_usage(&self, pools: &Pools) {
         self.metrics.publish(&pools.stats());
     }
 
@@ -78,25 +159,48 @@ impl Allocator {
         self.metrics.conflicts.set(set.len() as i64);
     }
 
-    /// Releases what a vanished Node held and wakes the Nodes waiting for a CIDR.
-    fn release(&self, name: &str) {
+    /// Counts `released` CIDRs in the metrics of the cluster CIDRs they came from.
+    pub(crate) fn count_released(&self, pools: &Pools, released: &[IpNet]) {
+        for cidr in released {
+            if let Some(set) = pools.sets().iter().find(|s| s.contains(*cidr)) {
+                self.metrics.released(&set.cluster().to_string());
+            }
+        }
+        self.publish_usage(pools);
+    }
+
+    /// Releases what the Node `name` with UID `uid` held or had pending — its claims first, so a CIDR
+    /// is free in the ledger only once no claim names the old Node — and wakes the Nodes waiting for a CIDR.
+    pub(crate) async fn release(&self, name: &str, uid: &str) -> Result<(), SyncError> {
+        let held: Vec<IpNet> = lock(&self.pools)
+            .held_by(uid)
+            .map(<[IpNet]>::to_vec)
+            .unwrap_or_default();
+        if let Some(claims) = &self.claims {
+            for cidr in &held {
+                self.guard.ensure_leader()?;
+                claims.release(cidr, uid).await?;
+            }
+        }
         let released = {
             let mut pools = lock(&self.pools);
-            let released = pools.release_node(name);
-            for cidr in &released {
-                if let Some(set) = pools.sets().iter().find(|s| s.contains(*cidr)) {
-                    self.metrics.released(&set.cluster().to_string());
-                }
-            }
-            self.publish_usage(&pools);
+            let released = pools.release_node(uid);
+            self.count_released(&pools, &released);
             released
         };
+        lock(&self.tracking).forget(name, uid);
         self.set_flagged(name, false);
         lock(&self.waiting).remove(name);
         if released.is_empty() {
-            return;
+            return Ok(());
         }
-        tracing::info!(controller = NAME, node = name, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released pod CIDRs of a deleted node");
+        tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released the pod CIDRs of a deleted node");
+        self.wake_waiting();
+        Ok(())
+    }
+
+    /// Requeues every Node waiting for a CIDR.
+    pub(crate) fn wake_waiting(&self) {
         let waiting: Vec<String> = lock(&self.waiting).iter().cloned().collect();
         for w in waiting {
             self.queue.add(w);
@@ -104,16 +208,39 @@ impl Allocator {
     }
 
     /// Records the CIDRs a Node already has and reports bad data on it.
-    async fn record_existing(&self, node: &Node, name: &str, raw: &[String]) {
+    pub(crate) async fn record_existing(&self, node: &Node, name: &str, uid: &str, raw: &[String]) {
         let (parsed, unparsable) = parse_pod_cidrs(raw);
         let outcome = {
             let mut pools = lock(&self.pools);
-            let o = pools.hold(name, &parsed);
+            let o = pools.hold(uid, &parsed);
             self.publish_usage(&pools);
             o
         };
+        {
+            let mut tracking = lock(&self.tracking);
+            tracking.track(name, uid);
+            tracking.written.remove(name);
+        }
         lock(&self.waiting).remove(name);
-        let flagged = !unparsable.is_empty() || !outcome.is_clean();
+        // A claim this Node held for CIDRs it did not get (an allocation overtaken by another writer)
+        // is stale now: spec.podCIDRs cannot change once set, so no late write can still use it.
+        if let (Some(claims), netcm_ipam::HoldChange::Replaced { previous }) =
+            (&self.claims, &outcome.change)
+        {
+            for cidr in previous.iter().filter(|c| !parsed.contains(c)) {
+                if self.guard.ensure_leader().is_ok() {
+                    if let Err(e) = claims.release(cidr, uid).await {
+                        tracing::warn!(controller = NAME, node = name, cidr = %cidr, error = %e, "could not delete a stale PodCIDRClaim; the next leader's start removes it");
+                    }
+                }
+            }
+        }
+        let findings: Vec<&HoldFinding> = outcome
+            .findings
+            .iter()
+            .filter(|f| !matches!(f, HoldFinding::Conflict { other_node, .. } if is_reservation(other_node)))
+            .collect();
+        let flagged = !unparsable.is_empty() || !findings.is_empty();
         self.set_flagged(name, flagged);
         for bad in &unparsable {
             let note = format!("node {name} has an unparsable pod CIDR {bad:?}; it is ignored and nothing is allocated over it");
@@ -122,16 +249,26 @@ impl Allocator {
                 .publish(node, EventType::Warning, "CIDRInvalid", "RecordCIDR", note)
                 .await;
         }
-        for finding in &outcome.findings {
+        for finding in findings {
             let (reason, other) = match finding {
-                HoldFinding::Conflict { other_node, .. } => {
-                    ("CIDRConflict", Some(other_node.clone()))
-                }
+                HoldFinding::Conflict { other_node, .. } => (
+                    "CIDRConflict",
+                    Some(lock(&self.tracking).display(other_node)),
+                ),
                 HoldFinding::OutOfRange { .. } => ("CIDROutOfRange", None),
                 HoldFinding::ServiceRangeOverlap { .. } => ("CIDRServiceRangeOverlap", None),
             };
-            let note = format!("node {name}: {finding}; netcm keeps it reserved and never hands out an overlapping range");
-            tracing::warn!(controller = NAME, node = name, finding = %finding, "bad pod CIDR on node");
+            let shown = match (finding, &other) {
+                (
+                    HoldFinding::Conflict {
+                        cidr, other_cidr, ..
+                    },
+                    Some(other),
+                ) => format!("{cidr} overlaps {other_cidr} held by node {other}"),
+                _ => finding.to_string(),
+            };
+            let note = format!("node {name}: {shown}; netcm keeps it reserved and never hands out an overlapping range");
+            tracing::warn!(controller = NAME, node = name, finding = %shown, "bad pod CIDR on node");
             self.recorder
                 .publish(node, EventType::Warning, reason, "RecordCIDR", note.clone())
                 .await;
@@ -147,103 +284,40 @@ impl Allocator {
     }
 
     /// The sync handler: allocate for a Node without pod CIDRs, record a Node that has them, release a
-    /// Node that is gone. Decides from the cache alone.
+    /// Node that is gone or was re-created under its name. Decides from the cache alone.
     pub async fn sync_node(&self, name: &str) -> Result<SyncOutcome, SyncError> {
-        let Some(node) = self.nodes.get(name) else {
-            self.release(name);
-            return Ok(SyncOutcome::Done);
-        };
-        let raw = netcm_manager::node::pod_cidrs(&node);
-        if !raw.is_empty() {
-            self.record_existing(&node, name, &raw).await;
-            return Ok(SyncOutcome::Done);
+        let node = self.nodes.get(name);
+        let facts = node.as_deref().map(facts);
+        let recorded = lock(&self.tracking).recorded(name);
+        let decision = decide(facts.as_ref(), &recorded);
+        if let Some(previous) = &decision.release_previous {
+            tracing::info!(controller = NAME, node = name, old_uid = %previous, "node was re-created under its name; releasing what the old node held");
+            self.release(name, previous).await?;
         }
-        if node.metadata.deletion_timestamp.is_some() {
-            // Being deleted and never allocated: nothing to give it.
-            return Ok(SyncOutcome::Done);
-        }
-        let allocation = {
-            let mut pools = lock(&self.pools);
-            let a = pools.allocate_detailed(name);
-            if let Ok(a) = &a {
-                self.metrics.allocated(&a.fresh);
-                self.publish_usage(&pools);
-            }
-            a
-        };
-        let allocation = match allocation {
-            Ok(a) => a,
-            Err(e @ IpamError::Full { .. }) => {
-                lock(&self.waiting).insert(name.to_string());
-                tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
-                self.recorder
-                    .publish(
-                        &node,
-                        EventType::Warning,
-                        "CIDRNotAvailable",
-                        "AllocateCIDR",
-                        format!("Node {name} status is now: CIDRNotAvailable ({e})"),
-                    )
-                    .await;
-                return Err(SyncError::NoCidrAvailable(e));
-            }
-            Err(e) => return Err(SyncError::NoCidrAvailable(e)),
-        };
-        let cidrs: Vec<String> = allocation.cidrs.iter().map(ToString::to_string).collect();
-        self.guard.ensure_leader()?;
-        let patch = serde_json::json!({
-            "spec": { "podCIDR": cidrs[0], "podCIDRs": cidrs }
-        });
-        match self
-            .api
-            .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(controller = NAME, node = name, cidrs = %cidrs.join(","), "assigned pod CIDRs");
-                if self.record_assigned {
-                    self.recorder
-                        .publish(
-                            &node,
-                            EventType::Normal,
-                            "CIDRAssigned",
-                            "AllocateCIDR",
-                            format!("Node {name} was assigned pod CIDRs {}", cidrs.join(",")),
-                        )
-                        .await;
+        match (decision.action, node, facts) {
+            (Action::Release, _, _) => {
+                if let Some(uid) = &recorded.uid {
+                    self.release(name, uid).await?;
                 }
                 Ok(SyncOutcome::Done)
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                self.release(name);
+            (Action::Record, Some(node), Some(facts)) => {
+                self.record_existing(&node, name, &facts.uid, &facts.pod_cidrs)
+                    .await;
                 Ok(SyncOutcome::Done)
             }
-            Err(kube::Error::Api(s)) if s.code == 422 => {
-                // Someone else set the Node's pod CIDR since our cache saw it: give ours back and
-                // record theirs when the update arrives.
-                lock(&self.pools).release_node(name);
-                tracing::info!(
-                    controller = NAME,
-                    node = name,
-                    "node got pod CIDRs from elsewhere; released ours"
-                );
-                Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)))
+            (Action::Allocate, Some(node), Some(facts)) => {
+                self.allocate_and_write(&node, name, &facts.uid).await
             }
-            Err(e) => {
-                // The allocation stays recorded for this Node, so the retry PATCHes the same CIDRs and
-                // nothing leaks: a Node that disappears releases it.
-                self.recorder
-                    .publish(
-                        &node,
-                        EventType::Warning,
-                        "CIDRAssignmentFailed",
-                        "AllocateCIDR",
-                        format!("Node {name} status is now: CIDRAssignmentFailed ({e})"),
-                    )
-                    .await;
-                Err(SyncError::Patch(e))
-            }
+            _ => Ok(SyncOutcome::Done),
         }
+    }
+
+    /// Marks the Node's successful write, so a sync before the cache shows it does not write again.
+    pub(crate) fn mark_written(&self, name: &str, uid: &str) {
+        lock(&self.tracking)
+            .written
+            .insert(name.to_string(), uid.to_string());
     }
 
     /// Marks every CIDR any cached Node holds before the first allocation.
@@ -252,9 +326,10 @@ impl Allocator {
         let mut recorded = 0usize;
         for node in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let raw = netcm_manager::node::pod_cidrs(&node);
-            if !raw.is_empty() {
-                self.record_existing(&node, &name, &raw).await;
+            let f = facts(&node);
+            if !f.pod_cidrs.is_empty() {
+                self.record_existing(&node, &name, &f.uid, &f.pod_cidrs)
+                    .await;
                 recorded += 1;
             }
         }
@@ -268,6 +343,22 @@ impl Allocator {
             "recorded the pod CIDRs nodes already hold"
         );
     }
+
+    /// Records that the Node `uid` is waiting for a free CIDR and tells the Node why.
+    pub(crate) async fn wait_for_cidr(&self, node: &Node, name: &str, e: IpamError) -> SyncError {
+        lock(&self.waiting).insert(name.to_string());
+        tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
+        self.recorder
+            .publish(
+                node,
+                EventType::Warning,
+                "CIDRNotAvailable",
+                "AllocateCIDR",
+                format!("Node {name} status is now: CIDRNotAvailable ({e})"),
+            )
+            .await;
+        SyncError::NoCidrAvailable(e)
+    }
 }
 
 #[cfg(test)]
@@ -279,5 +370,16 @@ mod tests {
         let (good, bad) = parse_pod_cidrs(&["10.0.0.0/24".into(), "banana".into()]);
         assert_eq!(good.len(), 1);
         assert_eq!(bad, ["banana"]);
+    }
+
+    #[test]
+    fn tracking_forgets_a_name_only_for_the_uid_it_recorded() {
+        let mut t = Tracking::default();
+        t.track("a", "a2");
+        t.forget("a", "a1");
+        assert_eq!(t.recorded("a").uid.as_deref(), Some("a2"));
+        assert_eq!(t.display("a2"), "a");
+        t.forget("a", "a2");
+        assert_eq!(t.recorded("a").uid, None);
     }
 }

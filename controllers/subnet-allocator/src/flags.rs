@@ -36,6 +36,11 @@ pub struct Flags {
     #[arg(long, action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub record_cidr_assigned_events: bool,
 
+    /// Claim every CIDR with a PodCIDRClaim object (CRD podcidrclaims.ipam.netcm.io) before writing it to a
+    /// Node, so no two leaders can hand out one CIDR even when a stale leader's write lands late.
+    #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
+    pub pod_cidr_claims: bool,
+
     /// Number of Nodes the subnet-allocator syncs concurrently.
     #[arg(long, default_value_t = 32)]
     pub concurrent_node_cidr_syncs: usize,

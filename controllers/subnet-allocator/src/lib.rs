@@ -2,16 +2,23 @@
 //! kube-controller-manager's nodeipam range allocator, and never hands one CIDR to two Nodes.
 //!
 //! Watches Nodes through the manager's shared informer; writes only `spec.podCIDR` and `spec.podCIDRs`
-//! (one strategic-merge PATCH per Node, behind the leader fence). Before the first allocation it records
-//! every CIDR any Node holds; a Node's CIDRs are released only when the Node is gone from the cache. Bad
+//! (one strategic-merge PATCH per Node, behind the leader fence, naming the Node's UID), after claiming
+//! each CIDR with a PodCIDRClaim object named after it ([`claims`]), so two leaders can never both give
+//! out one CIDR. Before the first allocation it records every CIDR any Node holds and reconciles the
+//! claims earlier leaders left; records are keyed by Node UID, and a Node's CIDRs are released only when
+//! that Node (that UID) is gone. Bad
 //! data (unparsable, out-of-range or overlapping pod CIDRs) becomes a Warning Event and a metric, never a
 //! crash, and nothing overlapping it is ever handed out. The CIDR arithmetic lives in `netcm-ipam`.
 //!
 //! Start reading at [`allocator::Allocator::sync_node`].
 
 pub mod allocator;
+mod assign;
+pub mod claims;
+mod decision;
 pub mod flags;
 pub mod metrics;
+mod startup;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -49,6 +56,10 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
         recorder: ctx.recorder.clone(),
         guard: ctx.leader.clone(),
         metrics,
+        claims: flags
+            .pod_cidr_claims
+            .then(|| claims::Claims::new(ctx.client.clone())),
+        tracking: Mutex::new(allocator::Tracking::default()),
         waiting: Mutex::new(BTreeSet::new()),
         flagged: Mutex::new(BTreeSet::new()),
         record_assigned: flags.record_cidr_assigned_events,
@@ -64,6 +75,11 @@ impl Controller for SubnetAllocator {
         Box::pin(async move {
             let allocator = self.allocator;
             allocator.record_all_existing().await;
+            if let Some(claims) = allocator.claims.clone() {
+                if !allocator.reconcile_claims(&claims, &shutdown).await {
+                    return;
+                }
+            }
             let queue = allocator.queue.clone();
             run_workers(
                 NAME,

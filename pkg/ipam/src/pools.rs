@@ -172,6 +172,35 @@ impl Pools {
         Ok(NodeAllocation { cidrs, fresh })
     }
 
+    /// Whether `cidrs` is exactly what [`Pools::allocate`] could give `owner` under today's configuration:
+    /// one node-sized CIDR per family in family order, each inside a cluster CIDR of that family and
+    /// overlapping neither a service range nor anything held by another owner. Used before adopting a
+    /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current flags.
+    pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
+        if cidrs.len() != self.families.len() {
+            return false;
+        }
+        self.families
+            .iter()
+            .zip(cidrs)
+            .all(|((family, range), cidr)| {
+                let cidr = cidr.trunc();
+                Family::of(&cidr) == *family
+                    && self.sets[range.clone()]
+                        .iter()
+                        .any(|s| s.contains(cidr) && s.node_mask() == cidr.prefix_len())
+                    && !self
+                        .services
+                        .iter()
+                        .any(|svc| Span::of(svc).overlaps(&Span::of(&cidr)))
+                    && self
+                        .ledger
+                        .overlapping(&Span::of(&cidr))
+                        .iter()
+                        .all(|h| h.node == owner)
+            })
+    }
+
     /// Forgets `node`, returning what it held; blocks another node or a
     /// service range still covers stay in use.
     pub fn release_node(&mut self, node: &str) -> Vec<IpNet> {

@@ -342,3 +342,19 @@ fn five_thousand_nodes_allocate_and_hold_quickly() {
     assert!(alloc.as_millis() < 2000, "allocate took {alloc:?}");
     assert!(hold.as_millis() < 2000, "hold took {hold:?}");
 }
+
+#[test]
+fn a_claimed_cidr_is_adoptable_only_if_it_fits_todays_configuration_and_overlaps_nothing() {
+    let mut p = pools("10.244.0.0/16,fd00:10::/56", "10.244.255.0/24");
+    p.hold("other", &nets(&["10.244.7.0/24", "fd00:10:0:7::/64"]));
+    assert!(p.is_valid_allocation("a", &nets(&["10.244.3.0/24", "fd00:10:0:3::/64"])));
+    // A single family on a dual-stack cluster, the wrong order, an old mask size, outside every
+    // cluster CIDR, inside the service range, or overlapping another holder: all refused.
+    assert!(!p.is_valid_allocation("a", &nets(&["10.244.3.0/24"])));
+    assert!(!p.is_valid_allocation("a", &nets(&["fd00:10:0:3::/64", "10.244.3.0/24"])));
+    assert!(!p.is_valid_allocation("a", &nets(&["10.244.2.0/23", "fd00:10:0:3::/64"])));
+    assert!(!p.is_valid_allocation("a", &nets(&["10.99.3.0/24", "fd00:10:0:3::/64"])));
+    assert!(!p.is_valid_allocation("a", &nets(&["10.244.255.0/24", "fd00:10:0:3::/64"])));
+    assert!(!p.is_valid_allocation("a", &nets(&["10.244.7.0/24", "fd00:10:0:3::/64"])));
+    assert!(p.is_valid_allocation("other", &nets(&["10.244.7.0/24", "fd00:10:0:7::/64"])));
+}

@@ -197,25 +197,18 @@ where
                 Event::InitApply(_) => writer.apply_watcher_event(&event),
                 Event::InitDone => {
                     writer.apply_watcher_event(&event);
-                    let mut old = std::mem::take(&mut before_relist);
-                    let mut added = 0usize;
-                    for obj in self.list() {
-                        let name = obj.meta().name.clone().unwrap_or_default();
-                        match old.remove(&name) {
-                            None => {
-                                added += 1;
-                                self.dispatch(&handlers, InformerEvent::Added(obj));
-                            }
-                            Some(prev) => {
-                                // A relist re-delivers unchanged objects as updates, as client-go's resync does;
-                                // handlers are level-triggered, so this costs a cache read and nothing else.
-                                self.dispatch(&handlers, InformerEvent::Updated(prev, obj));
-                            }
-                        }
-                    }
-                    let gone = old.len();
-                    for (_, prev) in old {
-                        self.dispatch(&handlers, InformerEvent::Deleted(prev));
+                    let before = std::mem::take(&mut before_relist);
+                    let events = relist_events(before, self.list());
+                    let added = events
+                        .iter()
+                        .filter(|e| matches!(e, InformerEvent::Added(_)))
+                        .count();
+                    let gone = events
+                        .iter()
+                        .filter(|e| matches!(e, InformerEvent::Deleted(_)))
+                        .count();
+                    for ev in events {
+                        self.dispatch(&handlers, ev);
                     }
                     tracing::info!(kind = %kind, objects = self.shared.store.len(), added, deleted_during_gap = gone, "list complete");
                     self.shared.synced_tx.send_replace(true);
@@ -225,9 +218,8 @@ where
                     let prev = self.get(&name);
                     writer.apply_watcher_event(&event);
                     let Some(new) = self.get(&name) else { continue };
-                    match prev {
-                        None => self.dispatch(&handlers, InformerEvent::Added(new)),
-                        Some(prev) => self.dispatch(&handlers, InformerEvent::Updated(prev, new)),
+                    for ev in apply_events(prev, new) {
+                        self.dispatch(&handlers, ev);
                     }
                 }
                 Event::Delete(obj) => {
@@ -239,6 +231,53 @@ where
             }
         }
     }
+}
+
+/// Whether two versions are the same object: same name and same UID. A Node deleted and recreated under
+/// its name is a different object, and whatever was recorded for the old one must not pass to the new one.
+fn same_object<K: Resource>(a: &K, b: &K) -> bool {
+    a.meta().uid == b.meta().uid
+}
+
+/// The events a live watch's add-or-update stands for: an update of the same object, or — when the UID
+/// changed because the delete fell between two events we saw — the old object's delete and the new one's add.
+fn apply_events<K: Resource>(prev: Option<Arc<K>>, new: Arc<K>) -> Vec<InformerEvent<K>> {
+    match prev {
+        None => vec![InformerEvent::Added(new)],
+        Some(prev) if same_object(prev.as_ref(), new.as_ref()) => {
+            vec![InformerEvent::Updated(prev, new)]
+        }
+        Some(prev) => vec![InformerEvent::Deleted(prev), InformerEvent::Added(new)],
+    }
+}
+
+/// The events a relist stands for, given the cache before it and the new list: objects missing from the
+/// list were deleted during the gap, new names were added, a name whose UID changed was deleted and
+/// re-created, and every other object is re-delivered as an update (client-go's resync; handlers are
+/// level-triggered, so this costs a cache read). Deletes come first, so a handler never sees the new
+/// object of a name before the old one's delete.
+fn relist_events<K: Resource>(
+    mut before: HashMap<String, Arc<K>>,
+    after: Vec<Arc<K>>,
+) -> Vec<InformerEvent<K>> {
+    let mut deletes = Vec::new();
+    let mut rest = Vec::with_capacity(after.len());
+    for obj in after {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        match before.remove(&name) {
+            None => rest.push(InformerEvent::Added(obj)),
+            Some(prev) if same_object(prev.as_ref(), obj.as_ref()) => {
+                rest.push(InformerEvent::Updated(prev, obj))
+            }
+            Some(prev) => {
+                deletes.push(InformerEvent::Deleted(prev));
+                rest.push(InformerEvent::Added(obj));
+            }
+        }
+    }
+    deletes.extend(before.into_values().map(InformerEvent::Deleted));
+    deletes.extend(rest);
+    deletes
 }
 
 /// The informer's retry policy after a failed list or watch: 250 ms doubling to 5 s, with jitter, back to
@@ -317,6 +356,59 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    fn node(name: &str, uid: &str) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn describe(events: &[InformerEvent<Node>]) -> Vec<String> {
+        let uid = |n: &Arc<Node>| n.metadata.uid.clone().unwrap_or_default();
+        events
+            .iter()
+            .map(|e| match e {
+                InformerEvent::Added(n) => format!("add {}", uid(n)),
+                InformerEvent::Updated(o, n) => format!("update {}->{}", uid(o), uid(n)),
+                InformerEvent::Deleted(n) => format!("delete {}", uid(n)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_relist_reports_a_node_recreated_under_its_name_as_a_delete_then_an_add() {
+        let before: HashMap<String, Arc<Node>> = [
+            ("a".to_string(), node("a", "a1")),
+            ("b".to_string(), node("b", "b1")),
+            ("gone".to_string(), node("gone", "g1")),
+        ]
+        .into();
+        let after = vec![node("a", "a2"), node("b", "b1"), node("new", "n1")];
+        let mut got = describe(&relist_events(before, after));
+        let (deletes, rest) = got.split_at_mut(2);
+        deletes.sort();
+        rest.sort();
+        assert_eq!(deletes, ["delete a1", "delete g1"]);
+        assert_eq!(rest, ["add a2", "add n1", "update b1->b1"]);
+    }
+
+    #[test]
+    fn a_watch_event_with_a_new_uid_under_a_known_name_is_a_delete_then_an_add() {
+        assert_eq!(
+            describe(&apply_events(Some(node("a", "a1")), node("a", "a2"))),
+            ["delete a1", "add a2"]
+        );
+        assert_eq!(
+            describe(&apply_events(Some(node("a", "a1")), node("a", "a1"))),
+            ["update a1->a1"]
+        );
+        assert_eq!(describe(&apply_events(None, node("a", "a1"))), ["add a1"]);
+    }
 
     #[test]
     fn the_watch_backoff_doubles_to_five_seconds_and_starts_over_after_a_success() {

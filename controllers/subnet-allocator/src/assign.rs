@@ -1,0 +1,301 @@
+//! Giving a Node its CIDRs: take them from the pools, claim each one (PodCIDRClaim), then one PATCH of
+//! `spec.podCIDR(s)` that names the Node's UID, so it can only land on the Node the CIDRs were chosen for.
+
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use netcm_manager::{EventType, SyncOutcome};
+
+use crate::allocator::{lock, reservation_owner, Allocator, SyncError, NAME};
+use crate::claims::{Claim, ClaimOutcome, Claims};
+
+/// How many CIDRs claimed by other Nodes one sync steps over before it backs off.
+const MAX_TAKEN_CLAIMS_PER_SYNC: usize = 16;
+
+/// How a PATCH error is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchFailure {
+    /// The Node is gone (404) or is another Node now (409 on the UID precondition): release.
+    NodeGone,
+    /// The API refuses this write for good (400, 403, 422, admission): release, Event, back off.
+    Rejected,
+    /// Anything else (5xx, 429, timeouts, transport, fence): keep the allocation and retry with backoff.
+    Transient,
+}
+
+/// Classifies a failed PATCH by its status code.
+pub(crate) fn classify_patch_error(e: &kube::Error) -> PatchFailure {
+    match e {
+        kube::Error::Api(s) if s.code == 404 || s.code == 409 => PatchFailure::NodeGone,
+        kube::Error::Api(s) if matches!(s.code, 400 | 403 | 422) => PatchFailure::Rejected,
+        _ => PatchFailure::Transient,
+    }
+}
+
+/// The PATCH: `metadata.uid` makes the API server refuse it (409) if the Node was re-created meanwhile.
+pub(crate) fn pod_cidr_patch(uid: &str, cidrs: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": { "uid": uid },
+        "spec": { "podCIDR": cidrs.first(), "podCIDRs": cidrs }
+    })
+}
+
+impl Allocator {
+    /// Allocates (or re-uses the pending allocation of) the Node `uid`, claims and writes it.
+    pub(crate) async fn allocate_and_write(
+        &self,
+        node: &Node,
+        name: &str,
+        uid: &str,
+    ) -> Result<SyncOutcome, SyncError> {
+        let mut taken = 0usize;
+        let cidrs = loop {
+            let allocation = {
+                let mut pools = lock(&self.pools);
+                let a = pools.allocate_detailed(uid);
+                if let Ok(a) = &a {
+                    self.metrics.allocated(&a.fresh);
+                    self.publish_usage(&pools);
+                }
+                a
+            };
+            let allocation = match allocation {
+                Ok(a) => a,
+                Err(e @ netcm_ipam::Error::Full { .. }) => {
+                    return Err(self.wait_for_cidr(node, name, e).await)
+                }
+                Err(e) => return Err(SyncError::NoCidrAvailable(e)),
+            };
+            lock(&self.tracking).track(name, uid);
+            let Some(claims) = &self.claims else {
+                break allocation.cidrs;
+            };
+            match self.claim_all(claims, &allocation.cidrs, name, uid).await? {
+                None => break allocation.cidrs,
+                Some(theirs) => {
+                    taken += 1;
+                    self.step_over(claims, name, uid, &theirs).await?;
+                    if taken >= MAX_TAKEN_CLAIMS_PER_SYNC {
+                        return Err(SyncError::ClaimsExhausted(taken));
+                    }
+                }
+            }
+        };
+        self.write(node, name, uid, &cidrs).await
+    }
+
+    /// Claims every CIDR; returns the first claim another Node holds, if any.
+    async fn claim_all(
+        &self,
+        claims: &Claims,
+        cidrs: &[IpNet],
+        name: &str,
+        uid: &str,
+    ) -> Result<Option<Claim>, SyncError> {
+        for cidr in cidrs {
+            self.guard.ensure_leader()?;
+            match claims.claim(cidr, name, uid).await? {
+                ClaimOutcome::Ours => {}
+                ClaimOutcome::Taken(theirs) => return Ok(Some(theirs)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Another Node's claim covers a CIDR we chose: give ours back and keep theirs reserved — or, if the
+    /// Node it names is provably gone, delete that stale claim so the CIDR is free again.
+    async fn step_over(
+        &self,
+        claims: &Claims,
+        name: &str,
+        uid: &str,
+        theirs: &Claim,
+    ) -> Result<(), SyncError> {
+        tracing::info!(controller = NAME, node = name, cidr = %theirs.cidr, claimed_for = %theirs.node_name, "CIDR already claimed for another node; choosing another");
+        self.release(name, uid).await?;
+        let gone = self
+            .node_is_gone(&theirs.node_name, &theirs.node_uid)
+            .await?;
+        if gone {
+            self.guard.ensure_leader()?;
+            claims.delete_claim(theirs).await?;
+            tracing::info!(controller = NAME, cidr = %theirs.cidr, node = %theirs.node_name, "deleted a stale PodCIDRClaim of a node that no longer exists");
+        } else {
+            let mut pools = lock(&self.pools);
+            pools.hold(&reservation_owner(&theirs.cidr), &[theirs.cidr]);
+            self.publish_usage(&pools);
+        }
+        Ok(())
+    }
+
+    /// Whether no Node `name` with UID `uid` exists, asked of the API (the cache may lag behind).
+    pub(crate) async fn node_is_gone(&self, name: &str, uid: &str) -> Result<bool, kube::Error> {
+        if let Some(cached) = self.nodes.get(name) {
+            if cached.metadata.uid.as_deref() == Some(uid) {
+                return Ok(false);
+            }
+        }
+        let live = self.api.get_opt(name).await?;
+        Ok(live.is_none_or(|n| n.metadata.uid.as_deref() != Some(uid)))
+    }
+
+    /// The one PATCH of the allocation, and what its failure means.
+    async fn write(
+        &self,
+        node: &Node,
+        name: &str,
+        uid: &str,
+        cidrs: &[IpNet],
+    ) -> Result<SyncOutcome, SyncError> {
+        let cidrs: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+        self.guard.ensure_leader()?;
+        let patch = pod_cidr_patch(uid, &cidrs);
+        let result = self
+            .api
+            .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await;
+        let e = match result {
+            Ok(_) => {
+                self.mark_written(name, uid);
+                tracing::info!(controller = NAME, node = name, cidrs = %cidrs.join(","), "assigned pod CIDRs");
+                if self.record_assigned {
+                    self.recorder
+                        .publish(
+                            node,
+                            EventType::Normal,
+                            "CIDRAssigned",
+                            "AllocateCIDR",
+                            format!("Node {name} was assigned pod CIDRs {}", cidrs.join(",")),
+                        )
+                        .await;
+                }
+                return Ok(SyncOutcome::Done);
+            }
+            Err(e) => e,
+        };
+        match classify_patch_error(&e) {
+            PatchFailure::NodeGone => {
+                tracing::info!(controller = NAME, node = name, error = %e, "node is gone or was re-created; released its allocation");
+                self.release(name, uid).await?;
+                Ok(SyncOutcome::RetryAfter(Duration::from_millis(200)))
+            }
+            PatchFailure::Rejected => self.rejected(node, name, uid, &cidrs, e).await,
+            PatchFailure::Transient => {
+                // The allocation and its claims stay recorded for this Node, so the retry writes the same
+                // CIDRs and nothing leaks: a Node that disappears releases them.
+                self.recorder
+                    .publish(
+                        node,
+                        EventType::Warning,
+                        "CIDRAssignmentFailed",
+                        "AllocateCIDR",
+                        format!("Node {name} status is now: CIDRAssignmentFailed ({e})"),
+                    )
+                    .await;
+                Err(SyncError::Patch(e))
+            }
+        }
+    }
+
+    /// The API refused the write for good: give the CIDRs back (metrics stay consistent), tell the
+    /// Node why, and let the workqueue back off per key. If the refusal was because another writer set
+    /// the Node's CIDRs meanwhile, that is no failure: the cache's update records theirs.
+    async fn rejected(
+        &self,
+        node: &Node,
+        name: &str,
+        uid: &str,
+        cidrs: &[String],
+        e: kube::Error,
+    ) -> Result<SyncOutcome, SyncError> {
+        self.release(name, uid).await?;
+        let set_elsewhere = match self.api.get_opt(name).await {
+            Ok(Some(live)) => {
+                live.metadata.uid.as_deref() == Some(uid)
+                    && !netcm_manager::node::pod_cidrs(&live).is_empty()
+            }
+            _ => false,
+        };
+        if set_elsewhere {
+            tracing::info!(
+                controller = NAME,
+                node = name,
+                "node got pod CIDRs from elsewhere; released ours"
+            );
+            return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
+        }
+        let message = match &e {
+            kube::Error::Api(s) => s.message.clone(),
+            other => other.to_string(),
+        };
+        tracing::warn!(controller = NAME, node = name, cidrs = %cidrs.join(","), error = %message, "the API server rejected the pod CIDRs; released them, retrying with backoff");
+        self.recorder
+            .publish(
+                node,
+                EventType::Warning,
+                "CIDRAssignmentFailed",
+                "AllocateCIDR",
+                format!("Node {name} status is now: CIDRAssignmentFailed ({message})"),
+            )
+            .await;
+        Err(SyncError::Rejected {
+            cidrs: cidrs.join(","),
+            message,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("m", "r")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn refusals_for_good_are_told_apart_from_gone_nodes_and_transient_errors() {
+        assert_eq!(
+            classify_patch_error(&api_error(422)),
+            PatchFailure::Rejected
+        );
+        assert_eq!(
+            classify_patch_error(&api_error(403)),
+            PatchFailure::Rejected
+        );
+        assert_eq!(
+            classify_patch_error(&api_error(400)),
+            PatchFailure::Rejected
+        );
+        assert_eq!(
+            classify_patch_error(&api_error(404)),
+            PatchFailure::NodeGone
+        );
+        assert_eq!(
+            classify_patch_error(&api_error(409)),
+            PatchFailure::NodeGone
+        );
+        assert_eq!(
+            classify_patch_error(&api_error(503)),
+            PatchFailure::Transient
+        );
+        assert_eq!(
+            classify_patch_error(&api_error(429)),
+            PatchFailure::Transient
+        );
+    }
+
+    #[test]
+    fn the_patch_names_the_node_uid_and_both_pod_cidr_fields() {
+        let p = pod_cidr_patch("u1", &["10.0.0.0/24".into(), "fd00::/64".into()]);
+        assert_eq!(p["metadata"]["uid"], "u1");
+        assert_eq!(p["spec"]["podCIDR"], "10.0.0.0/24");
+        assert_eq!(p["spec"]["podCIDRs"][1], "fd00::/64");
+    }
+}
