@@ -17,7 +17,7 @@ const MAX_TAKEN_CLAIMS_PER_SYNC: usize = 16;
 /// How a PATCH error is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PatchFailure {
-    /// The Node is gone (404) or is another Node now (409 on the UID precondition): release.
+    /// The Node is gone (404) or changed under us (409): release.
     NodeGone,
     /// The API refuses this write for good (400, 403, 422, admission): release, Event, back off.
     Rejected,
@@ -34,7 +34,8 @@ pub(crate) fn classify_patch_error(e: &kube::Error) -> PatchFailure {
     }
 }
 
-/// The PATCH: `metadata.uid` makes the API server refuse it (409) if the Node was re-created meanwhile.
+/// The PATCH: `metadata.uid` makes the API server refuse it (422, uid is immutable) if the Node was
+/// re-created meanwhile, so an allocation can only land on the Node it was chosen for.
 pub(crate) fn pod_cidr_patch(uid: &str, cidrs: &[String]) -> serde_json::Value {
     serde_json::json!({
         "metadata": { "uid": uid },
@@ -211,14 +212,20 @@ impl Allocator {
         e: kube::Error,
     ) -> Result<SyncOutcome, SyncError> {
         self.release(name, uid).await?;
-        let set_elsewhere = match self.api.get_opt(name).await {
-            Ok(Some(live)) => {
-                live.metadata.uid.as_deref() == Some(uid)
-                    && !netcm_manager::node::pod_cidrs(&live).is_empty()
-            }
-            _ => false,
-        };
-        if set_elsewhere {
+        // A Node re-created meanwhile also ends here: the API refuses a changed metadata.uid with 422.
+        let live = self.api.get_opt(name).await.ok().flatten();
+        let same_node = live
+            .as_ref()
+            .is_some_and(|n| n.metadata.uid.as_deref() == Some(uid));
+        if !same_node {
+            tracing::info!(
+                controller = NAME,
+                node = name,
+                "node was deleted or re-created during the write; released its allocation"
+            );
+            return Ok(SyncOutcome::RetryAfter(Duration::from_millis(200)));
+        }
+        if live.is_some_and(|n| !netcm_manager::node::pod_cidrs(&n).is_empty()) {
             tracing::info!(
                 controller = NAME,
                 node = name,

@@ -1,0 +1,464 @@
+//! subnet-allocator against an adversary, on the real control plane: Nodes re-created under their names,
+//! CIDRs another leader claimed (PodCIDRClaims), writes the API refuses for good, and address updates
+//! racing the allocator's own write.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, set_addresses, NodeFixture};
+use netcm_e2e::{audit, pod_cidr_claims, tool, wait_for, Netcm, TestEnv};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn all_nodes(client: &kube::Client) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .expect("list nodes")
+        .items
+}
+
+fn cidrs_of(nodes: &[Node]) -> HashMap<String, Vec<IpNet>> {
+    nodes
+        .iter()
+        .map(|n| {
+            let cidrs = pod_cidrs(n)
+                .iter()
+                .map(|c| c.parse().expect("valid CIDR"))
+                .collect();
+            (n.metadata.name.clone().unwrap_or_default(), cidrs)
+        })
+        .collect()
+}
+
+/// Panics if two different Nodes' CIDRs overlap.
+fn assert_no_overlaps(nodes: &[Node]) {
+    let mut all: Vec<(IpNet, String)> = cidrs_of(nodes)
+        .into_iter()
+        .flat_map(|(n, cidrs)| cidrs.into_iter().map(move |c| (c, n.clone())))
+        .collect();
+    all.sort_by_key(|(net, _)| (net.network(), net.prefix_len()));
+    for pair in all.windows(2) {
+        let ((a, an), (b, bn)) = (&pair[0], &pair[1]);
+        assert!(
+            !(a.contains(&b.network()) || b.contains(&a.network())),
+            "{an} holds {a} and {bn} holds {b}: they overlap"
+        );
+    }
+}
+
+async fn uid_of(client: &kube::Client, name: &str) -> String {
+    let api: Api<Node> = Api::all(client.clone());
+    api.get(name)
+        .await
+        .expect("get node")
+        .metadata
+        .uid
+        .expect("uid")
+}
+
+/// Creates a PodCIDRClaim as another allocator (an earlier leader) would have.
+async fn claim(client: &kube::Client, cidr: &str, node: &str, node_uid: &str) {
+    let net: IpNet = cidr.parse().expect("cidr");
+    let name = format!(
+        "{}-{}",
+        net.network().to_string().replace('.', "-"),
+        net.prefix_len()
+    );
+    let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ipam.netcm.io/v1alpha1",
+        "kind": "PodCIDRClaim",
+        "metadata": { "name": name },
+        "spec": { "cidr": cidr, "nodeName": node, "nodeUID": node_uid }
+    }))
+    .expect("claim object");
+    pod_cidr_claims(client)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create claim {cidr}: {e}"));
+}
+
+/// Every claim as (CIDR, node name, node UID).
+async fn claims(client: &kube::Client) -> Vec<(String, String, String)> {
+    let list = pod_cidr_claims(client)
+        .list(&ListParams::default())
+        .await
+        .expect("list claims");
+    let mut out: Vec<_> = list
+        .items
+        .iter()
+        .map(|o| {
+            let f = |k: &str| o.data["spec"][k].as_str().unwrap_or_default().to_string();
+            (f("cidr"), f("nodeName"), f("nodeUID"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs_never_the_old_nodes(
+) {
+    let env = TestEnv::new().await;
+    // The old Nodes hold CIDRs someone else wrote, outside today's cluster CIDR: recorded, never valid.
+    let old: Vec<NodeFixture> = (0..40)
+        .map(|i| {
+            NodeFixture::named(format!("reborn-{i:02}")).pod_cidrs(&[&format!("10.99.{i}.0/24")])
+        })
+        .collect();
+    create_nodes(&env.client, old, 8).await;
+    // One worker, so the re-created Nodes' events are all in the cache before their keys are synced.
+    let netcm = Netcm::start(
+        "reborn",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.200.0.0/16",
+            "--concurrent-node-cidr-syncs=1",
+        ],
+    );
+    wait_for(
+        "netcm to record the 40 out-of-range CIDRs",
+        TIMEOUT,
+        || async { (netcm.metric("netcm_node_cidr_conflicts").await == Some(40.0)).then_some(()) },
+    )
+    .await;
+    netcm.signal("STOP");
+    let api: Api<Node> = Api::all(env.client.clone());
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    for i in 0..40 {
+        api.delete(&format!("reborn-{i:02}"), &dp)
+            .await
+            .expect("delete");
+    }
+    wait_for("the old nodes to be gone", TIMEOUT, || async {
+        all_nodes(&env.client).await.is_empty().then_some(())
+    })
+    .await;
+    let new: Vec<NodeFixture> = (0..40)
+        .map(|i| NodeFixture::named(format!("reborn-{i:02}")))
+        .collect();
+    create_nodes(&env.client, new, 8).await;
+    netcm.signal("CONT");
+    let nodes = wait_for("all re-created nodes to get pod CIDRs", TIMEOUT, || async {
+        let nodes = all_nodes(&env.client).await;
+        nodes
+            .iter()
+            .all(|n| !pod_cidrs(n).is_empty())
+            .then_some(nodes)
+    })
+    .await;
+    let cluster: IpNet = "10.200.0.0/16".parse().expect("cidr");
+    let inherited: Vec<String> = cidrs_of(&nodes)
+        .into_iter()
+        .filter(|(_, c)| {
+            !c.iter()
+                .all(|c| cluster.contains(c) && c.prefix_len() == 24)
+        })
+        .map(|(n, c)| format!("{n}: {c:?}"))
+        .collect();
+    assert!(
+        inherited.is_empty(),
+        "{} re-created nodes inherited the old nodes' CIDRs: {inherited:?}",
+        inherited.len()
+    );
+    assert_no_overlaps(&nodes);
+    netcm.assert_running();
+}
+
+#[tokio::test]
+async fn a_cidr_claimed_for_another_node_is_never_handed_out_and_a_stale_claim_is_removed() {
+    let env = TestEnv::new().await;
+    // An earlier leader claimed 10.201.0.0/27 for "inflight" and its PATCH may still land; it also
+    // claimed 10.201.0.32/27 for a Node that is gone.
+    create_node(&env.client, &NodeFixture::named("inflight")).await;
+    let inflight_uid = uid_of(&env.client, "inflight").await;
+    claim(&env.client, "10.201.0.0/27", "inflight", &inflight_uid).await;
+    claim(&env.client, "10.201.0.32/27", "ghost", "no-such-uid").await;
+    create_nodes(
+        &env.client,
+        (1..=3)
+            .map(|i| NodeFixture::named(format!("n{i}")))
+            .collect(),
+        3,
+    )
+    .await;
+    let netcm = Netcm::start(
+        "claims",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.201.0.0/24",
+            "--node-cidr-mask-size=27",
+        ],
+    );
+    let nodes = wait_for("all four nodes to get pod CIDRs", TIMEOUT, || async {
+        let nodes = all_nodes(&env.client).await;
+        (nodes.len() == 4 && nodes.iter().all(|n| !pod_cidrs(n).is_empty())).then_some(nodes)
+    })
+    .await;
+    let got = cidrs_of(&nodes);
+    assert_eq!(
+        got["inflight"],
+        vec!["10.201.0.0/27".parse::<IpNet>().expect("cidr")],
+        "the node an earlier leader claimed a CIDR for gets exactly that CIDR; got {got:?}"
+    );
+    assert_no_overlaps(&nodes);
+    let now = claims(&env.client).await;
+    assert!(
+        !now.iter().any(|(_, node, _)| node == "ghost"),
+        "the claim of a gone node is removed: {now:?}"
+    );
+    assert_eq!(now.len(), 4, "one claim per allocated CIDR: {now:?}");
+    for (cidr, node, uid) in &now {
+        assert_eq!(
+            got[node],
+            vec![cidr.parse::<IpNet>().expect("cidr")],
+            "claim {cidr} names {node}"
+        );
+        assert_eq!(*uid, uid_of(&env.client, node).await);
+    }
+
+    // A claim made after netcm started (a leader whose create landed late): the next Node steps over it.
+    create_node(
+        &env.client,
+        &NodeFixture::named("holder").pod_cidrs(&["10.99.0.0/24"]),
+    )
+    .await;
+    let holder_uid = uid_of(&env.client, "holder").await;
+    for cidr in ["10.201.0.128/27", "10.201.0.160/27", "10.201.0.192/27"] {
+        claim(&env.client, cidr, "holder", &holder_uid).await;
+    }
+    create_node(&env.client, &NodeFixture::named("late")).await;
+    let late = wait_for("the late node to get a pod CIDR", TIMEOUT, || async {
+        let api: Api<Node> = Api::all(env.client.clone());
+        let n = api.get("late").await.ok()?;
+        let c = pod_cidrs(&n);
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert!(
+        !["10.201.0.128/27", "10.201.0.160/27", "10.201.0.192/27"].contains(&late[0].as_str()),
+        "the late node got {late:?}, a CIDR claimed for another node"
+    );
+    assert_no_overlaps(&all_nodes(&env.client).await);
+    netcm.assert_running();
+}
+
+const DENY_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: netcm-e2e-deny-pod-cidr}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["UPDATE"]
+        resources: ["nodes"]
+  validations:
+    - expression: "object.metadata.name != 'refused' || !has(object.spec.podCIDR)"
+      message: "e2e policy: node refused may not get a pod CIDR"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: netcm-e2e-deny-pod-cidr}
+spec:
+  policyName: netcm-e2e-deny-pod-cidr
+  validationActions: [Deny]
+"#;
+
+fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(tool("kubectl"))
+        .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_metrics_consistent()
+{
+    let env = TestEnv::new().await;
+    kubectl(&env, &["apply", "-f", "-"], Some(DENY_POLICY));
+    create_node(&env.client, &NodeFixture::named("refused")).await;
+    // The policy is enforced once the API server has compiled it.
+    wait_for(
+        "the admission policy to refuse a pod CIDR",
+        TIMEOUT,
+        || async {
+            let api: Api<Node> = Api::all(env.client.clone());
+            let patch = serde_json::json!({"spec": {"podCIDR": "10.1.0.0/24"}});
+            let pp = kube::api::PatchParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            api.patch("refused", &pp, &kube::api::Patch::Merge(&patch))
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+    create_nodes(
+        &env.client,
+        (1..=3)
+            .map(|i| NodeFixture::named(format!("ok-{i}")))
+            .collect(),
+        3,
+    )
+    .await;
+    let netcm = Netcm::start(
+        "refused",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.202.0.0/16",
+        ],
+    );
+    wait_for(
+        "a CIDRAssignmentFailed Warning on the refused node with the API's message",
+        TIMEOUT,
+        || async {
+            env.node_events("refused")
+                .await
+                .iter()
+                .any(|(t, reason, note)| {
+                    t == "Warning"
+                        && reason == "CIDRAssignmentFailed"
+                        && note.contains("e2e policy")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    // Let it be refused a few more times, then lift the policy: the node gets a CIDR after its backoff.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    kubectl(
+        &env,
+        &[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            "netcm-e2e-deny-pod-cidr",
+        ],
+        None,
+    );
+    let nodes = wait_for("every node to get a pod CIDR", TIMEOUT, || async {
+        let nodes = all_nodes(&env.client).await;
+        nodes
+            .iter()
+            .all(|n| !pod_cidrs(n).is_empty())
+            .then_some(nodes)
+    })
+    .await;
+    assert_no_overlaps(&nodes);
+    let cluster = "{clusterCIDR=\"10.202.0.0/16\"}";
+    let allocations = netcm
+        .metric(&format!(
+            "node_ipam_controller_cidrset_cidrs_allocations_total{cluster}"
+        ))
+        .await
+        .unwrap_or_default();
+    let releases = netcm
+        .metric(&format!(
+            "node_ipam_controller_cidrset_cidrs_releases_total{cluster}"
+        ))
+        .await
+        .unwrap_or_default();
+    assert!(
+        releases >= 1.0,
+        "the refused allocations were released ({releases})"
+    );
+    assert_eq!(
+        allocations - releases,
+        4.0,
+        "allocations ({allocations}) minus releases ({releases}) is the 4 nodes holding CIDRs"
+    );
+    netcm.assert_running();
+}
+
+#[tokio::test]
+async fn a_node_whose_addresses_change_before_the_cache_shows_its_cidr_is_written_exactly_once() {
+    let env = TestEnv::new().await;
+    let netcm = Netcm::start(
+        "one-write",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.203.0.0/16",
+        ],
+    );
+    netcm.wait_http(TIMEOUT).await;
+    let since = jiff::Timestamp::now();
+    // Kubelet-like churn: each Node's addresses change several times right after it registers.
+    futures::future::join_all((0..150).map(|i| {
+        let client = env.client.clone();
+        async move {
+            let name = format!("churn-{i:03}");
+            create_node(&client, &NodeFixture::named(&name)).await;
+            for j in 0..4 {
+                let addr = vec![("InternalIP".to_string(), format!("192.0.2.{}", j + 1))];
+                set_addresses(&client, &name, &addr).await;
+            }
+        }
+    }))
+    .await;
+    let nodes = wait_for("all 150 nodes to get pod CIDRs", TIMEOUT, || async {
+        let nodes = all_nodes(&env.client).await;
+        (nodes.len() == 150 && nodes.iter().all(|n| !pod_cidrs(n).is_empty())).then_some(nodes)
+    })
+    .await;
+    assert_no_overlaps(&nodes);
+    // The audit log is written when a request completes: give the last ones a moment.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut writes: HashMap<String, usize> = HashMap::new();
+    for ev in audit::read(&env.cp.audit_log) {
+        let recent = ev.received().is_some_and(|t| t >= since);
+        if recent
+            && ev.verb == "patch"
+            && ev.resource() == "nodes"
+            && ev.user_agent.starts_with("netcm")
+        {
+            let node = ev.object_ref.map(|o| o.name).unwrap_or_default();
+            *writes.entry(node).or_default() += 1;
+        }
+    }
+    let repeated: Vec<_> = writes.iter().filter(|(_, n)| **n != 1).collect();
+    eprintln!(
+        "netcm PATCHed {} nodes; {} of them more than once",
+        writes.len(),
+        repeated.len()
+    );
+    assert_eq!(writes.len(), 150, "every node was written");
+    assert!(
+        repeated.is_empty(),
+        "nodes written more than once: {repeated:?}"
+    );
+    netcm.assert_running();
+}
