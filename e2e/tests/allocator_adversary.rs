@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, set_addresses, NodeFixture};
-use netcm_e2e::{audit, pod_cidr_claims, tool, wait_for, Netcm, TestEnv};
+use netcm_e2e::{audit, pod_cidr_claims, restart_apiserver, tool, wait_for, Netcm, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -126,7 +126,11 @@ async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs
         || async { (netcm.metric("netcm_node_cidr_conflicts").await == Some(40.0)).then_some(()) },
     )
     .await;
+    // Frozen, netcm has its watch broken by the API server's restart before the deletes happen, so it
+    // never sees them: it relists and finds every name again, now with another UID (kubelet
+    // re-registering during an outage).
     netcm.signal("STOP");
+    restart_apiserver();
     let api: Api<Node> = Api::all(env.client.clone());
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
