@@ -13,7 +13,7 @@ use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::nodes::pod_cidrs;
 use netcm_e2e::{audit, client_for, lease_holder, Netcm, TestEnv, LEASE_NAMESPACE};
@@ -441,6 +441,14 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
             o.a.0, o.a.1, o.b.0, o.b.1
         );
     }
+    // Leave no Nodes behind before failing: thousands of them slow down the next test's clean-up.
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = Api::<Node>::all(clients[0].clone())
+        .delete_collection(&dp, &ListParams::default())
+        .await;
     assert!(
         overlaps.is_empty(),
         "{} pairs of Nodes hold overlapping pod CIDRs (first: {:?})",
