@@ -7,9 +7,15 @@
 #   hack/controlplane.sh restart-etcd       stop and start etcd, keeping data
 #   hack/controlplane.sh stop-apiserver     stop kube-apiserver only (start it again with start-apiserver)
 #   hack/controlplane.sh start-apiserver    start a stopped kube-apiserver with the same flags and ports
+#   hack/controlplane.sh start-apiserver2   start a second kube-apiserver on the same etcd (own port, audit2.log,
+#                                           kubeconfig2, same certificates and keys); last line: KUBECONFIG=<path>
+#   hack/controlplane.sh stop-apiserver2    stop the second kube-apiserver (`down` stops it too)
+#   hack/controlplane.sh freeze-apiserver N SIGSTOP kube-apiserver N (1 or 2): its sockets stay open, nothing answers
+#   hack/controlplane.sh thaw-apiserver N   SIGCONT kube-apiserver N
 #   hack/controlplane.sh bin NAME           path of a built binary: kube-apiserver, kube-controller-manager,
 #                                           kubectl, etcd (built first if needed)
 #   hack/controlplane.sh audit              path of the audit log
+#   hack/controlplane.sh audit2             path of the second kube-apiserver's audit log
 #   hack/controlplane.sh env                the state (ports, paths) as shell assignments
 #
 # Environment:
@@ -130,15 +136,16 @@ rules:
 EOF
 }
 
+# write_kubeconfig [FILE PORT]: the admin kubeconfig for kube-apiserver (or the one on PORT).
 write_kubeconfig() {
-  local d=$state/pki
-  cat >"$state/kubeconfig" <<EOF
+  local d=$state/pki file=${1:-$state/kubeconfig} port=${2:-$APISERVER_PORT}
+  cat >"$file" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
   - name: netcm-test
     cluster:
-      server: https://127.0.0.1:$APISERVER_PORT
+      server: https://127.0.0.1:$port
       certificate-authority: $d/ca.crt
 users:
   - name: netcm-admin
@@ -184,9 +191,11 @@ start_etcd() {
   die "etcd not healthy after 10 s; see $state/etcd.log"
 }
 
+# start_apiserver [NAME PORT AUDIT]: kube-apiserver (default), or a second one with its own port and audit
+# log; both share etcd, certificates and service-account keys, so one admin credential works on both.
 start_apiserver() {
   load_env
-  local apiserver d=$state/pki
+  local apiserver d=$state/pki name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT} audit=${3:-$state/audit.log}
   apiserver=$(bin_path kube-apiserver)
   setsid nohup "$apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -194,7 +203,7 @@ start_apiserver() {
     --tls-cert-file "$d/serving.crt" \
     --tls-private-key-file "$d/serving.key" \
     --client-ca-file "$d/ca.crt" \
-    --secure-port "$APISERVER_PORT" \
+    --secure-port "$port" \
     --bind-address 127.0.0.1 \
     --advertise-address 127.0.0.1 \
     --service-cluster-ip-range 10.0.0.0/24 \
@@ -205,27 +214,55 @@ start_apiserver() {
     --service-account-signing-key-file "$d/sa.key" \
     --disable-admission-plugins ServiceAccount \
     --audit-policy-file "$state/audit-policy.yaml" \
-    --audit-log-path "$state/audit.log" \
+    --audit-log-path "$audit" \
     --audit-log-maxsize 0 \
     --audit-log-format json \
     --max-requests-inflight 800 \
     --max-mutating-requests-inflight 400 \
-    >>"$state/kube-apiserver.log" 2>&1 </dev/null &
-  echo $! >"$state/kube-apiserver.pid"
-  wait_ready
+    >>"$state/$name.log" 2>&1 </dev/null &
+  echo $! >"$state/$name.pid"
+  wait_ready "$name" "$port"
 }
 
+# wait_ready [NAME PORT]
 wait_ready() {
-  local i d=$state/pki
+  local i d=$state/pki name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT}
   for i in $(seq 1 300); do
     if curl -sf --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" \
-      "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
+      "https://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
       return 0
     fi
-    alive kube-apiserver || die "kube-apiserver exited; see $state/kube-apiserver.log: $(tail -3 "$state/kube-apiserver.log")"
+    alive "$name" || die "$name exited; see $state/$name.log: $(tail -3 "$state/$name.log")"
     sleep 0.2
   done
-  die "kube-apiserver not ready after 60 s; see $state/kube-apiserver.log"
+  die "$name not ready after 60 s; see $state/$name.log"
+}
+
+# The second kube-apiserver gets its port on first use, so state dirs made before it existed still work.
+start_apiserver2() {
+  load_env
+  if [ -z "${APISERVER2_PORT:-}" ]; then
+    echo "APISERVER2_PORT=$(free_port)" >>"$state/env"
+    load_env
+  fi
+  write_kubeconfig "$state/kubeconfig2" "$APISERVER2_PORT"
+  if ! alive kube-apiserver2; then
+    log "starting a second kube-apiserver $KUBE_VERSION on 127.0.0.1:$APISERVER2_PORT"
+    start_apiserver kube-apiserver2 "$APISERVER2_PORT" "$state/audit2.log"
+  fi
+  echo "KUBECONFIG=$state/kubeconfig2"
+}
+
+# signal_apiserver SIG N: sends SIG to kube-apiserver N (1 or 2).
+signal_apiserver() {
+  local sig=$1 name
+  case "${2:-}" in
+    1) name=kube-apiserver ;;
+    2) name=kube-apiserver2 ;;
+    *) die "usage: hack/controlplane.sh freeze-apiserver|thaw-apiserver 1|2" ;;
+  esac
+  alive "$name" || die "$name is not running"
+  kill -s "$sig" "$(cat "$state/$name.pid")"
 }
 
 # kube-apiserver takes ~60 s to exit on SIGTERM while watches are open: give it a short grace, then SIGKILL.
@@ -233,6 +270,8 @@ stop_component() {
   local name=$1 grace=${2:-3} pid i
   alive "$name" || { rm -f "$state/$name.pid"; return 0; }
   pid=$(cat "$state/$name.pid")
+  # A frozen (SIGSTOPped) process would not act on SIGTERM until continued.
+  kill -CONT "$pid" 2>/dev/null || true
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 $((grace * 10))); do
     kill -0 "$pid" 2>/dev/null || break
@@ -280,6 +319,7 @@ EOF
 }
 
 cmd_down() {
+  stop_component kube-apiserver2 3
   stop_component kube-apiserver 3
   stop_component etcd 5
   log "stopped"
@@ -291,9 +331,14 @@ case "${1:-}" in
   restart-apiserver) stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted" ;;
   stop-apiserver) stop_component kube-apiserver 3; log "kube-apiserver stopped" ;;
   start-apiserver) alive kube-apiserver || start_apiserver; log "kube-apiserver started" ;;
+  start-apiserver2) start_apiserver2 ;;
+  stop-apiserver2) stop_component kube-apiserver2 3; log "second kube-apiserver stopped" ;;
+  freeze-apiserver) signal_apiserver STOP "${2:-}" ;;
+  thaw-apiserver) signal_apiserver CONT "${2:-}" ;;
   restart-etcd) stop_component etcd 5; start_etcd; load_env; wait_ready; log "etcd restarted" ;;
   bin) [ $# -eq 2 ] || die "usage: hack/controlplane.sh bin NAME"; bin_path "$2" ;;
   audit) echo "$state/audit.log" ;;
-  env) load_env; cat "$state/env"; echo "STATE_DIR=$state"; echo "KUBECONFIG=$state/kubeconfig" ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  audit2) echo "$state/audit2.log" ;;
+  env) load_env; cat "$state/env"; echo "STATE_DIR=$state"; echo "KUBECONFIG=$state/kubeconfig"; echo "KUBECONFIG2=$state/kubeconfig2" ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,0 +1,463 @@
+//! Split brain (issue 15): two replicas, each talking to its own kube-apiserver over one etcd. The leader's
+//! API server is frozen (SIGSTOP) while the leader's Node PATCHes are in flight, for longer than the lease;
+//! the standby takes over through the other server; then the frozen server is thawed and handles the old
+//! leader's PATCHes late. netcm promises that no two Nodes ever hold overlapping pod CIDRs, even so.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ipnet::IpNet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use netcm_e2e::apiservers::{ApiServers, Apiserver};
+use netcm_e2e::nodes::pod_cidrs;
+use netcm_e2e::{audit, client_for, lease_holder, Netcm, TestEnv, LEASE_NAMESPACE};
+
+/// Rounds of freeze, takeover and thaw; sides alternate, so each server is frozen ten times.
+const ROUNDS: usize = 20;
+/// Whole seconds, because the Lease records its duration in whole seconds.
+const LEASE_DURATION: Duration = Duration::from_secs(3);
+const ELECTION: [&str; 3] = [
+    "--leader-elect-lease-duration=3s",
+    "--leader-elect-renew-deadline=2s",
+    "--leader-elect-retry-period=500ms",
+];
+/// Nodes created at once right before each freeze, faster than the leader assigns them, so it has a
+/// backlog (and PATCHes on the wire) when it is frozen.
+const BURST: usize = 100;
+const BURST_CONCURRENCY: usize = 32;
+/// The freeze comes when the leader has assigned this many burst Nodes: by then it has seen more.
+const FREEZE_AFTER_ASSIGNED: usize = 8;
+/// How much longer than the lease the freeze lasts at least; the thaw also waits for the takeover.
+const FREEZE_MARGIN: Duration = Duration::from_millis(250);
+/// Nodes also arrive steadily, during freezes too, as they would in a live cluster.
+const TRICKLE_EVERY: Duration = Duration::from_millis(200);
+/// A bound on the steady creator, far above what the test's duration allows.
+const TRICKLE_MAX: usize = 3000;
+/// A /12 holds 4096 /24s: room for every Node the test creates (20 × 100 + ~1000).
+const CLUSTER_CIDR: &str = "--cluster-cidr=10.128.0.0/12";
+
+fn replica_args() -> Vec<&'static str> {
+    let mut args = vec![
+        "--controllers=subnet-allocator",
+        CLUSTER_CIDR,
+        "--node-cidr-mask-size=24",
+    ];
+    args.extend_from_slice(&ELECTION);
+    args
+}
+
+/// One netcm process and the API server it talks to.
+struct Replica {
+    netcm: Netcm,
+    id: String,
+    server: Apiserver,
+}
+
+async fn start_replica(servers: &ApiServers, server: Apiserver, generation: usize) -> Replica {
+    let label = format!("{}-gen{generation}", short(server));
+    let netcm = Netcm::start(&label, servers.kubeconfig(server), &replica_args());
+    let id = netcm.identity().await;
+    Replica { netcm, id, server }
+}
+
+fn short(server: Apiserver) -> &'static str {
+    match server {
+        Apiserver::One => "on-apiserver1",
+        Apiserver::Two => "on-apiserver2",
+    }
+}
+
+/// A Node with nothing but a name: the allocator needs no more.
+fn bare_node(name: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Creates a Node, giving up after 5 s: a create that races a freeze must not stall the test. It may still
+/// land after the thaw; the final checks count whatever exists.
+async fn try_create(client: &kube::Client, name: &str) -> bool {
+    let api: Api<Node> = Api::all(client.clone());
+    matches!(
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            api.create(&PostParams::default(), &bare_node(name))
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}
+
+/// Creates Nodes steadily through whichever API server `route` names, until stopped.
+struct Trickle {
+    route: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, usize)>,
+}
+
+impl Trickle {
+    fn start(clients: [kube::Client; 2], first: Apiserver) -> Trickle {
+        let route = Arc::new(AtomicUsize::new(first.index()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (route.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let (mut created, mut failed) = (0, 0);
+            for i in 0..TRICKLE_MAX {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let client = &clients[r.load(Ordering::SeqCst)];
+                if try_create(client, &format!("trickle-{i:05}")).await {
+                    created += 1;
+                } else {
+                    failed += 1;
+                }
+                tokio::time::sleep(TRICKLE_EVERY).await;
+            }
+            (created, failed)
+        });
+        Trickle { route, stop, task }
+    }
+
+    fn route(&self, server: Apiserver) {
+        self.route.store(server.index(), Ordering::SeqCst);
+    }
+
+    async fn stop(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.expect("trickle task")
+    }
+}
+
+/// Reads a growing log file from where the last read stopped, so polling every few milliseconds stays cheap.
+struct LogTail {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+}
+
+impl LogTail {
+    /// Starts at the log's current end: only lines written from now on count.
+    fn from_end(path: &Path) -> LogTail {
+        let offset = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        LogTail {
+            path: path.to_path_buf(),
+            offset,
+            partial: String::new(),
+        }
+    }
+
+    /// The complete lines written since the last call.
+    fn new_lines(&mut self) -> Vec<String> {
+        let mut buf = Vec::new();
+        if let Ok(mut f) = std::fs::File::open(&self.path) {
+            if f.seek(SeekFrom::Start(self.offset)).is_ok() {
+                let _ = f.read_to_end(&mut buf);
+            }
+        }
+        self.offset += buf.len() as u64;
+        self.partial.push_str(&String::from_utf8_lossy(&buf));
+        let mut lines: Vec<String> = self.partial.split('\n').map(str::to_string).collect();
+        self.partial = lines.pop().unwrap_or_default();
+        lines
+    }
+}
+
+/// Waits (polling every 2 ms) until `leader` has logged `count` assignments to Nodes whose names start
+/// with `prefix`.
+async fn wait_for_assignments(leader: &Replica, tail: &mut LogTail, prefix: &str, count: usize) {
+    let needle = format!("node=\"{prefix}");
+    let start = Instant::now();
+    let mut seen = 0;
+    loop {
+        seen += tail
+            .new_lines()
+            .iter()
+            .filter(|l| l.contains("assigned pod CIDRs") && l.contains(&needle))
+            .count();
+        if seen >= count {
+            return;
+        }
+        leader.netcm.assert_running();
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} assigned {seen} of {count} {prefix}* Nodes in 30 s",
+            leader.netcm.label
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Waits until `id` holds the Lease as seen through `client`; returns when it acquired it (acquireTime).
+async fn wait_for_holder(client: &kube::Client, id: &str, timeout: Duration) -> jiff::Timestamp {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let start = Instant::now();
+    loop {
+        let spec = tokio::time::timeout(Duration::from_secs(2), leases.get_opt("netcm"))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .and_then(|l| l.spec);
+        if let Some(spec) = spec {
+            if spec.holder_identity.as_deref() == Some(id) {
+                return spec
+                    .acquire_time
+                    .map(|t| t.0)
+                    .expect("a held Lease has an acquireTime");
+            }
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{id} did not take the lease within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two Nodes whose pod CIDRs overlap.
+#[derive(Debug)]
+struct Overlap {
+    a: (String, IpNet),
+    b: (String, IpNet),
+}
+
+/// Every pair of different Nodes holding overlapping CIDRs: sorted by start, each range is compared only
+/// with the earlier ones that still reach it, so disjoint clusters cost O(n log n).
+fn overlapping_pairs(nodes: &[Node]) -> Vec<Overlap> {
+    let range = |net: &IpNet| -> (bool, u128, u128) {
+        match net {
+            IpNet::V4(n) => (
+                false,
+                u32::from(n.network()).into(),
+                u32::from(n.broadcast()).into(),
+            ),
+            IpNet::V6(n) => (true, n.network().into(), n.broadcast().into()),
+        }
+    };
+    let mut all: Vec<((bool, u128, u128), IpNet, String)> = nodes
+        .iter()
+        .flat_map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            pod_cidrs(n)
+                .into_iter()
+                .filter_map(|c| c.parse::<IpNet>().ok())
+                .map(move |net| (range(&net), net, name.clone()))
+        })
+        .collect();
+    all.sort_by_key(|(r, _, _)| (r.0, r.1));
+    let mut pairs = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    for i in 0..all.len() {
+        let ((v6, start, _), net, ref name) = all[i];
+        open.retain(|&j| all[j].0 .0 == v6 && all[j].0 .2 >= start);
+        for &j in &open {
+            if all[j].2 != *name {
+                pairs.push(Overlap {
+                    a: (all[j].2.clone(), all[j].1),
+                    b: (name.clone(), net),
+                });
+            }
+        }
+        open.push(i);
+    }
+    pairs
+}
+
+async fn list_nodes(client: &kube::Client) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .expect("list nodes")
+        .items
+}
+
+/// One takeover: who was frozen out and when the new leader acquired the Lease.
+struct Takeover {
+    old_id: String,
+    at: jiff::Timestamp,
+}
+
+/// Old leaders' Node PATCHes received by either API server after their successor acquired the Lease:
+/// (received late, of which succeeded).
+fn late_node_patches(logs: &[PathBuf; 2], takeovers: &[Takeover]) -> (usize, usize) {
+    let events: Vec<audit::AuditEvent> = logs.iter().flat_map(|p| audit::read(p)).collect();
+    let late: Vec<&audit::AuditEvent> = events
+        .iter()
+        .filter(|e| e.verb == "patch" && e.resource() == "nodes")
+        .filter(|e| {
+            takeovers
+                .iter()
+                .any(|t| e.user_agent.contains(&t.old_id) && e.received().is_some_and(|r| r > t.at))
+        })
+        .collect();
+    let landed = late.iter().filter(|e| e.succeeded()).count();
+    (late.len(), landed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_leader_gave() {
+    let test_start = Instant::now();
+    // Declared in this order so they drop in reverse: replicas first, then the servers (thawed, the
+    // second stopped), then the cluster lock.
+    let env = TestEnv::new().await;
+    let servers = tokio::task::spawn_blocking(ApiServers::start)
+        .await
+        .expect("start the second kube-apiserver");
+    let clients = [
+        env.client.clone(),
+        client_for(servers.kubeconfig(Apiserver::Two)).await,
+    ];
+
+    let mut generation = 0;
+    let mut leader = start_replica(&servers, Apiserver::One, generation).await;
+    wait_for_holder(&clients[0], &leader.id, Duration::from_secs(30)).await;
+    let mut standby = start_replica(&servers, Apiserver::Two, generation).await;
+    standby
+        .netcm
+        .wait_log("standing by", Duration::from_secs(30))
+        .await;
+    let trickle = Trickle::start(clients.clone(), Apiserver::Two);
+
+    let mut takeovers = Vec::new();
+    for round in 0..ROUNDS {
+        let frozen = leader.server;
+        let live = standby.server;
+        let live_client = &clients[live.index()];
+        leader
+            .netcm
+            .wait_log("started controller", Duration::from_secs(30))
+            .await;
+        trickle.route(live);
+
+        // A burst through the server that stays up, faster than the leader assigns; freeze the leader's
+        // server the moment the leader has assigned a few burst Nodes, so it has seen more than it has
+        // written and its next PATCHes go (or are already on their way) to the frozen server.
+        let prefix = format!("r{round:02}-burst-");
+        let mut tail = LogTail::from_end(&leader.netcm.log_path);
+        let burst = {
+            let client = live_client.clone();
+            let names: Vec<String> = (0..BURST).map(|i| format!("{prefix}{i:03}")).collect();
+            tokio::spawn(async move {
+                futures::stream::iter(names)
+                    .map(|n| {
+                        let client = client.clone();
+                        async move { try_create(&client, &n).await }
+                    })
+                    .buffer_unordered(BURST_CONCURRENCY)
+                    .filter(|ok| futures::future::ready(*ok))
+                    .count()
+                    .await
+            })
+        };
+        wait_for_assignments(&leader, &mut tail, &prefix, FREEZE_AFTER_ASSIGNED).await;
+        servers.freeze(frozen);
+        let frozen_at = Instant::now();
+
+        let acquired = wait_for_holder(live_client, &standby.id, Duration::from_secs(30)).await;
+        let took_over_after = frozen_at.elapsed();
+        // Thaw as soon as both the lease has run out and the standby has taken over: the old leader's
+        // queued PATCHes then land while the new leader is still working through its first full list,
+        // which is when a stale write can do harm.
+        tokio::time::sleep((LEASE_DURATION + FREEZE_MARGIN).saturating_sub(took_over_after)).await;
+        servers.thaw(frozen);
+        let frozen_for = frozen_at.elapsed();
+        let thawed_at = Instant::now();
+        takeovers.push(Takeover {
+            old_id: leader.id.clone(),
+            at: acquired,
+        });
+
+        // The old leader lost its lease: it must exit non-zero, and comes back as a standby, as a
+        // Deployment would restart it.
+        let status = leader.netcm.wait_exit(Duration::from_secs(30)).await;
+        let exited_after_thaw = thawed_at.elapsed();
+        assert!(
+            !status.success(),
+            "round {round}: the frozen-out leader must exit non-zero, got {status}"
+        );
+        assert!(
+            leader.netcm.logs().contains("leaderelection lost"),
+            "round {round}: the frozen-out leader must log the loss"
+        );
+        generation += 1;
+        let restarted = start_replica(&servers, frozen, generation).await;
+        restarted
+            .netcm
+            .wait_log("standing by", Duration::from_secs(30))
+            .await;
+        let burst_created = burst.await.expect("burst task");
+        leader = std::mem::replace(&mut standby, restarted);
+
+        let nodes = list_nodes(live_client).await;
+        let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
+        let (late, late_landed) =
+            late_node_patches(servers.audit_logs(), &takeovers[takeovers.len() - 1..]);
+        eprintln!(
+            "[split-brain] round {round:2}: froze {frozen} for {frozen_for:.1?} (takeover after {took_over_after:.1?}, \
+             old leader exited {exited_after_thaw:.1?} after the thaw); burst {burst_created}/{BURST}; \
+             late PATCHes {late} ({late_landed} succeeded); {allocated}/{} Nodes allocated; overlapping pairs so far: {}",
+            nodes.len(),
+            overlapping_pairs(&nodes).len()
+        );
+    }
+
+    let (trickled, trickle_failed) = trickle.stop().await;
+    // Let the current leader finish; a bounded wait, and no panic yet, so the numbers below always print.
+    let settle = Instant::now();
+    let mut nodes = list_nodes(&clients[0]).await;
+    while nodes.iter().any(|n| pod_cidrs(n).is_empty())
+        && settle.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        nodes = list_nodes(&clients[0]).await;
+    }
+    let unallocated = nodes.iter().filter(|n| pod_cidrs(n).is_empty()).count();
+    let overlaps = overlapping_pairs(&nodes);
+    let (late, late_landed) = late_node_patches(servers.audit_logs(), &takeovers);
+    eprintln!(
+        "[split-brain] {ROUNDS} rounds in {:.0?}: {} Nodes ({trickled} trickled, {trickle_failed} trickle creates timed out or failed), {unallocated} without pod CIDRs",
+        test_start.elapsed(),
+        nodes.len()
+    );
+    eprintln!(
+        "[split-brain] old leaders' Node PATCHes received after the takeover: {late} ({late_landed} succeeded, {} rejected)",
+        late - late_landed
+    );
+    eprintln!("[split-brain] overlapping pairs: {}", overlaps.len());
+    for o in overlaps.iter().take(20) {
+        eprintln!(
+            "[split-brain]   {} holds {} and {} holds {}",
+            o.a.0, o.a.1, o.b.0, o.b.1
+        );
+    }
+    // Leave no Nodes behind before failing: thousands of them slow down the next test's clean-up.
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = Api::<Node>::all(clients[0].clone())
+        .delete_collection(&dp, &ListParams::default())
+        .await;
+    assert!(
+        overlaps.is_empty(),
+        "{} pairs of Nodes hold overlapping pod CIDRs (first: {:?})",
+        overlaps.len(),
+        overlaps.first()
+    );
+    assert_eq!(unallocated, 0, "every Node must get pod CIDRs");
+    assert!(
+        lease_holder(&clients[0], "netcm").await.as_deref() == Some(leader.id.as_str()),
+        "the last replica to take over still leads"
+    );
+}
