@@ -34,4 +34,4 @@ fi
 
 step "e2e tests (real kube-apiserver + etcd)"
 cargo build --locked -p netcm
-cargo test --locked -p netcm-e2e -- --test-threads=1
+cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1
