@@ -132,6 +132,8 @@ rules:
         resources: ["leases"]
       - group: "events.k8s.io"
         resources: ["events"]
+      - group: "ipam.netcm.io"
+        resources: ["podcidrclaims"]
   - level: None
 EOF
 }

@@ -117,6 +117,11 @@ async fn delete_all_nodes(client: &kube::Client) {
     let _ = leases
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
+    // The killed contender's claims name Nodes that are gone; the next one would spend its time
+    // proving that and deleting them.
+    let _ = netcm_e2e::pod_cidr_claims(client)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
 }
 
 /// Watches Nodes with `prefix` until all `n` have a pod CIDR; returns when.
@@ -188,21 +193,30 @@ struct Row {
     idle_cpu_pct: Option<f64>,
     seconds: f64,
     writes_per_node: Option<f64>,
+    claims_per_node: Option<f64>,
     stats: Option<ProcStats>,
 }
 
-fn count_node_patches(
+/// The contender's Node PATCHes and PodCIDRClaim creates since `since`, from the audit log.
+fn count_writes(
     audit_log: &std::path::Path,
     ua_contains: &str,
     since: jiff::Timestamp,
-) -> usize {
-    audit::read(audit_log)
+) -> (usize, usize) {
+    let events = audit::read(audit_log);
+    let mine = events
         .iter()
-        .filter(|e| {
-            e.verb == "patch" && e.resource() == "nodes" && e.user_agent.contains(ua_contains)
-        })
-        .filter(|e| e.received().is_some_and(|t| t >= since))
-        .count()
+        .filter(|e| e.user_agent.contains(ua_contains))
+        .filter(|e| e.received().is_some_and(|t| t >= since));
+    let (mut patches, mut claims) = (0, 0);
+    for e in mine {
+        match (e.verb.as_str(), e.resource().as_str()) {
+            ("patch", "nodes") => patches += 1,
+            ("create", "podcidrclaims") => claims += 1,
+            _ => {}
+        }
+    }
+    (patches, claims)
 }
 
 async fn run_controller(
@@ -257,10 +271,10 @@ async fn run_controller(
     let _ = child.wait();
     let seconds = finished.duration_since(start).as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let patches = count_node_patches(&control_plane().audit_log, ua, since);
+    let (patches, claims) = count_writes(&control_plane().audit_log, ua, since);
     delete_all_nodes(client).await;
     eprintln!(
-        "{label}: {seconds:.1} s, {patches} node PATCHes, peak RSS {:.1} MiB, CPU {:.1} s",
+        "{label}: {seconds:.1} s, {patches} node PATCHes, {claims} claims, peak RSS {:.1} MiB, CPU {:.1} s",
         stats.peak_rss_mib, stats.cpu_seconds
     );
     Row {
@@ -268,6 +282,7 @@ async fn run_controller(
         idle_cpu_pct: Some(idle_cpu_pct),
         seconds,
         writes_per_node: Some(patches as f64 / n as f64),
+        claims_per_node: Some(claims as f64 / n as f64),
         stats: Some(stats),
     }
 }
@@ -303,6 +318,7 @@ async fn api_ceiling(client: &kube::Client, n: usize) -> Row {
         idle_cpu_pct: None,
         seconds,
         writes_per_node: Some(1.0),
+        claims_per_node: None,
         stats: None,
     }
 }
@@ -455,6 +471,17 @@ async fn main() {
         .await,
     );
     // The same with the client-side limit out of the way: what the allocator itself can do.
+    // What the PodCIDRClaims cost: the same without them.
+    rows.push(
+        run_controller(
+            &client,
+            "netcm (defaults, --pod-cidr-claims=false)",
+            n,
+            netcm(&["--pod-cidr-claims=false"]),
+            "netcm/",
+        )
+        .await,
+    );
     rows.push(
         run_controller(
             &client,
@@ -502,8 +529,8 @@ fn print_table(n: usize, rows: &[Row]) {
         .map(|c| c.get())
         .unwrap_or(0);
     println!("\nAllocation of a {n}-Node backlog (Nodes ~8 KB each), real kube-apiserver, {cores} cores\n");
-    println!("| contender | time to allocate all | Nodes/s | × ceiling | node PATCHes per Node | peak RSS MiB | CPU s | idle CPU % |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| contender | time to allocate all | Nodes/s | × ceiling | node PATCHes per Node | claims per Node | peak RSS MiB | CPU s | idle CPU % |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let (rss, cpu) = r
             .stats
@@ -516,7 +543,7 @@ fn print_table(n: usize, rows: &[Row]) {
             })
             .unwrap_or(("–".into(), "–".into()));
         println!(
-            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {} | {} | {} |",
             r.contender,
             r.seconds,
             n as f64 / r.seconds,
@@ -524,6 +551,9 @@ fn print_table(n: usize, rows: &[Row]) {
             r.writes_per_node
                 .map(|w| format!("{w:.2}"))
                 .unwrap_or_default(),
+            r.claims_per_node
+                .map(|w| format!("{w:.2}"))
+                .unwrap_or_else(|| "–".into()),
             rss,
             cpu,
             r.idle_cpu_pct
