@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{accept_loop, route, serve_connection, Endpoints};
+use crate::http::{accept_loop, route, serve_connection, Endpoints, Limits};
 
 /// How long an authentication or authorization answer is reused.
 const CACHE_TTL: Duration = Duration::from_secs(10);
@@ -241,18 +241,27 @@ pub async fn serve(
     endpoints: Endpoints,
     cancel: CancellationToken,
 ) {
-    accept_loop(listener, cancel, move |stream| {
+    let limits = Limits::default();
+    accept_loop(listener, limits, cancel, move |stream| {
         let (acceptor, delegation, endpoints) =
             (acceptor.clone(), delegation.clone(), endpoints.clone());
         async move {
-            let tls = match acceptor.accept(stream).await {
-                Ok(t) => t,
-                Err(e) => {
+            // Bounded like the headers that follow it (Go's net/http does the same with its
+            // ReadHeaderTimeout): a client that never finishes the handshake must not keep its slot.
+            let handshake =
+                tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await;
+            let tls = match handshake {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
                     tracing::debug!(error = %e, "TLS handshake failed");
                     return;
                 }
+                Err(_) => {
+                    tracing::debug!("TLS handshake timed out");
+                    return;
+                }
             };
-            serve_connection(tls, move |req| {
+            serve_connection(tls, limits.header_read_timeout, move |req| {
                 let (delegation, endpoints) = (delegation.clone(), endpoints.clone());
                 async move {
                     match delegation.check(&req).await {
