@@ -243,6 +243,20 @@ impl Netcm {
         }
     }
 
+    /// Like [`Netcm::start`], run under `wrapper` (e.g. `["prlimit", "--nofile=64:64"]`).
+    pub fn start_wrapped(label: &str, wrapper: &[&str], kubeconfig: &Path, args: &[&str]) -> Netcm {
+        let (port, secure_port) = (free_port(), free_port());
+        let harness = [
+            format!("--port={port}"),
+            format!("--secure-port={secure_port}"),
+        ];
+        Netcm {
+            process: NetcmProcess::spawn(label, wrapper, kubeconfig, &harness, args, &[]),
+            port,
+            secure_port,
+        }
+    }
+
     /// GET a path on the metrics/health port: (status, body).
     pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))

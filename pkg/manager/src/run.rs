@@ -180,7 +180,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
     let config = load_config(&client_opts).await?;
     tracing::info!(server = %config.cluster_url, "API client configured");
     let client = build_client(
-        config,
+        config.clone(), // the secure port's reviews build their own client from it
         &client_opts,
         guard.clone(),
         ClientMetrics::register(&registry)?,
@@ -261,7 +261,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
         tokio::spawn(crate::secure::serve(
             listener,
             acceptor,
-            crate::secure::Delegation::new(client.clone()),
+            crate::secure::Delegation::new(config, &client_opts.user_agent, &registry)?,
             Endpoints {
                 registry: registry.clone(),
                 healthz: healthz.clone(),
