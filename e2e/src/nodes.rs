@@ -112,3 +112,31 @@ pub async fn create_nodes(client: &kube::Client, fixtures: Vec<NodeFixture>, con
         .collect::<Vec<_>>()
         .await;
 }
+
+/// Every Node in the cluster.
+pub async fn all_nodes(client: &kube::Client) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    api.list(&kube::api::ListParams::default())
+        .await
+        .expect("list nodes")
+        .items
+}
+
+/// Panics if any two CIDRs held by different Nodes overlap, naming both.
+pub fn assert_no_overlaps(nodes: &[Node]) {
+    let mut all: Vec<(ipnet::IpNet, String)> = nodes
+        .iter()
+        .flat_map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            pod_cidrs(n)
+                .into_iter()
+                .map(move |c| (c.parse::<ipnet::IpNet>().expect("valid CIDR"), name.clone()))
+        })
+        .collect();
+    all.sort_by_key(|(net, _)| (net.network(), net.prefix_len()));
+    for pair in all.windows(2) {
+        let ((a, an), (b, bn)) = (&pair[0], &pair[1]);
+        let overlap = a.contains(&b.network()) || b.contains(&a.network());
+        assert!(!overlap, "{an} holds {a} and {bn} holds {b}: they overlap");
+    }
+}

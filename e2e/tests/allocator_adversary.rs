@@ -8,18 +8,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, set_addresses, NodeFixture};
+use netcm_e2e::nodes::{
+    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, set_addresses, NodeFixture,
+};
 use netcm_e2e::{audit, pod_cidr_claims, restart_apiserver, tool, wait_for, Netcm, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-async fn all_nodes(client: &kube::Client) -> Vec<Node> {
-    let api: Api<Node> = Api::all(client.clone());
-    api.list(&ListParams::default())
-        .await
-        .expect("list nodes")
-        .items
-}
 
 fn cidrs_of(nodes: &[Node]) -> HashMap<String, Vec<IpNet>> {
     nodes
@@ -34,22 +28,6 @@ fn cidrs_of(nodes: &[Node]) -> HashMap<String, Vec<IpNet>> {
         .collect()
 }
 
-/// Panics if two different Nodes' CIDRs overlap.
-fn assert_no_overlaps(nodes: &[Node]) {
-    let mut all: Vec<(IpNet, String)> = cidrs_of(nodes)
-        .into_iter()
-        .flat_map(|(n, cidrs)| cidrs.into_iter().map(move |c| (c, n.clone())))
-        .collect();
-    all.sort_by_key(|(net, _)| (net.network(), net.prefix_len()));
-    for pair in all.windows(2) {
-        let ((a, an), (b, bn)) = (&pair[0], &pair[1]);
-        assert!(
-            !(a.contains(&b.network()) || b.contains(&a.network())),
-            "{an} holds {a} and {bn} holds {b}: they overlap"
-        );
-    }
-}
-
 async fn uid_of(client: &kube::Client, name: &str) -> String {
     let api: Api<Node> = Api::all(client.clone());
     api.get(name)
@@ -58,6 +36,21 @@ async fn uid_of(client: &kube::Client, name: &str) -> String {
         .metadata
         .uid
         .expect("uid")
+}
+
+/// Creates Nodes `<prefix>1` … `<prefix>n` with nothing set.
+async fn create_plain_nodes(client: &kube::Client, prefix: &str, n: usize) {
+    let fixtures = (1..=n)
+        .map(|i| NodeFixture::named(format!("{prefix}{i}")))
+        .collect();
+    create_nodes(client, fixtures, n).await;
+}
+
+/// netcm with only the subnet-allocator, plus `args`.
+fn start_allocator(env: &TestEnv, label: &str, args: &[&str]) -> Netcm {
+    let mut all = vec!["--controllers=subnet-allocator"];
+    all.extend_from_slice(args);
+    Netcm::start(label, &env.cp.kubeconfig, &all)
 }
 
 /// Creates a PodCIDRClaim as another allocator (an earlier leader) would have.
@@ -185,22 +178,11 @@ async fn a_cidr_claimed_for_another_node_is_never_handed_out_and_a_stale_claim_i
     let inflight_uid = uid_of(&env.client, "inflight").await;
     claim(&env.client, "10.201.0.0/27", "inflight", &inflight_uid).await;
     claim(&env.client, "10.201.0.32/27", "ghost", "no-such-uid").await;
-    create_nodes(
-        &env.client,
-        (1..=3)
-            .map(|i| NodeFixture::named(format!("n{i}")))
-            .collect(),
-        3,
-    )
-    .await;
-    let netcm = Netcm::start(
+    create_plain_nodes(&env.client, "n", 3).await;
+    let netcm = start_allocator(
+        &env,
         "claims",
-        &env.cp.kubeconfig,
-        &[
-            "--controllers=subnet-allocator",
-            "--cluster-cidr=10.201.0.0/24",
-            "--node-cidr-mask-size=27",
-        ],
+        &["--cluster-cidr=10.201.0.0/24", "--node-cidr-mask-size=27"],
     );
     let nodes = wait_for("all four nodes to get pod CIDRs", TIMEOUT, || async {
         let nodes = all_nodes(&env.client).await;
@@ -330,22 +312,8 @@ async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_
         },
     )
     .await;
-    create_nodes(
-        &env.client,
-        (1..=3)
-            .map(|i| NodeFixture::named(format!("ok-{i}")))
-            .collect(),
-        3,
-    )
-    .await;
-    let netcm = Netcm::start(
-        "refused",
-        &env.cp.kubeconfig,
-        &[
-            "--controllers=subnet-allocator",
-            "--cluster-cidr=10.202.0.0/16",
-        ],
-    );
+    create_plain_nodes(&env.client, "ok-", 3).await;
+    let netcm = start_allocator(&env, "refused", &["--cluster-cidr=10.202.0.0/16"]);
     wait_for(
         "a CIDRAssignmentFailed Warning on the refused node with the API's message",
         TIMEOUT,

@@ -274,14 +274,6 @@ fn overlapping_pairs(nodes: &[Node]) -> Vec<Overlap> {
     pairs
 }
 
-async fn list_nodes(client: &kube::Client) -> Vec<Node> {
-    let api: Api<Node> = Api::all(client.clone());
-    api.list(&ListParams::default())
-        .await
-        .expect("list nodes")
-        .items
-}
-
 /// One takeover: who was frozen out and when the new leader acquired the Lease.
 struct Takeover {
     old_id: String,
@@ -399,7 +391,7 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
         let burst_created = burst.await.expect("burst task");
         leader = std::mem::replace(&mut standby, restarted);
 
-        let nodes = list_nodes(live_client).await;
+        let nodes = netcm_e2e::nodes::all_nodes(live_client).await;
         let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
         let (late, late_landed) =
             late_node_patches(servers.audit_logs(), &takeovers[takeovers.len() - 1..]);
@@ -415,12 +407,12 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
     let (trickled, trickle_failed) = trickle.stop().await;
     // Let the current leader finish; a bounded wait, and no panic yet, so the numbers below always print.
     let settle = Instant::now();
-    let mut nodes = list_nodes(&clients[0]).await;
+    let mut nodes = netcm_e2e::nodes::all_nodes(&clients[0]).await;
     while nodes.iter().any(|n| pod_cidrs(n).is_empty())
         && settle.elapsed() < Duration::from_secs(60)
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        nodes = list_nodes(&clients[0]).await;
+        nodes = netcm_e2e::nodes::all_nodes(&clients[0]).await;
     }
     let unallocated = nodes.iter().filter(|n| pod_cidrs(n).is_empty()).count();
     let overlaps = overlapping_pairs(&nodes);

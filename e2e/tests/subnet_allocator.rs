@@ -5,17 +5,11 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, ListParams};
-use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, NodeFixture};
+use kube::api::{Api, DeleteParams};
+use netcm_e2e::nodes::{
+    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, NodeFixture,
+};
 use netcm_e2e::{audit, lease_holder, wait_for, Netcm, TestEnv};
-
-async fn all_nodes(client: &kube::Client) -> Vec<Node> {
-    let api: Api<Node> = Api::all(client.clone());
-    api.list(&ListParams::default())
-        .await
-        .expect("list nodes")
-        .items
-}
 
 fn name(n: &Node) -> String {
     n.metadata.name.clone().unwrap_or_default()
@@ -37,24 +31,6 @@ async fn wait_all_allocated(
         },
     )
     .await
-}
-
-/// Panics if any two CIDRs held by different Nodes overlap.
-fn assert_no_overlaps(nodes: &[Node]) {
-    let mut all: Vec<(IpNet, String)> = nodes
-        .iter()
-        .flat_map(|n| {
-            pod_cidrs(n)
-                .into_iter()
-                .map(move |c| (c.parse::<IpNet>().expect("valid CIDR"), name(n)))
-        })
-        .collect();
-    all.sort_by_key(|(net, _)| (net.network(), net.prefix_len()));
-    for pair in all.windows(2) {
-        let ((a, an), (b, bn)) = (&pair[0], &pair[1]);
-        let overlap = a.contains(&b.network()) || b.contains(&a.network());
-        assert!(!overlap, "{an} holds {a} and {bn} holds {b}: they overlap");
-    }
 }
 
 fn fixtures(prefix: &str, n: usize) -> Vec<NodeFixture> {

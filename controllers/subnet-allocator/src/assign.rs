@@ -186,18 +186,23 @@ impl Allocator {
             PatchFailure::Transient => {
                 // The allocation and its claims stay recorded for this Node, so the retry writes the same
                 // CIDRs and nothing leaks: a Node that disappears releases them.
-                self.recorder
-                    .publish(
-                        node,
-                        EventType::Warning,
-                        "CIDRAssignmentFailed",
-                        "AllocateCIDR",
-                        format!("Node {name} status is now: CIDRAssignmentFailed ({e})"),
-                    )
-                    .await;
+                self.assignment_failed(node, name, &e.to_string()).await;
                 Err(SyncError::Patch(e))
             }
         }
+    }
+
+    /// KCM's `CIDRAssignmentFailed` Warning on the Node, with why.
+    async fn assignment_failed(&self, node: &Node, name: &str, why: &str) {
+        self.recorder
+            .publish(
+                node,
+                EventType::Warning,
+                "CIDRAssignmentFailed",
+                "AllocateCIDR",
+                format!("Node {name} status is now: CIDRAssignmentFailed ({why})"),
+            )
+            .await;
     }
 
     /// The API refused the write for good: give the CIDRs back (metrics stay consistent), tell the
@@ -238,15 +243,7 @@ impl Allocator {
             other => other.to_string(),
         };
         tracing::warn!(controller = NAME, node = name, cidrs = %cidrs.join(","), error = %message, "the API server rejected the pod CIDRs; released them, retrying with backoff");
-        self.recorder
-            .publish(
-                node,
-                EventType::Warning,
-                "CIDRAssignmentFailed",
-                "AllocateCIDR",
-                format!("Node {name} status is now: CIDRAssignmentFailed ({message})"),
-            )
-            .await;
+        self.assignment_failed(node, name, &message).await;
         Err(SyncError::Rejected {
             cidrs: cidrs.join(","),
             message,
@@ -268,34 +265,18 @@ mod tests {
 
     #[test]
     fn refusals_for_good_are_told_apart_from_gone_nodes_and_transient_errors() {
-        assert_eq!(
-            classify_patch_error(&api_error(422)),
-            PatchFailure::Rejected
-        );
-        assert_eq!(
-            classify_patch_error(&api_error(403)),
-            PatchFailure::Rejected
-        );
-        assert_eq!(
-            classify_patch_error(&api_error(400)),
-            PatchFailure::Rejected
-        );
-        assert_eq!(
-            classify_patch_error(&api_error(404)),
-            PatchFailure::NodeGone
-        );
-        assert_eq!(
-            classify_patch_error(&api_error(409)),
-            PatchFailure::NodeGone
-        );
-        assert_eq!(
-            classify_patch_error(&api_error(503)),
-            PatchFailure::Transient
-        );
-        assert_eq!(
-            classify_patch_error(&api_error(429)),
-            PatchFailure::Transient
-        );
+        let cases = [
+            (422, PatchFailure::Rejected),
+            (403, PatchFailure::Rejected),
+            (400, PatchFailure::Rejected),
+            (404, PatchFailure::NodeGone),
+            (409, PatchFailure::NodeGone),
+            (503, PatchFailure::Transient),
+            (429, PatchFailure::Transient),
+        ];
+        for (code, want) in cases {
+            assert_eq!(classify_patch_error(&api_error(code)), want, "HTTP {code}");
+        }
     }
 
     #[test]
