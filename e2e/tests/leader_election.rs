@@ -5,6 +5,79 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams};
+use netcm_e2e::{audit, lease_holder, wait_for, FrozenApiserver, Netcm, TestEnv, LEASE_NAMESPACE};
+
+/// client-go's (and KCM's) defaults, spelled out: these tests are about the real margins.
+const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Fast leader-election settings where the test only needs the rules, not the real margins.
+const FAST_LEASE: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
+
+/// Starts `label` and waits until it holds the Lease; returns its identity.
+async fn leader(env: &TestEnv, label: &str, args: &[&str]) -> (Netcm, String) {
+    let n = Netcm::start(label, &env.cp.kubeconfig, args);
+    let id = n.identity().await;
+    n.wait_log("this replica now leads", Duration::from_secs(30))
+        .await;
+    wait_for(
+        "the Lease to name the leader",
+        Duration::from_secs(10),
+        || async {
+            (lease_holder(&env.client, "netcm").await.as_deref() == Some(id.as_str())).then_some(())
+        },
+    )
+    .await;
+    (n, id)
+}
+
+#[tokio::test]
+async fn a_lease_deleted_by_hand_is_recreated_by_its_holder_and_never_taken_by_the_standby() {
+    let env = TestEnv::new().await;
+    let args = [
+        "--controllers=subnet-allocator",
+        "--cluster-cidr=10.244.0.0/16",
+        FAST_LEASE[0],
+        FAST_LEASE[1],
+        FAST_LEASE[2],
+    ];
+    let (a, a_id) = leader(&env, "holder", &args).await;
+    let b = Netcm::start("standby", &env.cp.kubeconfig, &args);
+    b.wait_log(
+        "standing by: the lease is held by another replica",
+        Duration::from_secs(30),
+    )
+    .await;
+    Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
+        .delete("netcm", &DeleteParams::default())
+        .await
+        .expect("delete the Lease");
+    // The standby saw the holder less than a lease duration ago: it must wait out that term, and the
+    // holder recreates the Lease at its next renewal. Watch for two lease durations.
+    let started = Instant::now();
+    let mut recreated = false;
+    while started.elapsed() < Duration::from_secs(8) {
+        let holder = lease_holder(&env.client, "netcm").await;
+        assert!(
+            holder.is_none() || holder.as_deref() == Some(a_id.as_str()),
+            "{:?} after the delete the Lease is held by {holder:?}, not the old holder",
+            started.elapsed()
+        );
+        recreated |= holder.is_some();
+        a.assert_running();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recreated, "the holder must recreate the Lease");
+    assert!(!a.logs().contains("leaderelection lost"));
+    assert!(!b.logs().contains("this replica now leads"));
+}
+
 /// Runs the binary with `args` and no reachable API server; it must exit on its own within 10 s.
 fn run_without_api(args: &[&str]) -> std::process::Output {
     let mut child = std::process::Command::new(netcm_e2e::netcm::netcm_binary())
@@ -47,4 +120,59 @@ fn a_lease_duration_that_is_not_whole_seconds_exits_2_naming_the_flag_before_any
             "{stderr}"
         );
     }
+}
+
+/// The first token of a text log line is its RFC 3339 timestamp.
+fn logged_at(line: &str) -> jiff::Timestamp {
+    line.split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no timestamp in {line:?}"))
+}
+
+#[tokio::test]
+async fn a_leader_whose_api_server_stops_answering_steps_down_within_the_renew_deadline() {
+    let env = TestEnv::new().await;
+    let (mut n, id) = leader(
+        &env,
+        "stranded",
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let frozen_at = jiff::Timestamp::now();
+    let frozen = FrozenApiserver::freeze();
+    n.wait_log(
+        "leaderelection lost",
+        DEFAULT_LEASE + Duration::from_secs(10),
+    )
+    .await;
+    drop(frozen);
+    let lost_at = n
+        .logs()
+        .lines()
+        .find(|l| l.contains("leaderelection lost"))
+        .map(logged_at)
+        .expect("the loss is logged");
+    let last_renewal = audit::read(&env.cp.audit_log)
+        .iter()
+        .filter(|e| e.user_agent.contains(&id) && e.resource() == "leases")
+        .filter(|e| e.succeeded() && e.verb != "get")
+        .filter_map(|e| e.received())
+        .filter(|t| *t < frozen_at)
+        .max()
+        .expect("a renewal before the freeze");
+    let after = lost_at.duration_since(last_renewal);
+    eprintln!("lease declared lost {after:?} after the last successful renewal");
+    assert!(
+        after
+            <= jiff::SignedDuration::try_from(DEFAULT_RENEW_DEADLINE + Duration::from_secs(1))
+                .expect("duration"),
+        "the leader must step down by its renew deadline, not {after:?} after its last renewal"
+    );
+    let status = n.wait_exit(Duration::from_secs(30)).await;
+    assert!(!status.success(), "a lost lease exits non-zero");
 }
