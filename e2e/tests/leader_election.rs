@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
+use netcm_e2e::nodes::{create_node, NodeFixture};
+use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
 use netcm_e2e::{audit, lease_holder, wait_for, FrozenApiserver, Netcm, TestEnv, LEASE_NAMESPACE};
 
 /// client-go's (and KCM's) defaults, spelled out: these tests are about the real margins.
@@ -120,6 +122,62 @@ fn a_lease_duration_that_is_not_whole_seconds_exits_2_naming_the_flag_before_any
             "{stderr}"
         );
     }
+}
+
+/// A Node whose UPDATEs the slow webhook holds.
+async fn slow_node(env: &TestEnv, name: &str) {
+    create_node(
+        &env.client,
+        &NodeFixture::named(name).label(SLOW_WRITES_LABEL, "true"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_write_the_api_server_holds_ends_before_the_lease_could_be_taken_over() {
+    let env = TestEnv::new().await;
+    let webhook = SlowWebhook::start(&env.client, "netcm-e2e-slow", Duration::from_secs(60)).await;
+    slow_node(&env, "held").await;
+    let (n, id) = leader(
+        &env,
+        "writer",
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    )
+    .await;
+    let held_at = webhook.wait_request("held", Duration::from_secs(30)).await;
+    // The client gives up at its deadline, which ends a safety margin before the lease could pass
+    // to another replica (at the earliest, last renewal + lease duration).
+    wait_for("netcm to give up the held write", DEFAULT_LEASE, || async {
+        n.logs()
+            .lines()
+            .any(|l| l.contains("sync failed") && l.contains("node=held"))
+            .then_some(())
+    })
+    .await;
+    let gave_up = held_at.elapsed();
+    eprintln!("the held write was abandoned {gave_up:?} after the webhook received it");
+    // The API server was told the same deadline: its audit record carries `timeout=` and ends in time.
+    let patches: Vec<audit::AuditEvent> = audit::read(&env.cp.audit_log)
+        .into_iter()
+        .filter(|e| e.user_agent.contains(&id) && e.resource() == "nodes" && e.verb == "patch")
+        .filter(|e| e.object_ref.as_ref().is_some_and(|o| o.name == "held"))
+        .collect();
+    let first = patches.first().expect("the held PATCH is in the audit log");
+    assert!(
+        first.request_uri.contains("timeout="),
+        "the write must carry the API server's timeout: {}",
+        first.request_uri
+    );
+    let ended: jiff::Timestamp = first.stage_timestamp.parse().expect("stage timestamp");
+    let took = ended.duration_since(first.received().expect("received"));
+    assert!(
+        took < jiff::SignedDuration::try_from(DEFAULT_LEASE).expect("duration"),
+        "the API server held the write for {took:?}"
+    );
+    webhook.remove(&env.client).await;
 }
 
 /// The first token of a text log line is its RFC 3339 timestamp.

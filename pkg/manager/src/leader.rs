@@ -1,13 +1,14 @@
 //! Leader election on a coordination.k8s.io/v1 Lease with client-go's algorithm and defaults, plus what
-//! client-go lacks: a fence ([`LeaderGuard`], in `guard`) checked immediately before every write, a watch
-//! on the Lease so a standby takes over as soon as the leader releases it, release on shutdown, and a
-//! deleted Lease that is not recreated during another holder's term. The decisions themselves are pure
-//! functions in `decision`.
+//! client-go lacks: a fence ([`LeaderGuard`], in `guard`) that every write passes and whose deadline every
+//! write carries, a watch on the Lease so a standby takes over as soon as the leader releases it, release
+//! on shutdown, and a deleted Lease that is not recreated during another holder's term. The decisions
+//! themselves are pure functions in `decision`.
 //!
 //! Why the fence is safe: a renewal counts from the moment its request was *sent*. Other replicas measure
-//! expiry from when they *observed* that renewal, which is later. Writes are allowed only while the last
-//! successful renewal is younger than the renew deadline (10 s), which is shorter than the lease duration
-//! (15 s), so this process stops writing before anyone else may start — also after a SIGSTOP, because the
+//! expiry from when they *observed* that renewal, which is later. A write may start only while the last
+//! successful renewal is younger than the renew deadline (10 s) and must end by that renewal + lease
+//! duration (15 s) − a safety margin — enforced by the client and by the API server (`timeout=`) — so
+//! none of this process's writes can be applied once anyone else may lead. Also after a SIGSTOP: the
 //! guard reads the monotonic clock, which keeps running while the process is frozen.
 
 pub mod decision;
@@ -25,7 +26,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use decision::{Decision, Observation};
-pub use guard::{Fenced, LeaderGuard};
+pub use guard::{Fenced, LeaderGuard, Unsettled, WriteTicket};
 
 /// client-go's jitter factor for the acquire loop.
 const JITTER_FACTOR: f64 = 1.2;
