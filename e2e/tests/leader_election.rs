@@ -180,6 +180,39 @@ async fn a_write_the_api_server_holds_ends_before_the_lease_could_be_taken_over(
     webhook.remove(&env.client).await;
 }
 
+#[tokio::test]
+async fn a_leader_stopping_with_a_write_in_flight_leaves_its_lease_to_expire_instead_of_releasing_it(
+) {
+    let env = TestEnv::new().await;
+    let webhook = SlowWebhook::start(&env.client, "netcm-e2e-slow", Duration::from_secs(60)).await;
+    slow_node(&env, "in-flight").await;
+    let (mut n, id) = leader(
+        &env,
+        "stopping",
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    )
+    .await;
+    webhook
+        .wait_request("in-flight", Duration::from_secs(30))
+        .await;
+    n.signal("TERM");
+    let status = n.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "SIGTERM must still exit 0, got {status}");
+    assert_eq!(
+        lease_holder(&env.client, "netcm").await.as_deref(),
+        Some(id.as_str()),
+        "with a write possibly still landing, the lease must be left to expire, not released"
+    );
+    assert!(
+        n.logs().contains("leaving the lease to expire"),
+        "the log must say why the lease was not released"
+    );
+    webhook.remove(&env.client).await;
+}
+
 /// The first token of a text log line is its RFC 3339 timestamp.
 fn logged_at(line: &str) -> jiff::Timestamp {
     line.split_whitespace()

@@ -1,8 +1,8 @@
 //! Leader election on a coordination.k8s.io/v1 Lease with client-go's algorithm and defaults, plus what
 //! client-go lacks: a fence ([`LeaderGuard`], in `guard`) that every write passes and whose deadline every
 //! write carries, a watch on the Lease so a standby takes over as soon as the leader releases it, release
-//! on shutdown, and a deleted Lease that is not recreated during another holder's term. The decisions
-//! themselves are pure functions in `decision`.
+//! on shutdown only once no write of ours can still land, and a deleted Lease that is not recreated during
+//! another holder's term. The decisions themselves are pure functions in `decision`.
 //!
 //! Why the fence is safe: a renewal counts from the moment its request was *sent*. Other replicas measure
 //! expiry from when they *observed* that renewal, which is later. A write may start only while the last
@@ -235,12 +235,20 @@ impl LeaderElector {
         TermEnd::Lost
     }
 
-    /// Gives the lease up (holder cleared, duration 1 s) so a standby takes over at once.
+    /// Gives the lease up (holder cleared, duration 1 s) so a standby takes over at once — but only once
+    /// no write of ours is in flight or can still land; otherwise the lease is left to expire.
     pub async fn release(&mut self) {
-        self.guard.step_down();
         self.master_status
             .with_label_values(&[&self.cfg.name])
             .set(0);
+        if let Err(unsettled) = self
+            .guard
+            .stop_writes_and_settle(self.cfg.retry_period)
+            .await
+        {
+            tracing::warn!(lease = %self.cfg.name, reason = %unsettled, "not releasing the lease: leaving the lease to expire, so no other replica leads while one of our writes may still be applied");
+            return;
+        }
         let deadline = self.cfg.renew_deadline;
         let result = tokio::time::timeout(deadline, async {
             loop {

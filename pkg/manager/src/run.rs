@@ -444,7 +444,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     }
 
     // Stop controllers first (in-flight syncs finish, bounded), keep renewing meanwhile so the fence
-    // holds, then release the lease.
+    // holds, then release the lease — if no write of ours can still land (`LeaderElector::release`).
     controllers_cancel.cancel();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT * 2, async {
         while running.join_next().await.is_some() {}
