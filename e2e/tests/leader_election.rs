@@ -6,8 +6,9 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
-use netcm_e2e::nodes::{create_node, NodeFixture};
+use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
 use netcm_e2e::{audit, lease_holder, wait_for, FrozenApiserver, Netcm, TestEnv, LEASE_NAMESPACE};
 
@@ -21,6 +22,20 @@ const FAST_LEASE: [&str; 3] = [
     "--leader-elect-renew-deadline=3s",
     "--leader-elect-retry-period=1s",
 ];
+
+async fn lease(env: &TestEnv) -> Lease {
+    Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
+        .get("netcm")
+        .await
+        .expect("get the netcm Lease")
+}
+
+fn transitions(l: &Lease) -> i32 {
+    l.spec
+        .as_ref()
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0)
+}
 
 /// Starts `label` and waits until it holds the Lease; returns its identity.
 async fn leader(env: &TestEnv, label: &str, args: &[&str]) -> (Netcm, String) {
@@ -37,6 +52,102 @@ async fn leader(env: &TestEnv, label: &str, args: &[&str]) -> (Netcm, String) {
     )
     .await;
     (n, id)
+}
+
+/// A backlog of `nodes` Nodes for the allocator and then the syncer at `--kube-api-qps=qps` must not cost
+/// the leader its lease: watched for `window`, the holder never changes and leaseTransitions stays put.
+async fn a_backlog_keeps_one_leader(qps: u32, nodes: usize, window: Duration) {
+    let env = TestEnv::new().await;
+    let fixtures: Vec<NodeFixture> = (0..nodes)
+        .map(|i| {
+            NodeFixture::named(format!("backlog-{i:03}")).internal_ip(&format!(
+                "198.18.{}.{}",
+                i / 250,
+                i % 250 + 1
+            ))
+        })
+        .collect();
+    create_nodes(&env.client, fixtures, 16).await;
+    let qps_flag = format!("--kube-api-qps={qps}");
+    // A small burst, so the bucket — not the burst — paces the backlog from the start.
+    let burst_flag = format!("--kube-api-burst={}", qps * 2);
+    let (mut n, id) = leader(
+        &env,
+        "backlog",
+        &[
+            "--controllers=subnet-allocator,node-annotation-syncer",
+            "--cluster-cidr=10.64.0.0/10",
+            &qps_flag,
+            &burst_flag,
+        ],
+    )
+    .await;
+    let before = transitions(&lease(&env).await);
+    let nodes_api: Api<Node> = Api::all(env.client.clone());
+    let started = Instant::now();
+    while started.elapsed() < window {
+        if let Some(status) = n.try_exit() {
+            panic!(
+                "at --kube-api-qps={qps} the leader exited ({status}) {:?} into the backlog",
+                started.elapsed()
+            );
+        }
+        let holder = lease_holder(&env.client, "netcm").await;
+        assert_eq!(
+            holder.as_deref(),
+            Some(id.as_str()),
+            "after {:?} at --kube-api-qps={qps} the Lease is held by {holder:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Each Node takes two writes (pod CIDRs, then lease annotations): more than the bucket allows in
+    // the window, so the backlog lasts all of it on any machine.
+    let listed = nodes_api
+        .list(&Default::default())
+        .await
+        .expect("list nodes");
+    let allocated = listed
+        .items
+        .iter()
+        .filter(|n| !pod_cidrs(n).is_empty())
+        .count();
+    let annotated = listed
+        .items
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("flannel.alpha.coreos.com/public-ip"))
+        })
+        .count();
+    eprintln!(
+        "--kube-api-qps={qps}: after {window:?}, {allocated}/{nodes} Nodes allocated, {annotated}/{nodes} annotated"
+    );
+    assert!(
+        annotated < nodes,
+        "the backlog must last the whole window, or the test proves nothing"
+    );
+    assert_eq!(
+        transitions(&lease(&env).await),
+        before,
+        "leaseTransitions changed"
+    );
+    assert!(
+        !n.logs().contains("leaderelection lost"),
+        "the leader must not lose its lease to its own backlog"
+    );
+}
+
+#[tokio::test]
+async fn at_kube_api_qps_10_a_backlog_of_300_nodes_never_costs_the_leader_its_lease() {
+    a_backlog_keeps_one_leader(10, 300, Duration::from_secs(40)).await;
+}
+
+#[tokio::test]
+async fn at_kube_api_qps_5_a_backlog_of_300_nodes_never_costs_the_leader_its_lease() {
+    a_backlog_keeps_one_leader(5, 300, Duration::from_secs(40)).await;
 }
 
 #[tokio::test]

@@ -2,6 +2,9 @@
 //! in-cluster, then `~/.kube/config`), a user agent naming netcm and its leader identity, and the tower
 //! stack every request passes (`layer`): kube's retry policy on top, so each attempt passes the client's
 //! own token bucket, then the leader fence and deadline for writes, then the `rest_client_*` metrics.
+//!
+//! The process has two clients: the shared one (`--kube-api-qps`/`--kube-api-burst`, writes fenced) and
+//! leader election's own ([`build_unfenced_client`]), so renewals never queue behind a backlog.
 
 mod layer;
 
@@ -105,9 +108,9 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
 /// How many requests may wait for our layer's inner service; as kube's own client buffer.
 const BUFFER: usize = 1024;
 
-/// Builds the process's client from a loaded config: its own token bucket
-/// (`--kube-api-qps`/`--kube-api-burst`), writes fenced by `guard` and bounded by their deadline,
-/// metered in `metrics`. Call it inside the tokio runtime.
+/// Builds the process's shared client from a loaded config: its own token bucket
+/// (`--kube-api-qps`/`--kube-api-burst`), every write except TokenReviews and SubjectAccessReviews fenced
+/// by `guard` and bounded by its deadline, metered in `metrics`. Call it inside the tokio runtime.
 pub fn build_client(
     config: kube::Config,
     opts: &ClientOptions,
@@ -116,6 +119,24 @@ pub fn build_client(
 ) -> Result<kube::Client, ClientError> {
     let layer = NetcmLayer::new(opts.qps, opts.burst, Some(guard), metrics);
     stack(config, &opts.user_agent, layer)
+}
+
+/// Builds a client with a token bucket of its own and no leader fence, for what must not wait behind the
+/// controllers' requests nor be refused by the fence — leader election above all (KCM gives it a client
+/// of its own too). Same config, user agent and `rest_client_*` metrics as the shared client. Call it
+/// inside the tokio runtime.
+pub fn build_unfenced_client(
+    config: kube::Config,
+    user_agent: &str,
+    qps: f32,
+    burst: u32,
+    metrics: ClientMetrics,
+) -> Result<kube::Client, ClientError> {
+    stack(
+        config,
+        user_agent,
+        NetcmLayer::new(qps, burst, None, metrics),
+    )
 }
 
 /// kube's default stack, then a buffer, our layer, and kube's retry policy on top. kube would retry

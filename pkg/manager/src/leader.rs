@@ -94,7 +94,9 @@ fn holder(spec: &LeaseSpec) -> &str {
 }
 
 impl LeaderElector {
-    /// Creates an elector; registers `leader_election_master_status`.
+    /// Creates an elector; registers `leader_election_master_status`. `client` should be the election's
+    /// own client ([`crate::client::build_unfenced_client`]): renewals must neither queue behind the
+    /// controllers' requests nor pass the fence they keep.
     pub fn new(
         client: kube::Client,
         cfg: LeaderElectionConfig,

@@ -129,11 +129,10 @@ impl<S> Layer<S> for NetcmLayer {
     }
 }
 
-/// API groups whose "writes" the leader fence does not cover: the Lease itself (renewal is how the fence
-/// is kept), and TokenReviews / SubjectAccessReviews, which change nothing and which a standby needs to
-/// serve its secure metrics.
-const UNFENCED_GROUPS: [&str; 3] = [
-    "/apis/coordination.k8s.io/",
+/// API groups whose writes the leader fence does not cover: TokenReviews and SubjectAccessReviews change
+/// nothing, and a standby needs them to serve its secure metrics. Everything else a fenced client
+/// changes — Lease objects included — passes the fence; leader election has a client of its own.
+const UNFENCED_GROUPS: [&str; 2] = [
     "/apis/authentication.k8s.io/",
     "/apis/authorization.k8s.io/",
 ];
@@ -306,20 +305,28 @@ mod tests {
     }
 
     #[test]
-    fn lease_writes_bypass_the_fence_and_node_writes_do_not() {
+    fn every_write_is_fenced_lease_writes_included_but_reviews_and_reads_are_not() {
         assert!(is_fenced_write(&req(Method::PATCH, "/api/v1/nodes/n1")));
         assert!(is_fenced_write(&req(
             Method::POST,
             "/apis/events.k8s.io/v1/namespaces/default/events"
         )));
-        assert!(!is_fenced_write(&req(
+        assert!(is_fenced_write(&req(
             Method::PUT,
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/netcm"
+        )));
+        assert!(is_fenced_write(&req(
+            Method::DELETE,
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/claim-10-244-1-0-24"
         )));
         assert!(!is_fenced_write(&req(Method::GET, "/api/v1/nodes")));
         assert!(!is_fenced_write(&req(
             Method::POST,
             "/apis/authentication.k8s.io/v1/tokenreviews"
+        )));
+        assert!(!is_fenced_write(&req(
+            Method::POST,
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews"
         )));
     }
 
