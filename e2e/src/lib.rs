@@ -14,12 +14,14 @@ pub mod flannel;
 pub mod netcm;
 pub mod netns;
 pub mod nodes;
+pub mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::events::v1::Event;
@@ -127,6 +129,43 @@ pub fn start_apiserver() {
     controlplane_sh(&["start-apiserver"]);
 }
 
+/// Freezes kube-apiserver with SIGSTOP (connections are accepted by the kernel, nothing is answered)
+/// until dropped, which sends SIGCONT — also when the test fails.
+pub struct FrozenApiserver {
+    pid: String,
+}
+
+impl FrozenApiserver {
+    /// Sends SIGSTOP to this checkout's kube-apiserver.
+    pub fn freeze() -> FrozenApiserver {
+        let env = controlplane_sh(&["env"]);
+        let state = env
+            .lines()
+            .find_map(|l| l.strip_prefix("STATE_DIR="))
+            .expect("STATE_DIR in hack/controlplane.sh env");
+        let pid = std::fs::read_to_string(Path::new(state).join("kube-apiserver.pid"))
+            .expect("kube-apiserver.pid")
+            .trim()
+            .to_string();
+        kill(&pid, "STOP");
+        FrozenApiserver { pid }
+    }
+}
+
+impl Drop for FrozenApiserver {
+    fn drop(&mut self) {
+        kill(&self.pid, "CONT");
+    }
+}
+
+fn kill(pid: &str, sig: &str) {
+    let status = Command::new("kill")
+        .args(["-s", sig, pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {sig} {pid} failed");
+}
+
 /// A path of a built tool (kubectl, kube-controller-manager, …).
 pub fn tool(name: &str) -> PathBuf {
     PathBuf::from(controlplane_sh(&["bin", name]).trim())
@@ -198,9 +237,18 @@ impl TestEnv {
         }
     }
 
-    /// Deletes every Node, Lease (kube-system), Event (default) and PodCIDRClaim, and waits until the Nodes
-    /// and Leases are gone.
+    /// Deletes every Node, Lease (kube-system), Event (default), PodCIDRClaim and harness webhook, and
+    /// waits until the Nodes and Leases are gone.
     pub async fn clean(&self) {
+        // First the webhooks a failed test may have left, so they cannot hold the deletes below.
+        let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        webhooks
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&format!("{}=true", webhook::HARNESS_LABEL)),
+            )
+            .await
+            .expect("delete harness webhooks");
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dp = DeleteParams {
             grace_period_seconds: Some(0),

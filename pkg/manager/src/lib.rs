@@ -31,5 +31,5 @@ pub use controller::{
 };
 pub use events::{EventRecorder, EventType};
 pub use informer::{InformerEvent, SharedInformer};
-pub use leader::{Fenced, LeaderGuard};
+pub use leader::{Fenced, LeaderGuard, WriteTicket};
 pub use registry::{ControllerDescriptor, Registry};

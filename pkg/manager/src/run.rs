@@ -14,7 +14,9 @@ use prometheus::Registry;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{build_client, load_config, ClientError, ClientMetrics, ClientOptions};
+use crate::client::{
+    build_client, build_unfenced_client, load_config, ClientError, ClientMetrics, ClientOptions,
+};
 use crate::controller::{Controller, InitContext};
 use crate::duration::format_duration;
 use crate::events::EventRecorder;
@@ -179,12 +181,18 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
     };
     let config = load_config(&client_opts).await?;
     tracing::info!(server = %config.cluster_url, "API client configured");
-    let client = build_client(
-        config.clone(), // the secure port's reviews build their own client from it
-        &client_opts,
-        guard.clone(),
-        ClientMetrics::register(&registry)?,
+    let client_metrics = ClientMetrics::register(&registry)?;
+    // Leader election gets a client of its own, as in KCM: its own token bucket (a backlog on the shared
+    // one must not delay renewals) and no fence (renewals are how the fence is kept).
+    let election_client = build_unfenced_client(
+        config.clone(),
+        &client_opts.user_agent,
+        client_opts.qps,
+        client_opts.burst,
+        client_metrics.clone(),
     )?;
+    // The secure port's reviews build their own client from `config` too.
+    let client = build_client(config.clone(), &client_opts, guard.clone(), client_metrics)?;
 
     let shutdown = CancellationToken::new();
     {
@@ -276,6 +284,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
         controllers: &controllers,
         enabled: &enabled,
         client,
+        election_client,
         registry,
         workqueue_metrics,
         manager_metrics,
@@ -296,6 +305,7 @@ struct LeadArgs<'a> {
     controllers: &'a ControllerRegistry,
     enabled: &'a [&'static str],
     client: kube::Client,
+    election_client: kube::Client,
     registry: Registry,
     workqueue_metrics: WorkqueueMetrics,
     manager_metrics: ManagerMetrics,
@@ -337,7 +347,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     let mut elector = None;
     let renew_task = if flags.leader_elect {
         let mut e = LeaderElector::new(
-            a.client.clone(),
+            a.election_client.clone(),
             a.lease_cfg.clone(),
             a.guard.clone(),
             &a.registry,
@@ -444,7 +454,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     }
 
     // Stop controllers first (in-flight syncs finish, bounded), keep renewing meanwhile so the fence
-    // holds, then release the lease.
+    // holds, then release the lease — if no write of ours can still land (`LeaderElector::release`).
     controllers_cancel.cancel();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT * 2, async {
         while running.join_next().await.is_some() {}
