@@ -5,10 +5,18 @@
 set -euo pipefail
 
 need_pkgs=()
-for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps; do
+for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps gcc:gcc; do
   cmd=${pair%%:*} pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
+# flanneld (built by hack/controlplane.sh for the e2e tests) needs cgo: a C compiler and the libc headers.
+[ -f /usr/include/stdio.h ] || need_pkgs+=(libc6-dev)
+# flanneld refuses to start without br_netfilter (it checks /proc/sys/net/bridge/bridge-nf-call-iptables).
+br_netfilter_missing=0
+if [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+  br_netfilter_missing=1
+  command -v modprobe >/dev/null 2>&1 || need_pkgs+=(kmod)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   if [ "$(id -u)" -ne 0 ]; then
@@ -17,6 +25,11 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
+fi
+
+if [ "$br_netfilter_missing" = 1 ]; then
+  echo "loading br_netfilter (flanneld checks for it)"
+  modprobe br_netfilter || { echo "error: modprobe br_netfilter failed: the flannel e2e tests need it" >&2; exit 1; }
 fi
 
 command -v cargo >/dev/null 2>&1 || { echo "error: cargo not found: install Rust (rustup) first" >&2; exit 1; }

@@ -17,6 +17,8 @@ export NETCM_E2E_KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
   trap 'bash hack/controlplane.sh down >/dev/null 2>&1 || true' EXIT
 fi
+# The e2e tests beside real flannel agents run flanneld; build it now so a cold cache fails here, clearly.
+bash hack/controlplane.sh bin flanneld >/dev/null
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -11,6 +11,7 @@
 pub mod apiservers;
 pub mod audit;
 pub mod flannel;
+pub mod flanneld;
 pub mod netcm;
 pub mod netns;
 pub mod nodes;
