@@ -25,6 +25,7 @@ pub mod node;
 pub mod registry;
 pub mod run;
 pub mod secure;
+pub mod sync_metrics;
 
 pub use controller::{
     run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,

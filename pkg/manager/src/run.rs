@@ -158,6 +158,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
 
     let registry = Registry::new();
     let manager_metrics = ManagerMetrics::register(&registry)?;
+    crate::sync_metrics::register(&registry)?;
     let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
         RunError::Metrics(prometheus::Error::Msg(format!("workqueue metrics: {e}")))
     })?;
