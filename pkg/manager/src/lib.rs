@@ -22,6 +22,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod published;
 pub mod registry;
 pub mod run;
 pub mod secure;
