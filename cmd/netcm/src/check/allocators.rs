@@ -64,14 +64,26 @@ pub fn check(s: &Snapshot) -> Vec<Finding> {
         }
     }
     if by_manager.is_empty() {
-        let by_netcm = s
+        let with_cidrs: Vec<&Node> = s
             .nodes
+            .iter()
+            .filter(|n| !netcm_manager::node::pod_cidrs(n).is_empty())
+            .collect();
+        let tracked = with_cidrs
             .iter()
             .filter(|n| !pod_cidr_writers(n).is_empty())
             .count();
+        // The API server tracks no fields of an object created with none set (a bare Node), so
+        // such Nodes cannot tell who wrote their CIDRs; kubelets always register with labels.
+        let untracked = with_cidrs.len() - tracked;
+        let note = if untracked > 0 {
+            format!("; {untracked} Node(s) with pod CIDRs carry no managedFields to tell")
+        } else {
+            String::new()
+        };
         return vec![Finding::ok(
             "allocators",
-            format!("only netcm wrote pod CIDRs ({by_netcm} Node(s) per managedFields)"),
+            format!("only netcm wrote pod CIDRs ({tracked} Node(s) by managedFields{note})"),
         )];
     }
     by_manager
