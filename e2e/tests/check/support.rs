@@ -44,7 +44,7 @@ impl CheckRun {
             })
     }
 
-    pub fn fix<'a>(finding: &'a Value) -> &'a str {
+    pub fn fix(finding: &Value) -> &str {
         finding["fix"].as_str().unwrap_or("")
     }
 }
