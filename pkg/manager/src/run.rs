@@ -493,7 +493,13 @@ async fn publish_effective_config(a: &LeadArgs<'_>) {
         flags: a.opts.effective_config.iter().cloned().collect(),
     };
     let api = Api::namespaced(a.client.clone(), &a.lease_cfg.namespace);
-    crate::published::publish(&api, &a.lease_cfg.name, &config, a.lease_cfg.retry_period).await;
+    // The first renewal waits for this, then a retry period: both must fit in the renew deadline.
+    let budget = a
+        .lease_cfg
+        .renew_deadline
+        .saturating_sub(a.lease_cfg.retry_period)
+        / 2;
+    crate::published::publish(&api, &a.lease_cfg.name, &config, budget).await;
 }
 
 /// Re-exported so controller crates can size their drain.
