@@ -34,6 +34,12 @@ if [ -f hack/verify-chart.sh ]; then
   bash hack/verify-chart.sh
 fi
 
+step "alerts: promtool test rules"
+promtool test rules hack/testdata/alerts-test.yaml
+
+step "dashboard: every panel query returns series from a live netcm"
+bash hack/verify-dashboard.sh
+
 step "e2e tests (real kube-apiserver + etcd)"
 cargo build --locked -p netcm
 cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1

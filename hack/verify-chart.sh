@@ -97,6 +97,7 @@ for kind in ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding Servi
   contains "$d" "^kind: $kind\$" "a $kind"
 done
 lacks "$d" '^kind: (DaemonSet|ServiceMonitor)$' "DaemonSet or ServiceMonitor (off by default)"
+lacks "$d" '^kind: (PrometheusRule|ConfigMap)$' "PrometheusRule or dashboard ConfigMap (off by default)"
 contains "$d" '^  replicas: 2$' "2 replicas"
 contains "$d" 'priorityClassName: system-cluster-critical' "priorityClassName system-cluster-critical"
 contains "$d" 'key: node-role.kubernetes.io/control-plane' "a control-plane toleration"
@@ -116,6 +117,9 @@ contains "$d" 'nonResourceURLs: \[/metrics\]' "a metrics-reader ClusterRole for 
 log "checking the all-on rendering"
 a=$out/all-on.yaml
 for kind in DaemonSet ServiceMonitor; do contains "$a" "^kind: $kind\$" "a $kind"; done
+for kind in PrometheusRule ConfigMap; do contains "$a" "^kind: $kind\$" "a $kind"; done
+contains "$a" 'runbook_url: https://runbooks.example.com/netcm.md#netcmnoleader' "runbook URLs under metrics.prometheusRule.runbookURL"
+contains "$a" 'grafana_dashboard: "1"' "the Grafana sidecar's dashboard label"
 contains "$a" 'hostNetwork: true' "hostNetwork for the route modes"
 contains "$a" 'add: \[NET_ADMIN\]' "NET_ADMIN for the route modes"
 contains "$a" '- --leader-elect=false' "the DaemonSet without leader election"
@@ -154,6 +158,9 @@ log "namespaces $ns_default (Pod Security: restricted) and $ns_all_on exist"
 log "installing the minimal ServiceMonitor CRD (hack/testdata/servicemonitor-crd.yaml)"
 "$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/servicemonitor-crd.yaml" >/dev/null
 "$kubectl" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com >/dev/null
+log "installing the minimal PrometheusRule CRD (hack/testdata/prometheusrule-crd.yaml)"
+"$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/prometheusrule-crd.yaml" >/dev/null
+"$kubectl" wait --for=condition=Established --timeout=60s crd/prometheusrules.monitoring.coreos.com >/dev/null
 
 dry_run() { # NAME: every object of the rendering, server-side applied in dry-run mode
   local name=$1 file=$out/$1.yaml err=$out/$1.dry-run.stderr

@@ -55,6 +55,7 @@ pub fn effective_config(cli: &Cli) -> Vec<(String, String)> {
             "--service-cluster-ip-range".into(),
             a.service_cluster_ip_range.clone(),
         ),
+        ("--pod-cidr-claims".into(), a.pod_cidr_claims.to_string()),
     ];
     out.extend(cli.annotations.effective_config());
     out.extend(cli.routes.effective_config());

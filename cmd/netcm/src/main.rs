@@ -1,5 +1,6 @@
 //! `netcm`: parse flags, install logging, assemble the controller registry, hand both to the manager.
 
+mod check;
 mod controllers;
 
 use std::process::ExitCode;
@@ -11,6 +12,9 @@ use netcm_manager::run::{run, ManagerOptions, RunError};
 /// leases and node routes, leader-elected in the shape of kube-controller-manager.
 #[derive(Debug, Parser)]
 #[command(name = "netcm", version, about, long_about = None, args_override_self = true)]
+#[command(
+    after_help = "Subcommand:\n  netcm check [node NAME]  diagnose netcm on a live cluster, read-only (netcm check --help)"
+)]
 struct Cli {
     #[command(flatten)]
     generic: netcm_manager::flags::GenericFlags,
@@ -26,6 +30,11 @@ struct Cli {
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    // `check` is a separate, read-only command line; the controller's flags do not apply to it.
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("check") {
+        return check::main(args.skip(1));
+    }
     let cli = Cli::parse();
     let registry = match controllers::registry(&cli) {
         Ok(r) => r,

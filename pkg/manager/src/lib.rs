@@ -22,9 +22,11 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod published;
 pub mod registry;
 pub mod run;
 pub mod secure;
+pub mod sync_metrics;
 
 pub use controller::{
     run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,

@@ -160,6 +160,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
 
     let registry = Registry::new();
     let manager_metrics = ManagerMetrics::register(&registry)?;
+    crate::sync_metrics::register(&registry)?;
     let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
         RunError::Metrics(prometheus::Error::Msg(format!("workqueue metrics: {e}")))
     })?;
@@ -356,6 +357,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
             tracing::info!("shut down while standing by");
             return Ok(());
         }
+        publish_effective_config(&a).await;
         let stop = stop_renewing.clone();
         Some(tokio::spawn(async move {
             let end = e.renew_until_lost(&stop).await;
@@ -489,6 +491,25 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     }
     tracing::info!("netcm stopped");
     Ok(())
+}
+
+/// Puts the effective configuration on the Lease just won, before the renew loop starts (so the two
+/// never race), for `netcm check`.
+async fn publish_effective_config(a: &LeadArgs<'_>) {
+    let config = crate::published::EffectiveConfiguration {
+        identity: a.lease_cfg.identity.clone(),
+        version: VERSION.to_string(),
+        controllers: a.enabled.iter().map(|s| s.to_string()).collect(),
+        flags: a.opts.effective_config.iter().cloned().collect(),
+    };
+    let api = Api::namespaced(a.client.clone(), &a.lease_cfg.namespace);
+    // The first renewal waits for this, then a retry period: both must fit in the renew deadline.
+    let budget = a
+        .lease_cfg
+        .renew_deadline
+        .saturating_sub(a.lease_cfg.retry_period)
+        / 2;
+    crate::published::publish(&api, &a.lease_cfg.name, &config, budget).await;
 }
 
 /// Re-exported so controller crates can size their drain.
