@@ -29,11 +29,11 @@ impl Family {
         }
     }
 
-    fn matches(self, ip: &IpAddr) -> bool {
-        matches!(
-            (self, ip),
-            (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_))
-        )
+    fn lease(self) -> netcm_lease::Family {
+        match self {
+            Family::V4 => netcm_lease::Family::V4,
+            Family::V6 => netcm_lease::Family::V6,
+        }
     }
 }
 
@@ -125,21 +125,18 @@ pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
     out
 }
 
-/// An address that can be a next hop: not unspecified, loopback or multicast.
-fn usable_gateway(ip: &IpAddr) -> bool {
-    !(ip.is_unspecified() || ip.is_loopback() || ip.is_multicast())
-}
-
 /// The Node's gateway of a family: the lease annotation if it holds a usable address of that family,
-/// else the first InternalIP, else the first ExternalIP of that family.
+/// else the first usable InternalIP, else the first usable ExternalIP of that family. "Usable" is the
+/// rule node-annotation-syncer publishes by ([`netcm_lease::public_ip`]), so a gateway is always a
+/// value the syncer could have written.
 pub fn gateway(node: &Node, family: Family, keys: &AnnotationKeys) -> Option<IpAddr> {
+    let usable = |raw: &str| netcm_lease::public_ip(raw, family.lease()).ok();
     let annotated = node
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(keys.for_family(family)))
-        .and_then(|v| v.trim().parse::<IpAddr>().ok())
-        .filter(|ip| family.matches(ip) && usable_gateway(ip));
+        .and_then(|v| usable(v));
     if annotated.is_some() {
         return annotated;
     }
@@ -152,8 +149,7 @@ pub fn gateway(node: &Node, family: Family, keys: &AnnotationKeys) -> Option<IpA
         addresses
             .iter()
             .filter(|a| a.type_ == *kind)
-            .filter_map(|a| a.address.trim().parse::<IpAddr>().ok())
-            .find(|ip| family.matches(ip) && usable_gateway(ip))
+            .find_map(|a| usable(&a.address))
     })
 }
 
@@ -404,5 +400,17 @@ pub(crate) mod tests {
             node_routes(&n, &keys).routes,
             [route("10.244.1.0/24", "192.0.2.3")]
         );
+    }
+
+    #[test]
+    fn a_link_local_or_padded_address_is_never_a_gateway_as_the_syncer_never_publishes_one() {
+        let n = node(
+            "a",
+            &["fd00:1::/64", "10.244.1.0/24"],
+            &[("InternalIP", "fe80::1"), ("InternalIP", " 192.0.2.10")],
+            &[("flannel.alpha.coreos.com/public-ipv6", "fe80::2")],
+        );
+        let r = node_routes(&n, &keys());
+        assert!(r.routes.is_empty(), "{:?}", r.routes);
     }
 }
