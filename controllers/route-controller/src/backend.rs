@@ -87,6 +87,7 @@ pub(crate) mod fake {
     //! An in-memory backend for the sync logic's unit tests.
 
     use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
     use super::*;
@@ -98,6 +99,8 @@ pub(crate) mod fake {
         pub(crate) foreign: Mutex<BTreeSet<IpNet>>,
         pub(crate) unreachable: Mutex<BTreeSet<IpAddr>>,
         pub(crate) calls: Mutex<Vec<String>>,
+        /// Listing fails.
+        pub(crate) list_fails: AtomicBool,
     }
 
     impl FakeRoutes {
@@ -142,6 +145,13 @@ pub(crate) mod fake {
         fn list_routes(&self) -> BoxFuture<'_, Result<Vec<Route>, BackendError>> {
             Box::pin(async move {
                 self.record("list".into());
+                if self.list_fails.load(Ordering::SeqCst) {
+                    return Err(BackendError::Refused {
+                        operation: "list",
+                        subject: "table 100".into(),
+                        message: "No buffer space available".into(),
+                    });
+                }
                 Ok(self.table())
             })
         }

@@ -315,6 +315,8 @@ impl RouteSyncer {
     /// A full reconcile against the listing of the table: deletes routes no Node wants and reports the
     /// Nodes to sync again. `Err` when the table cannot be listed.
     pub async fn reconcile(&self, nodes: &[Arc<Node>]) -> Result<ReconcileReport, BackendError> {
+        // As cloud-provider v0.36's reconcileNodeRoutes: every pass counts, one whose listing fails too.
+        self.metrics.sync_total.inc();
         let _exclusive = self.table.write().await;
         let listed = self.backend.list_routes().await.inspect_err(|_| {
             self.metrics.error(Operation::List);
@@ -377,7 +379,6 @@ impl RouteSyncer {
         st.programmed = programmed;
         report.failing = st.failing.len();
         self.publish_gauges(&st);
-        self.metrics.sync_total.inc();
         Ok(report)
     }
 }
@@ -577,5 +578,36 @@ mod tests {
         let r = s.sync_node("a", Some(&v6_only)).await.expect("sync");
         assert!(matches!(r.outcome, NodeOutcome::Failed(_)), "{r:?}");
         assert!(backend.take_calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn route_sync_total_counts_every_pass_even_one_whose_listing_fails_and_has_no_labels() {
+        let registry = prometheus::Registry::new();
+        let metrics = RouteMetrics::register(&registry).expect("metrics");
+        let backend = Arc::new(FakeRoutes::default());
+        let s = RouteSyncer::new(
+            backend.clone(),
+            keys(),
+            None,
+            LeaderGuard::disabled(&registry).expect("guard"),
+            metrics.clone(),
+        );
+        s.reconcile(&[]).await.expect("reconcile");
+        backend
+            .list_fails
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(s.reconcile(&[]).await.is_err());
+        assert_eq!(metrics.sync_total.get(), 2);
+        let family = registry
+            .gather()
+            .into_iter()
+            .find(|f| f.name() == "route_controller_route_sync_total")
+            .expect("registered");
+        assert_eq!(
+            family.help(),
+            "A metric counting the amount of times routes have been synced with the cloud provider."
+        );
+        assert_eq!(family.get_metric().len(), 1);
+        assert!(family.get_metric()[0].get_label().is_empty());
     }
 }
