@@ -10,6 +10,8 @@ pub fn registry(cli: &Cli) -> anyhow::Result<Registry> {
     let allocator = cli.allocator.clone();
     let annotations = cli.annotations.clone();
     let routes = cli.routes.clone();
+    // The route controller owns only routes inside the allocator's cluster CIDRs.
+    let cluster_cidr = cli.allocator.cluster_cidr.clone();
     Ok(Registry::new(vec![
         ControllerDescriptor {
             name: netcm_subnet_allocator::NAME,
@@ -27,7 +29,7 @@ pub fn registry(cli: &Cli) -> anyhow::Result<Registry> {
             name: netcm_route_controller::NAME,
             aliases: &["route", "node-route-controller"],
             disabled_by_default: false,
-            init: Box::new(move |ctx| netcm_route_controller::init(ctx, &routes)),
+            init: Box::new(move |ctx| netcm_route_controller::init(ctx, &routes, &cluster_cidr)),
         },
     ])?)
 }

@@ -80,7 +80,11 @@ fn validate(cli: &Cli, registry: &netcm_manager::Registry) -> anyhow::Result<()>
         cli.annotations.validate().map_err(anyhow::Error::msg)?;
     }
     if on(netcm_route_controller::NAME) {
-        cli.routes.validate().map_err(anyhow::Error::msg)?;
+        let context = netcm_route_controller::flags::Context {
+            cluster_cidr: &cli.allocator.cluster_cidr,
+            leader_elect: cli.generic.leader_elect,
+        };
+        cli.routes.config(context)?;
     }
     Ok(())
 }

@@ -72,11 +72,13 @@ impl AnnotationKeys {
     }
 }
 
-/// A pod CIDR no route can be built for.
+/// A pod CIDR that gets no route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unroutable {
     /// The pod CIDR.
     pub destination: IpNet,
+    /// The Node's gateway for it, if it has one.
+    pub gateway: Option<IpAddr>,
     /// Why.
     pub reason: String,
 }
@@ -90,22 +92,66 @@ pub struct NodeRoutes {
     pub unroutable: Vec<Unroutable>,
     /// Pod CIDRs without a gateway yet: the Node has not reported its addresses.
     pub waiting: Vec<IpNet>,
+    /// Pod CIDRs netcm must not route at all (see [`crate::ownership`]).
+    pub refused: Vec<Unroutable>,
 }
 
 impl NodeRoutes {
     /// Whether the Node has pod CIDRs at all (a Node without any is not the route controller's concern,
     /// as in the cloud route controller).
     pub fn wants_routes(&self) -> bool {
-        !self.routes.is_empty() || !self.unroutable.is_empty() || !self.waiting.is_empty()
+        !self.routes.is_empty()
+            || !self.unroutable.is_empty()
+            || !self.waiting.is_empty()
+            || !self.refused.is_empty()
     }
 
-    /// Every pod CIDR this Node asks a route for, whether or not one can be built.
+    /// Every pod CIDR this Node may have a route for, whether or not one can be built now. Refused pod
+    /// CIDRs are not among them, so a route netcm once made to one is deleted.
     pub fn destinations(&self) -> impl Iterator<Item = IpNet> + '_ {
         self.routes
             .iter()
             .map(|r| r.destination)
             .chain(self.unroutable.iter().map(|u| u.destination))
             .chain(self.waiting.iter().copied())
+    }
+
+    /// Moves every pod CIDR for which `why` gives a reason into [`NodeRoutes::refused`].
+    pub fn refuse(&mut self, why: impl Fn(&IpNet) -> Option<String>) {
+        let mut refused = Vec::new();
+        self.routes.retain(|r| match why(&r.destination) {
+            Some(reason) => {
+                refused.push(Unroutable {
+                    destination: r.destination,
+                    gateway: Some(r.gateway),
+                    reason,
+                });
+                false
+            }
+            None => true,
+        });
+        self.unroutable.retain(|u| match why(&u.destination) {
+            Some(reason) => {
+                refused.push(Unroutable {
+                    reason,
+                    ..u.clone()
+                });
+                false
+            }
+            None => true,
+        });
+        self.waiting.retain(|d| match why(d) {
+            Some(reason) => {
+                refused.push(Unroutable {
+                    destination: *d,
+                    gateway: None,
+                    reason,
+                });
+                false
+            }
+            None => true,
+        });
+        self.refused.extend(refused);
     }
 }
 
@@ -177,6 +223,7 @@ pub fn node_routes(node: &Node, keys: &AnnotationKeys) -> NodeRoutes {
             None if !reported => out.waiting.push(destination),
             None => out.unroutable.push(Unroutable {
                 destination,
+                gateway: None,
                 reason: format!(
                     "the node has no {family} address (annotation {} or an InternalIP/ExternalIP)",
                     keys.for_family(family)
@@ -412,5 +459,33 @@ pub(crate) mod tests {
         );
         let r = node_routes(&n, &keys());
         assert!(r.routes.is_empty(), "{:?}", r.routes);
+    }
+
+    #[test]
+    fn refused_pod_cidrs_leave_the_destinations_but_still_count_as_wanting_routes() {
+        let mut r = node_routes(
+            &node(
+                "a",
+                &["0.0.0.0/1", "10.244.1.0/24", "fd00::/64"],
+                &[("InternalIP", "192.0.2.10")],
+                &[],
+            ),
+            &keys(),
+        );
+        r.refuse(|d| (d.prefix_len() <= 1).then(|| "default-like".to_string()));
+        assert_eq!(r.routes, [route("10.244.1.0/24", "192.0.2.10")]);
+        assert_eq!(
+            r.refused,
+            [Unroutable {
+                destination: "0.0.0.0/1".parse().expect("net"),
+                gateway: Some("192.0.2.10".parse().expect("ip")),
+                reason: "default-like".into()
+            }]
+        );
+        assert_eq!(r.destinations().count(), 2, "10.244.1.0/24 and fd00::/64");
+        r.refuse(|_| Some("everything".into()));
+        assert_eq!(r.destinations().count(), 0);
+        assert_eq!(r.refused.len(), 3);
+        assert!(r.wants_routes());
     }
 }
