@@ -5,8 +5,8 @@
 //! Every test uses table 100 and protocol 199 (netcm's default protocol), a veth pair inside the
 //! namespace for the on-link subnets 192.0.2.0/24, 198.18.0.0/15 (the benchmarking range, room for
 //! thousands of Node IPs) and 2001:db8::/64, and pod CIDRs from the cluster CIDRs 10.0.0.0/8 and
-//! fd00::/8. Beside this file: `modes.rs` (`--route-mode`) and `ownership.rs` (what is netcm's to
-//! route and delete).
+//! fd00::/8. Beside this file: `modes.rs` (`--route-mode`), `ownership.rs` (what is netcm's to route
+//! and delete) and `repair.rs` (repair from the kernel's notifications).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -23,6 +23,8 @@ mod lab;
 mod modes;
 #[path = "route_controller/ownership.rs"]
 mod ownership;
+#[path = "route_controller/repair.rs"]
+mod repair;
 
 use lab::*;
 

@@ -4,7 +4,8 @@
 //! A backend only ever sees netcm's own routes: it lists, replaces and deletes routes marked as netcm's
 //! (for netlink: `--route-table` and `--route-protocol`), and a create that collides with anyone else's
 //! route fails with [`BackendError::Exists`] instead of overwriting it. It also tells the networks the
-//! host is directly connected to (no pod CIDR may cover one).
+//! host is directly connected to (no pod CIDR may cover one), and may report changes others make to the
+//! table as [`TableChange`]s, so a route someone removes is repaired at once.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -87,6 +88,33 @@ impl BackendError {
     pub fn on_this_host(&self) -> bool {
         matches!(self, BackendError::Host { .. })
     }
+}
+
+/// A change to netcm's table, made by anyone (netcm included), as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableChange {
+    /// A route to `destination` was added to the table or replaced.
+    Added {
+        /// The destination.
+        destination: IpNet,
+        /// Its gateway, if it has one.
+        gateway: Option<IpAddr>,
+        /// Whether it carries netcm's protocol.
+        ours: bool,
+    },
+    /// A route to `destination` was removed from the table.
+    Removed {
+        /// The destination.
+        destination: IpNet,
+        /// Its gateway, if it had one.
+        gateway: Option<IpAddr>,
+        /// Whether it carried netcm's protocol.
+        ours: bool,
+    },
+    /// The host's addresses changed, so its connected networks may have.
+    Addresses,
+    /// Changes were lost (the notification buffer overflowed): only a full listing tells the truth.
+    Lost,
 }
 
 /// A route backend: cloud-provider's `Routes`, for netcm's routes only. Implementations are cheap to

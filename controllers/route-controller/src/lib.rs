@@ -9,9 +9,11 @@
 //! host's own networks ([`ownership`]), and refuses a protocol number others use ([`protocols`]).
 //!
 //! Event-driven: every Node event queues the Node; its sync ([`table::RouteSyncer::sync_node`]) changes
-//! only what differs. A full reconcile at start and every `--route-reconciliation-period`
-//! ([`table::RouteSyncer::reconcile`]) deletes routes no Node wants and requeues Nodes whose route went
-//! missing. Conditions have their own queue ([`condition`]), so routes never wait on the API server.
+//! only what differs. The kernel reports every change to the table, so a route someone else removes or
+//! re-points is repaired at once ([`table::RouteSyncer::table_changed`]). A full reconcile at start and
+//! every `--route-reconciliation-period` ([`table::RouteSyncer::reconcile`]) is the safety net: it deletes
+//! routes no Node wants and requeues Nodes whose route differs. Conditions have their own queue
+//! ([`condition`]), so routes never wait on the API server.
 //!
 //! `--route-mode` says whose condition is reported: `gateway` (one host routes every pod CIDR and
 //! reports every Node, leader-elected or not) or `node` (a DaemonSet: each host routes to its peers and
@@ -32,6 +34,7 @@ mod worker;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use kube::api::Api;
 use netcm_manager::{Controller, Fenced, InitContext, InitError, InitResult};
 use tokio_util::sync::CancellationToken;
@@ -75,11 +78,13 @@ pub enum StartError {
 pub struct RouteController {
     shared: worker::Shared,
     period: std::time::Duration,
-    connection: Option<BoxFuture<'static, ()>>,
+    changes: Option<BoxStream<'static, backend::TableChange>>,
+    connections: Vec<BoxFuture<'static, ()>>,
 }
 
-/// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend (a
-/// clear error without CAP_NET_ADMIN), and subscribes to Nodes.
+/// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend
+/// and the kernel's change notifications (a clear error without CAP_NET_ADMIN), and subscribes to
+/// Nodes.
 pub fn init(ctx: &InitContext, flags: &Flags, cluster_cidr: &str) -> InitResult {
     let config = flags
         .config(Context {
@@ -106,6 +111,8 @@ pub fn init(ctx: &InitContext, flags: &Flags, cluster_cidr: &str) -> InitResult 
     }
     let (backend, connection) =
         netlink::NetlinkRoutes::open(config.table, config.protocol).map_err(InitError::new)?;
+    let (changes, watch_connection) =
+        netlink::watch(config.table, config.protocol).map_err(InitError::new)?;
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
@@ -136,9 +143,11 @@ pub fn init(ctx: &InitContext, flags: &Flags, cluster_cidr: &str) -> InitResult 
             conditions,
             recorder: ctx.recorder.clone(),
             reports,
+            resync: Arc::new(tokio::sync::Notify::new()),
         },
         period: config.period,
-        connection: Some(Box::pin(connection)),
+        changes: Some(Box::pin(changes)),
+        connections: vec![Box::pin(connection), Box::pin(watch_connection)],
     })))
 }
 
@@ -146,9 +155,10 @@ impl Controller for RouteController {
     fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let mut this = *self;
-            let connection = this.connection.take().map(tokio::spawn);
-            worker::run(this.shared, this.period, shutdown).await;
-            if let Some(c) = connection {
+            let connections: Vec<_> = this.connections.drain(..).map(tokio::spawn).collect();
+            let changes = this.changes.take();
+            worker::run(this.shared, this.period, changes, shutdown).await;
+            for c in connections {
                 c.abort();
             }
         })

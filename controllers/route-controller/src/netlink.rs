@@ -3,7 +3,12 @@
 //! and deleting match both, so routes of other software, or in other tables, are never touched.
 //!
 //! All calls share one netlink socket: rtnetlink pipelines requests on it, so many creates can be in
-//! flight at once and a few thousand routes take well under a second.
+//! flight at once and a few thousand routes take well under a second. The kernel's notifications of
+//! changes to the table come on a second socket ([`watch`]).
+
+mod watch;
+
+pub use watch::watch;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

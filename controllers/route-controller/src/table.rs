@@ -1,15 +1,19 @@
-//! The route table logic, independent of Kubernetes plumbing: per-Node syncs (event-driven) and the
-//! full reconcile (periodic safety net, [`reconcile`]), both against a [`Routes`] backend.
+//! The route table logic, independent of Kubernetes plumbing: per-Node syncs (event-driven), the full
+//! reconcile (periodic safety net, [`reconcile`]) and the kernel's reports of changes others make
+//! ([`watch`]), all against a [`Routes`] backend.
 //!
 //! netcm keeps a view of its own routes in the table (destination → gateway). A full reconcile replaces
 //! the view with a fresh listing, deletes routes of netcm's that no Node wants (Node deleted, pod CIDR
 //! gone or refused, left over from an earlier run) as long as they are netcm's to judge (see
 //! [`crate::ownership`]), and names the Nodes whose routes differ from the table so their syncs repair
 //! them. A Node sync compares the Node's wanted routes with the view and creates, replaces or deletes
-//! only what differs, so a sync of an unchanged Node costs no backend call. Reconciles take the table
-//! exclusively; Node syncs share it, so a listing never interleaves with a change.
+//! only what differs, so a sync of an unchanged Node costs no backend call. A change someone else makes
+//! is applied to the view as the kernel reports it, and the Node it concerns is synced at once.
+//! Reconciles take the table exclusively; Node syncs and reported changes share it, so a listing never
+//! interleaves with a change.
 
 mod reconcile;
+mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -69,10 +73,11 @@ impl NodeSync {
     }
 }
 
-/// The Node a destination is programmed (or tried) for.
+/// The Node a destination is programmed (or tried) for, and the gateway it wants.
 #[derive(Debug, Clone)]
 struct Claim {
     node: String,
+    gateway: IpAddr,
 }
 
 #[derive(Default)]
@@ -236,6 +241,7 @@ impl RouteSyncer {
                         route.destination,
                         Claim {
                             node: name.to_string(),
+                            gateway: route.gateway,
                         },
                     );
                     st.owned
@@ -309,6 +315,7 @@ impl RouteSyncer {
                         route.destination,
                         Claim {
                             node: name.to_string(),
+                            gateway: route.gateway,
                         },
                     );
                     match st.programmed.get(&route.destination) {

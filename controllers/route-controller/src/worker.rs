@@ -1,15 +1,19 @@
-//! The running controller's loops: Node syncs from the workqueue and the periodic reconcile, and who
-//! gets which condition and Event from their results.
+//! The running controller's loops: Node syncs from the workqueue, the periodic reconcile, the kernel's
+//! change reports, and who gets which condition and Event from their results.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
 use netcm_manager::{run_workers, EventRecorder, EventType, SharedInformer, SyncOutcome};
 use netcm_workqueue::Queue;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::TableChange;
 use crate::condition::{ConditionWriter, Verdict, NO_ROUTE_CREATED, ROUTE_CREATED};
 use crate::table::{NodeOutcome, NodeSync, RouteSyncer};
 use crate::{SyncError, CONDITIONS_QUEUE, NAME};
@@ -37,6 +41,8 @@ pub struct Shared {
     pub conditions: Option<Arc<ConditionWriter>>,
     pub recorder: EventRecorder,
     pub reports: Reports,
+    /// Asks for a full reconcile now (lost notifications, changed host networks).
+    pub resync: Arc<Notify>,
 }
 
 impl Shared {
@@ -138,10 +144,42 @@ impl Shared {
             conditions.set(own, Some(own_verdict));
         }
     }
+
+    /// Applies one change the kernel reported.
+    async fn table_changed(&self, change: TableChange) {
+        match change {
+            TableChange::Lost => {
+                tracing::warn!(
+                    controller = NAME,
+                    "route notifications were lost; reconciling the whole table"
+                );
+                self.resync.notify_one();
+            }
+            TableChange::Addresses => {
+                if self.syncer.refresh_connected().await {
+                    tracing::info!(
+                        controller = NAME,
+                        "the host's networks changed; reconciling the whole table"
+                    );
+                    self.resync.notify_one();
+                }
+            }
+            change => {
+                if let Some(node) = self.syncer.table_changed(&change).await {
+                    self.queue.add(node);
+                }
+            }
+        }
+    }
 }
 
 /// Runs every loop until `shutdown`.
-pub async fn run(shared: Shared, period: Duration, shutdown: CancellationToken) {
+pub async fn run(
+    shared: Shared,
+    period: Duration,
+    changes: Option<BoxStream<'static, TableChange>>,
+    shutdown: CancellationToken,
+) {
     // Know the table before the first Node sync, so syncs change only what differs.
     shared.reconcile().await;
     let periodic = {
@@ -152,6 +190,28 @@ pub async fn run(shared: Shared, period: Duration, shutdown: CancellationToken) 
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(period) => shared.reconcile().await,
+                    _ = shared.resync.notified() => shared.reconcile().await,
+                }
+            }
+        }
+    };
+    let watcher = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            let Some(mut changes) = changes else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    change = changes.next() => match change {
+                        Some(change) => shared.table_changed(change).await,
+                        None => {
+                            tracing::warn!(controller = NAME, "route notifications stopped; only the periodic reconcile repairs routes now");
+                            break;
+                        }
+                    },
                 }
             }
         }
@@ -187,5 +247,5 @@ pub async fn run(shared: Shared, period: Duration, shutdown: CancellationToken) 
             .await;
         }
     };
-    tokio::join!(periodic, routes, conditions);
+    tokio::join!(periodic, watcher, routes, conditions);
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::backend::fake::FakeRoutes;
+use crate::backend::TableChange;
 use crate::desired::tests::{keys, node};
 
 /// The cluster CIDRs of every test here.
@@ -315,6 +316,103 @@ async fn route_sync_total_counts_every_pass_even_one_whose_listing_fails_and_has
     );
     assert_eq!(family.get_metric().len(), 1);
     assert!(family.get_metric()[0].get_label().is_empty());
+}
+
+#[tokio::test]
+async fn a_route_someone_deletes_leaves_the_view_and_its_node_is_synced_again_which_recreates_it() {
+    let (backend, s) = syncer(None);
+    let a = n("a", "10.244.1.0/24", "192.0.2.1");
+    s.sync_node("a", Some(&a)).await.expect("sync");
+    backend.ours.lock().expect("lock").clear();
+    let removed = TableChange::Removed {
+        destination: net("10.244.1.0/24"),
+        gateway: Some("192.0.2.1".parse().expect("ip")),
+        ours: true,
+    };
+    assert_eq!(s.table_changed(&removed).await.as_deref(), Some("a"));
+    s.sync_node("a", Some(&a)).await.expect("sync");
+    assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
+}
+
+#[tokio::test]
+async fn netcms_own_changes_reported_back_cost_no_sync() {
+    let (backend, s) = syncer(None);
+    s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
+        .await
+        .expect("sync");
+    let added = TableChange::Added {
+        destination: net("10.244.1.0/24"),
+        gateway: Some("192.0.2.1".parse().expect("ip")),
+        ours: true,
+    };
+    assert_eq!(s.table_changed(&added).await, None);
+    // A Node deleted: netcm deletes the route, then hears of it.
+    s.sync_node("a", None).await.expect("sync");
+    assert!(backend.table().is_empty());
+    let removed = TableChange::Removed {
+        destination: net("10.244.1.0/24"),
+        gateway: Some("192.0.2.1".parse().expect("ip")),
+        ours: true,
+    };
+    assert_eq!(s.table_changed(&removed).await, None);
+    assert_eq!(s.table_changed(&TableChange::Lost).await, None);
+}
+
+#[tokio::test]
+async fn a_route_someone_repoints_brings_its_node_back_to_its_own_gateway() {
+    let (backend, s) = syncer(None);
+    let a = n("a", "10.244.1.0/24", "192.0.2.1");
+    s.sync_node("a", Some(&a)).await.expect("sync");
+    backend
+        .ours
+        .lock()
+        .expect("lock")
+        .insert(net("10.244.1.0/24"), "192.0.2.250".parse().expect("ip"));
+    let repointed = TableChange::Added {
+        destination: net("10.244.1.0/24"),
+        gateway: Some("192.0.2.250".parse().expect("ip")),
+        ours: true,
+    };
+    assert_eq!(s.table_changed(&repointed).await.as_deref(), Some("a"));
+    backend.take_calls();
+    s.sync_node("a", Some(&a)).await.expect("sync");
+    assert_eq!(
+        backend.take_calls(),
+        ["replace 10.244.1.0/24 via 192.0.2.1"]
+    );
+    assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
+}
+
+#[tokio::test]
+async fn someone_elses_route_replacing_netcms_is_reported_on_the_node_and_left_alone() {
+    let (backend, s) = syncer(None);
+    let a = n("a", "10.244.1.0/24", "192.0.2.1");
+    s.sync_node("a", Some(&a)).await.expect("sync");
+    // `ip route replace … proto static` takes the destination over.
+    backend.ours.lock().expect("lock").clear();
+    backend
+        .foreign
+        .lock()
+        .expect("lock")
+        .insert(net("10.244.1.0/24"));
+    let theirs = TableChange::Added {
+        destination: net("10.244.1.0/24"),
+        gateway: Some("192.0.2.9".parse().expect("ip")),
+        ours: false,
+    };
+    assert_eq!(s.table_changed(&theirs).await.as_deref(), Some("a"));
+    let r = s.sync_node("a", Some(&a)).await.expect("sync");
+    assert!(matches!(r.outcome, NodeOutcome::Failed(_)), "{r:?}");
+    // Once it is gone, the failing Node is synced again at once.
+    backend.foreign.lock().expect("lock").clear();
+    let gone = TableChange::Removed {
+        destination: net("10.244.1.0/24"),
+        gateway: Some("192.0.2.9".parse().expect("ip")),
+        ours: false,
+    };
+    assert_eq!(s.table_changed(&gone).await.as_deref(), Some("a"));
+    let r = s.sync_node("a", Some(&a)).await.expect("sync");
+    assert_eq!(r.outcome, NodeOutcome::Routed);
 }
 
 #[tokio::test]
