@@ -6,7 +6,7 @@
 //! namespace for the on-link subnets 192.0.2.0/24, 198.18.0.0/15 (the benchmarking range, room for
 //! thousands of Node IPs) and 2001:db8::/64, and pod CIDRs from the cluster CIDRs 10.0.0.0/8 and
 //! fd00::/8. Beside this file: `modes.rs` (`--route-mode`), `ownership.rs` (what is netcm's to route
-//! and delete) and `repair.rs` (repair from the kernel's notifications).
+//! and delete, the standby's sweep) and `repair.rs` (repair from the kernel's notifications).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

@@ -18,7 +18,8 @@
 //! `--route-mode` says whose condition is reported: `gateway` (one host routes every pod CIDR and
 //! reports every Node, leader-elected or not) or `node` (a DaemonSet: each host routes to its peers and
 //! reports only its own Node, which is NoRouteCreated only when the host's own routing fails; a bad peer
-//! is reported on the peer). The Node netcm runs on never gets a route.
+//! is reported on the peer). The Node netcm runs on never gets a route. A leader-elected process that is
+//! not leading yet removes the routes it left for Nodes that no longer exist ([`standby`]).
 
 pub mod backend;
 pub mod condition;
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod ownership;
 pub mod protocols;
+pub mod standby;
 pub mod table;
 mod worker;
 
@@ -46,6 +48,7 @@ use crate::ownership::Ownership;
 use crate::table::RouteSyncer;
 
 pub use flags::{Config, Flags, RouteMode};
+pub use standby::StartupSweep;
 
 /// The controller's canonical name: its workqueue, metrics label and log field.
 pub const NAME: &str = "route-controller";
@@ -78,14 +81,20 @@ pub enum StartError {
 pub struct RouteController {
     shared: worker::Shared,
     period: std::time::Duration,
+    sweep: StartupSweep,
     changes: Option<BoxStream<'static, backend::TableChange>>,
     connections: Vec<BoxFuture<'static, ()>>,
 }
 
 /// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend
 /// and the kernel's change notifications (a clear error without CAP_NET_ADMIN), and subscribes to
-/// Nodes.
-pub fn init(ctx: &InitContext, flags: &Flags, cluster_cidr: &str) -> InitResult {
+/// Nodes. `sweep` is stopped before the first reconcile, which takes its work over.
+pub fn init(
+    ctx: &InitContext,
+    flags: &Flags,
+    cluster_cidr: &str,
+    sweep: &StartupSweep,
+) -> InitResult {
     let config = flags
         .config(Context {
             cluster_cidr,
@@ -146,6 +155,7 @@ pub fn init(ctx: &InitContext, flags: &Flags, cluster_cidr: &str) -> InitResult 
             resync: Arc::new(tokio::sync::Notify::new()),
         },
         period: config.period,
+        sweep: sweep.clone(),
         changes: Some(Box::pin(changes)),
         connections: vec![Box::pin(connection), Box::pin(watch_connection)],
     })))
@@ -156,6 +166,8 @@ impl Controller for RouteController {
         Box::pin(async move {
             let mut this = *self;
             let connections: Vec<_> = this.connections.drain(..).map(tokio::spawn).collect();
+            // A standby's sweep must not delete anything once this process programs routes.
+            this.sweep.finish().await;
             let changes = this.changes.take();
             worker::run(this.shared, this.period, changes, shutdown).await;
             for c in connections {

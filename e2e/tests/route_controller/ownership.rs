@@ -1,11 +1,14 @@
 //! Own only what is ours: routes inside the cluster CIDRs, never a default-like prefix or one over the
-//! host's own networks, never a protocol another router uses.
+//! host's own networks, never a protocol another router uses; and no stale routes left on a standby.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
 use netcm_e2e::nodes::{create_nodes, NodeFixture};
-use netcm_e2e::wait_for;
+use netcm_e2e::{lease_holder, wait_for, LEASE_NAMESPACE};
 
 use super::lab::*;
 
@@ -105,4 +108,72 @@ async fn a_protocol_other_routers_use_or_gateway_mode_without_cluster_cidrs_exit
             "{args:?}: one clear line: {logs}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_removes_its_routes_to_nodes_that_no_longer_exist_and_keeps_the_rest() {
+    let lab = lab().await;
+    // Someone else leads, for an hour: netcm stays a standby for the whole test.
+    let leases: Api<Lease> = Api::namespaced(lab.env.client.clone(), LEASE_NAMESPACE);
+    let now = MicroTime(jiff::Timestamp::now());
+    leases
+        .create(
+            &PostParams::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("netcm".into()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some("someone-else".into()),
+                    lease_duration_seconds: Some(3600),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    ..Default::default()
+                }),
+            },
+        )
+        .await
+        .expect("create the other leader's Lease");
+    create_nodes(
+        &lab.env.client,
+        vec![NodeFixture::named("still-here")
+            .internal_ip("192.0.2.10")
+            .pod_cidrs(&["10.244.1.0/24"])],
+        1,
+    )
+    .await;
+    // What an earlier term as leader left behind, plus routes that are not netcm's to judge.
+    let add = |dst: &str, via: &str, proto: &str| {
+        lab.ns.ip(&[
+            "route", "add", dst, "via", via, "table", TABLE, "proto", proto,
+        ]);
+    };
+    add("10.244.1.0/24", "192.0.2.10", PROTO); // a Node that still exists
+    add("10.244.9.0/24", "192.0.2.99", PROTO); // a Node deleted since
+    add("fd00:9::/64", "2001:db8::99", PROTO); // the same, IPv6
+    add("172.16.0.0/24", "192.0.2.98", PROTO); // outside the cluster CIDRs: not netcm's
+    add("10.244.8.0/24", "192.0.2.97", "static"); // another protocol: not netcm's
+
+    let netcm = lab.start(&["--leader-elect=true"], &[]);
+    let want = BTreeMap::from([
+        (net("10.244.1.0/24"), ip("192.0.2.10")),
+        (net("172.16.0.0/24"), ip("192.0.2.98")),
+    ]);
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    assert!(lab
+        .ns
+        .ip(&["route", "show", "table", TABLE, "proto", "static"])
+        .contains("10.244.8.0/24 via 192.0.2.97"));
+    assert_eq!(
+        lease_holder(&lab.env.client, "netcm").await.as_deref(),
+        Some("someone-else"),
+        "netcm stayed a standby"
+    );
+    netcm.assert_running();
+    assert!(
+        netcm.logs().contains("startup sweep: removed"),
+        "the sweep says it ran before leading:\n{}",
+        netcm.logs()
+    );
 }
