@@ -87,7 +87,7 @@ pub struct RouteController {
 }
 
 /// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend
-/// and the kernel's change notifications (a clear error without CAP_NET_ADMIN), and subscribes to
+/// (a clear error without CAP_NET_ADMIN) and the kernel's change notifications, and subscribes to
 /// Nodes. `sweep` is stopped before the first reconcile, which takes its work over.
 pub fn init(
     ctx: &InitContext,
@@ -120,8 +120,21 @@ pub fn init(
     }
     let (backend, connection) =
         netlink::NetlinkRoutes::open(config.table, config.protocol).map_err(InitError::new)?;
-    let (changes, watch_connection) =
-        netlink::watch(config.table, config.protocol).map_err(InitError::new)?;
+    let mut connections: Vec<BoxFuture<'static, ()>> = vec![Box::pin(connection)];
+    // Without notifications routes are still repaired, at the next full reconcile.
+    let changes: Option<BoxStream<'static, backend::TableChange>> = match netlink::watch(
+        config.table,
+        config.protocol,
+    ) {
+        Ok((changes, watch_connection)) => {
+            connections.push(Box::pin(watch_connection));
+            Some(Box::pin(changes))
+        }
+        Err(e) => {
+            tracing::warn!(controller = NAME, error = %e, "no route notifications; routes changed by others are repaired at the next reconcile");
+            None
+        }
+    };
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
@@ -156,8 +169,8 @@ pub fn init(
         },
         period: config.period,
         sweep: sweep.clone(),
-        changes: Some(Box::pin(changes)),
-        connections: vec![Box::pin(connection), Box::pin(watch_connection)],
+        changes,
+        connections,
     })))
 }
 

@@ -35,11 +35,17 @@ pub enum Reports {
 /// What the loops share.
 #[derive(Clone)]
 pub struct Shared {
+    /// netcm's routes and the backend.
     pub syncer: Arc<RouteSyncer>,
+    /// The Node cache.
     pub nodes: SharedInformer<Node>,
+    /// Node names to sync.
     pub queue: Queue<String>,
+    /// The condition writer, unless `--set-node-network-unavailable=false`.
     pub conditions: Option<Arc<ConditionWriter>>,
+    /// Events on Nodes.
     pub recorder: EventRecorder,
+    /// Whose condition this process reports.
     pub reports: Reports,
     /// Asks for a full reconcile now (lost notifications, changed host networks).
     pub resync: Arc<Notify>,
