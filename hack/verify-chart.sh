@@ -63,6 +63,13 @@ contains() { grep -Eq -- "$2" "$1" || die "$(basename "$1"): expected $3"; log "
 lacks() { ! grep -Eq -- "$2" "$1" || die "$(basename "$1"): must not have $3"; log "  ok: no $3"; }
 
 kinds() { grep -E '^kind: ' "$1" | sed 's/^kind: //' | sort | tr '\n' ' '; }
+# count FILE REGEX N WHAT: a rendering has exactly N lines matching REGEX.
+count() {
+  local n
+  n=$(grep -Ec -- "$2" "$1" || true)
+  [ "$n" -eq "$3" ] || die "$(basename "$1"): expected $3 × $4, found $n"
+  log "  ok: $3 × $4"
+}
 
 mkdir -p "$cache"
 build_helm
@@ -109,6 +116,8 @@ contains "$d" 'path: /readyz' "a readiness probe on /readyz"
 contains "$d" 'fieldPath: metadata.name' "POD_NAME from the downward API"
 lacks "$d" 'hostNetwork|NET_ADMIN|runAsUser: 0' "hostNetwork, NET_ADMIN or root"
 lacks "$d" 'nodes/status' "RBAC for features that are off"
+lacks "$d" '--route-mode' "a route mode (the route controller is off)"
+count "$d" '- --cluster-cidr=10\.244\.0\.0/16$' 1 "--cluster-cidr for the allocator"
 contains "$d" '- --secure-port=10270' "secure metrics on by default"
 contains "$d" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
 contains "$d" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
@@ -125,6 +134,9 @@ contains "$a" 'add: \[NET_ADMIN\]' "NET_ADMIN for the route modes"
 contains "$a" '- --leader-elect=false' "the DaemonSet without leader election"
 contains "$a" 'fieldPath: spec.nodeName' "NODE_NAME from the downward API in the DaemonSet"
 contains "$a" 'resources: \[nodes/status\]' "nodes/status patch for the route controller"
+count "$a" '- --route-mode=gateway$' 1 "--route-mode=gateway (the Deployment)"
+count "$a" '- --route-mode=node$' 1 "--route-mode=node (the DaemonSet)"
+count "$a" '- --cluster-cidr=10\.244\.0\.0/16,fd00:10:244::/56$' 2 "--cluster-cidr in the Deployment and the DaemonSet (the routes' boundary)"
 contains "$a" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
 contains "$a" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
 
