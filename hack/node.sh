@@ -12,6 +12,7 @@
 #   hack/node.sh up          start (building what is not cached); last line: KUBECONFIG=<path>
 #   hack/node.sh down        stop everything `up` started and undo every machine-wide change it recorded
 #   hack/node.sh load TAR IMAGE   import an OCI archive (hack/image.sh) into the node's containerd as IMAGE
+#   hack/node.sh reregister  delete the Node object and restart kubelet, which registers a new one
 #   hack/node.sh env         the node's facts as shell assignments (names, addresses, ranges, paths)
 #
 # One node per machine: kubelet's ports (10248-10250), kube-proxy's (10249, 10256), sysctls, iptables and
@@ -276,13 +277,14 @@ authorization:
   mode: Webhook
 podLogsDir: $state/pod-logs
 volumePluginDir: $state/volume-plugins
-# A shared machine: never evict for disk or memory another engineer uses, and never garbage-collect the
-# images imported by hack/node.sh load (pods use imagePullPolicy Never).
+# A shared machine whose disk others fill: evict (and reclaim images, which would take the ones imported by
+# hack/node.sh load: pods use imagePullPolicy Never) only when it is all but full. Percentages of a large
+# disk would be gigabytes.
 evictionHard:
-  memory.available: "1%"
-  nodefs.available: "1%"
+  memory.available: "100Mi"
+  nodefs.available: "100Mi"
   nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
+  imagefs.available: "100Mi"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 30
@@ -319,9 +321,9 @@ cmd_up() {
   mkdir -p "$state" "$NODE_RUN"
   state=$(cd "$state" && pwd)
   # Build (or find cached) everything before touching the machine.
-  local b kubelet kube_proxy kcm scheduler kubectl pause_image pause_tar
+  local b kube_proxy kcm scheduler kubectl pause_image pause_tar
   for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd; do bin "$b" >/dev/null; done
-  kubelet=$(bin kubelet) kube_proxy=$(bin kube-proxy) kcm=$(bin kube-controller-manager)
+  kube_proxy=$(bin kube-proxy) kcm=$(bin kube-controller-manager)
   scheduler=$(bin kube-scheduler) kubectl=$(bin kubectl)
   local out
   out=$(NETCM_IMAGE_OUT=$state/images bash "$root/hack/image.sh" pause)
@@ -393,12 +395,7 @@ cmd_up() {
 
   write_kubelet_config
   t=$SECONDS
-  start kubelet "$kubelet" \
-    --config "$state/kubelet-config.yaml" \
-    --kubeconfig "$state/kubelet.kubeconfig" \
-    --root-dir "$state/kubelet" \
-    --hostname-override "$NODE_NAME" \
-    --node-ip "$NODE_ADDRESS"
+  start_kubelet
   start kube-proxy "$kube_proxy" \
     --kubeconfig "$state/kube-proxy.kubeconfig" \
     --hostname-override "$NODE_NAME" \
@@ -423,6 +420,29 @@ cmd_up() {
   echo "KUBECONFIG=$cp_state/kubeconfig"
 }
 
+start_kubelet() {
+  start kubelet "$(bin kubelet)" \
+    --config "$state/kubelet-config.yaml" \
+    --kubeconfig "$state/kubelet.kubeconfig" \
+    --root-dir "$state/kubelet" \
+    --hostname-override "$NODE_NAME" \
+    --node-ip "$NODE_ADDRESS"
+}
+
+# A new Node object for the running kubelet (kubelet registers only when it starts): for tests that need
+# a Node as it first joins, e.g. without a pod CIDR yet. Pods bound to the old Node are deleted with it.
+cmd_reregister() {
+  alive kubelet || die "the node is not up: hack/node.sh up"
+  local kubectl t=$SECONDS
+  kubectl=$(bin kubectl)
+  local k=("$kubectl" --kubeconfig "$cp_state/kubeconfig")
+  "${k[@]}" delete node "$NODE_NAME" --ignore-not-found --wait=true >/dev/null
+  stop kubelet 10
+  start_kubelet
+  wait_ready "the re-registered Node $NODE_NAME" 120 "${k[@]}" wait --for=condition=Ready --timeout=1s "node/$NODE_NAME"
+  log "Node $NODE_NAME registered anew and Ready in $((SECONDS - t))s"
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
@@ -433,8 +453,10 @@ load() { # TAR IMAGE
   [ -f "$tar" ] || die "no such archive: $tar"
   # The archive's reference is the tag alone (umoci); --base-name makes it IMAGE's repository:tag.
   ctr --address "$sock" -n k8s.io images import --base-name "${image%:*}" "$tar" >/dev/null
-  ctr --address "$sock" -n k8s.io images ls -q | grep -qx "$image" \
-    || die "imported $tar, but containerd has no image $image"
+  # Listed first, then searched: `grep -q` in a pipe would end ctr with SIGPIPE, failing the pipeline.
+  local images
+  images=$(ctr --address "$sock" -n k8s.io images ls -q)
+  grep -qx "$image" <<<"$images" || die "imported $tar, but containerd has no image $image"
   log "imported $image"
 }
 
@@ -463,7 +485,7 @@ cleanup_iptables() { # CMD SAVE BEFORE
   [ -f "$before" ] || return 0
   command -v "$save" >/dev/null 2>&1 || return 0
   local now
-  now=$("$save" 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//')
+  now=$("$save" 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' || true)
   # Rules that were not there at `up` and that belong to Kubernetes or CNI: delete them, then their chains.
   table=
   while IFS= read -r line; do
@@ -495,7 +517,7 @@ cleanup_iptables() { # CMD SAVE BEFORE
   # them but their empty built-in chains.
   local family=ip
   [ "$cmd" = ip6tables ] && family=ip6
-  now=$("$save" 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//')
+  now=$("$save" 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' || true)
   for table in $(echo "$now" | sed -n 's/^\*//p'); do
     grep -qx "\*$table" "$before" && continue
     if ! echo "$now" | awk -v t="*$table" '$0==t{on=1;next} /^\*/{on=0} on' | grep -qE '^-A|^:[^ ]+ - '; then
@@ -593,8 +615,9 @@ cmd_down() {
     report_leftovers
     rm -f "$NODE_RUN/record" "$NODE_RUN"/*.before
   fi
-  # The runtime's files (root-owned snapshots), not the logs.
-  rm -rf "$state/containerd" "$state/kubelet" "$state/cni/ipam"
+  # The runtime's files (root-owned snapshots) and the cluster's data, so the next `up` is a new cluster;
+  # not the logs.
+  rm -rf "$state/containerd" "$state/kubelet" "$state/cni/ipam" "$cp_state/etcd-data"
   log "stopped; the machine is as it was before 'up'"
 }
 
@@ -632,6 +655,7 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   load) [ $# -eq 3 ] || die "usage: hack/node.sh load TAR IMAGE"; load "$2" "$3" ;;
+  reregister) cmd_reregister ;;
   env) cmd_env ;;
-  *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -14,6 +14,7 @@ pub mod flannel;
 pub mod netcm;
 pub mod netns;
 pub mod nodes;
+pub mod realnode;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
