@@ -533,11 +533,18 @@ cmd_down() {
   if [ -f "$NODE_RUN/record" ]; then
     local owner
     owner=$(sed -n 's/^owner //p' "$NODE_RUN/record")
-    [ -n "$owner" ] && state=$owner
+    # Another checkout's node is not ours to stop (its tests may be running): say how, do nothing.
+    if [ -n "$owner" ] && [ "$owner" != "$(cd "$state" 2>/dev/null && pwd || echo "$state")" ]; then
+      die "the real node of this machine belongs to $owner: 'NETCM_NODE_DIR=$owner hack/node.sh down' stops it"
+    fi
+  elif [ ! -d "$state" ]; then
+    log "nothing to stop"
+    return 0
   fi
+  # The state dir may be gone (a removed checkout): the record alone is enough to undo the machine.
+  state=${owner:-$state}
   cp_state=$state/controlplane
   sock=$state/containerd/containerd.sock
-  [ -d "$state" ] || { rm -f "$NODE_RUN/record"; log "nothing to stop"; return 0; }
 
   # Pods first, through the API while it answers, so kubelet tears their sandboxes down (CNI DEL).
   stop kube-controller-manager 3

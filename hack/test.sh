@@ -30,6 +30,8 @@ step "control plane"
 kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
 export NETCM_E2E_KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 cleanup() {
+  # The times, even when a step failed.
+  [ -z "$step_name" ] || report >&2
   if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
     bash hack/node.sh down >&2 || true
     bash hack/controlplane.sh down >/dev/null 2>&1 || true
@@ -65,5 +67,3 @@ export NETCM_E2E_NODE_KUBECONFIG=${node_line#KUBECONFIG=}
 step "e2e tests (real kube-apiserver + etcd; the chart on the real node)"
 cargo build --locked -p netcm
 cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1
-
-report

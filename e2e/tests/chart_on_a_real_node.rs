@@ -550,7 +550,11 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
     }
     eprintln!("[real-node] scraped {endpoints:?} and the Service {cluster_ip}:10270 with a metrics-reader token; 401 without");
 
-    // 5. kubectl delete pod <leader>: the standby leads within the bound; the new pod stands by.
+    // 5. kubectl delete pod <leader>: another replica leads within the bound (graceful release), and the
+    // replica that does not lead stands by. Which one leads is a race netcm does not decide: the
+    // Deployment starts the replacement pod at once, and when it is up before the old leader's release
+    // (seen on a loaded machine: it took the Lease 7 ms after the release), it wins as often as the
+    // standby does. Printed, so a run shows which.
     let standby = replicas
         .iter()
         .map(name)
@@ -559,21 +563,27 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
     let deleted = Instant::now();
     node.kubectl(&["-n", NS, "delete", "pod", &leader, "--wait=false"])
         .await;
-    let new_holder = wait_for("the standby to take the Lease", TIMEOUT, || async {
+    let new_holder = wait_for("another replica to take the Lease", TIMEOUT, || async {
         lease_log
             .entries()
             .iter()
-            .find(|(t, h)| *t >= deleted && holder_pod(h) == standby)
+            .find(|(t, h)| *t >= deleted && !h.is_empty() && holder_pod(h) != leader)
             .map(|(t, h)| (*t, h.clone()))
     })
     .await;
     let failover = new_holder.0 - deleted;
+    let new_leader = holder_pod(&new_holder.1).to_string();
+    let which = if new_leader == standby {
+        "the standby"
+    } else {
+        "the replacement pod"
+    };
     eprintln!(
-        "[real-node] failover: {standby} leads {failover:?} after `kubectl delete pod {leader}`"
+        "[real-node] failover: {new_leader} ({which}) leads {failover:?} after `kubectl delete pod {leader}`"
     );
     assert!(
         failover <= FAILOVER_BOUND,
-        "the standby took {failover:?} to lead (bound {FAILOVER_BOUND:?}); Lease changes: {:?}",
+        "another replica took {failover:?} to lead (bound {FAILOVER_BOUND:?}); Lease changes: {:?}",
         lease_log
             .entries()
             .iter()
@@ -581,19 +591,38 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
             .collect::<Vec<_>>()
     );
     let after = ready_pods(&client, DEPLOYMENT_PODS, 2).await;
-    let replacement = after
-        .iter()
-        .map(name)
-        .find(|n| *n != standby)
-        .expect("a replacement pod");
-    let replacement_log = wait_for("the new pod to stand by", TIMEOUT, || async {
-        let log = kubectl_logs(node, &replacement).await;
-        log.contains("standing by").then_some(log)
-    })
-    .await;
+    let names: Vec<String> = after.iter().map(name).collect();
     assert!(
-        !replacement_log.contains("successfully acquired lease"),
-        "the new pod leads:\n{replacement_log}"
+        names.contains(&new_leader) && !names.contains(&leader),
+        "pods after the failover: {names:?}"
+    );
+    let other = names
+        .iter()
+        .find(|n| **n != new_leader)
+        .expect("a pod that does not lead")
+        .clone();
+    let other_log = wait_for(
+        "the pod that does not lead to stand by",
+        TIMEOUT,
+        || async {
+            let log = kubectl_logs(node, &other).await;
+            log.contains("standing by").then_some(log)
+        },
+    )
+    .await;
+    let other_ip = after
+        .iter()
+        .find(|p| name(p) == other)
+        .and_then(pod_ip)
+        .expect("pod IP");
+    assert_eq!(
+        master_status(&other_ip).await,
+        Some(0.0),
+        "{other} says it leads:\n{other_log}"
+    );
+    assert!(
+        !other_log.contains("successfully acquired lease"),
+        "{other} led at some point:\n{other_log}"
     );
     assert_eq!(
         lease_holder(&client).await.as_deref(),
