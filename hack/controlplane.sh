@@ -14,8 +14,8 @@
 #   hack/controlplane.sh freeze-apiserver N SIGSTOP kube-apiserver N (1 or 2): its sockets stay open, nothing answers
 #   hack/controlplane.sh thaw-apiserver N   SIGCONT kube-apiserver N
 #   hack/controlplane.sh bin NAME           path of a built binary: kube-apiserver, kube-controller-manager,
-#                                           kubectl, kubelet, kube-scheduler, kube-proxy, etcd (built first if
-#                                           needed; Kubernetes binaries are stamped with KUBE_VERSION)
+#                                           kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld (built
+#                                           first if needed; Kubernetes binaries are stamped with KUBE_VERSION)
 #   hack/controlplane.sh audit              path of the audit log
 #   hack/controlplane.sh audit2             path of the second kube-apiserver's audit log
 #   hack/controlplane.sh env                the state (ports, paths) as shell assignments
@@ -37,6 +37,7 @@ source "$root/hack/versions.env"
 cache=${NETCM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/netcm}
 state=${NETCM_CONTROLPLANE_DIR:-$root/_out/controlplane}
 etcd_bin=$cache/etcd-$ETCD_VERSION
+flannel_bin=$cache/flannel-$FLANNEL_VERSION
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
 die() { printf '[controlplane] error: %s\n' "$*" >&2; exit 1; }
@@ -119,12 +120,34 @@ build_etcd() {
   ) 9>"$cache/build.lock"
 }
 
+# flanneld for the e2e tests that run netcm beside real flannel agents. hack/tools/flannel replaces two
+# Tencent Cloud SDK modules the proxy refuses with local stand-ins; cgo, because its udp backend is C.
+build_flanneld() {
+  [ -x "$flannel_bin/flanneld" ] && return 0
+  need go flock gcc
+  mkdir -p "$flannel_bin"
+  (
+    flock 9
+    [ -x "$flannel_bin/flanneld" ] && exit 0
+    log "building flanneld $FLANNEL_VERSION from the github.com/flannel-io/flannel module"
+    cd "$root/hack/tools/flannel"
+    # The cache is keyed by FLANNEL_VERSION, so the module must build exactly that version.
+    grep -q "^require github.com/flannel-io/flannel $FLANNEL_VERSION\$" go.mod ||
+      die "hack/tools/flannel/go.mod does not require github.com/flannel-io/flannel $FLANNEL_VERSION (hack/versions.env)"
+    CGO_ENABLED=1 go build -trimpath \
+      -ldflags "-X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
+      -o "$flannel_bin/flanneld.tmp" github.com/flannel-io/flannel
+    mv "$flannel_bin/flanneld.tmp" "$flannel_bin/flanneld"
+  ) 9>"$cache/build.lock"
+}
+
 bin_path() {
   case "$1" in
     kube-apiserver | kube-controller-manager | kubectl | kubelet | kube-scheduler | kube-proxy)
       mkdir -p "$cache"; build_k8s "$1"; echo "$(k8s_bin_dir)/$1" ;;
     etcd) mkdir -p "$cache"; build_etcd; echo "$etcd_bin/etcd" ;;
-    *) die "unknown binary '$1' (kube-apiserver, kube-controller-manager, kubectl, kubelet, kube-scheduler, kube-proxy, etcd)" ;;
+    flanneld) mkdir -p "$cache"; build_flanneld; echo "$flannel_bin/flanneld" ;;
+    *) die "unknown binary '$1' (kube-apiserver, kube-controller-manager, kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld)" ;;
   esac
 }
 

@@ -8,7 +8,7 @@ need_pkgs=()
 # The real node (hack/node.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
 # images without a registry, iptables and conntrack for kube-proxy, nft to remove the tables iptables-nft
 # makes once they are empty again.
-for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps \
+for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps gcc:gcc \
   containerd:containerd runc:runc umoci:umoci iptables:iptables conntrack:conntrack nft:nftables \
   /usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins; do
   cmd=${pair%%:*} pkg=${pair##*:}
@@ -18,6 +18,14 @@ for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:ipr
     command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
   fi
 done
+# flanneld (built by hack/controlplane.sh for the e2e tests) needs cgo: a C compiler and the libc headers.
+[ -f /usr/include/stdio.h ] || need_pkgs+=(libc6-dev)
+# flanneld refuses to start without br_netfilter (it checks /proc/sys/net/bridge/bridge-nf-call-iptables).
+br_netfilter_missing=0
+if [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+  br_netfilter_missing=1
+  command -v modprobe >/dev/null 2>&1 || need_pkgs+=(kmod)
+fi
 mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u | grep -v '^$' || true)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
@@ -27,6 +35,11 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
+fi
+
+if [ "$br_netfilter_missing" = 1 ]; then
+  echo "loading br_netfilter (flanneld checks for it)"
+  modprobe br_netfilter || { echo "error: modprobe br_netfilter failed: the flannel e2e tests need it" >&2; exit 1; }
 fi
 
 command -v cargo >/dev/null 2>&1 || { echo "error: cargo not found: install Rust (rustup) first" >&2; exit 1; }

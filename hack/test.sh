@@ -38,6 +38,8 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+# The e2e tests beside real flannel agents run flanneld; build it now so a cold cache fails here, clearly.
+bash hack/controlplane.sh bin flanneld >/dev/null
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -52,6 +54,12 @@ if [ -f hack/verify-chart.sh ]; then
   step "chart: helm lint, helm template, server-side dry-run"
   bash hack/verify-chart.sh
 fi
+
+step "alerts: promtool test rules"
+promtool test rules hack/testdata/alerts-test.yaml
+
+step "dashboard: every panel query returns series from a live netcm"
+bash hack/verify-dashboard.sh
 
 step "image: release build, OCI image with umoci, checked against the Dockerfile"
 image_lines=$(bash hack/image.sh build)

@@ -63,6 +63,13 @@ contains() { grep -Eq -- "$2" "$1" || die "$(basename "$1"): expected $3"; log "
 lacks() { ! grep -Eq -- "$2" "$1" || die "$(basename "$1"): must not have $3"; log "  ok: no $3"; }
 
 kinds() { grep -E '^kind: ' "$1" | sed 's/^kind: //' | sort | tr '\n' ' '; }
+# count FILE REGEX N WHAT: a rendering has exactly N lines matching REGEX.
+count() {
+  local n
+  n=$(grep -Ec -- "$2" "$1" || true)
+  [ "$n" -eq "$3" ] || die "$(basename "$1"): expected $3 × $4, found $n"
+  log "  ok: $3 × $4"
+}
 
 mkdir -p "$cache"
 build_helm
@@ -96,6 +103,7 @@ for kind in ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding Servi
   contains "$d" "^kind: $kind\$" "a $kind"
 done
 lacks "$d" '^kind: (DaemonSet|ServiceMonitor)$' "DaemonSet or ServiceMonitor (off by default)"
+lacks "$d" '^kind: (PrometheusRule|ConfigMap)$' "PrometheusRule or dashboard ConfigMap (off by default)"
 contains "$d" '^  replicas: 2$' "2 replicas"
 contains "$d" 'priorityClassName: system-cluster-critical' "priorityClassName system-cluster-critical"
 contains "$d" 'key: node-role.kubernetes.io/control-plane' "a control-plane toleration"
@@ -107,6 +115,8 @@ contains "$d" 'path: /readyz' "a readiness probe on /readyz"
 contains "$d" 'fieldPath: metadata.name' "POD_NAME from the downward API"
 lacks "$d" 'hostNetwork|NET_ADMIN|runAsUser: 0' "hostNetwork, NET_ADMIN or root"
 lacks "$d" 'nodes/status' "RBAC for features that are off"
+lacks "$d" '--route-mode' "a route mode (the route controller is off)"
+count "$d" '- --cluster-cidr=10\.244\.0\.0/16$' 1 "--cluster-cidr for the allocator"
 contains "$d" '- --secure-port=10270' "secure metrics on by default"
 contains "$d" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
 contains "$d" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
@@ -115,11 +125,17 @@ contains "$d" 'nonResourceURLs: \[/metrics\]' "a metrics-reader ClusterRole for 
 log "checking the all-on rendering"
 a=$out/all-on.yaml
 for kind in DaemonSet ServiceMonitor; do contains "$a" "^kind: $kind\$" "a $kind"; done
+for kind in PrometheusRule ConfigMap; do contains "$a" "^kind: $kind\$" "a $kind"; done
+contains "$a" 'runbook_url: https://runbooks.example.com/netcm.md#netcmnoleader' "runbook URLs under metrics.prometheusRule.runbookURL"
+contains "$a" 'grafana_dashboard: "1"' "the Grafana sidecar's dashboard label"
 contains "$a" 'hostNetwork: true' "hostNetwork for the route modes"
 contains "$a" 'add: \[NET_ADMIN\]' "NET_ADMIN for the route modes"
 contains "$a" '- --leader-elect=false' "the DaemonSet without leader election"
 contains "$a" 'fieldPath: spec.nodeName' "NODE_NAME from the downward API in the DaemonSet"
 contains "$a" 'resources: \[nodes/status\]' "nodes/status patch for the route controller"
+count "$a" '- --route-mode=gateway$' 1 "--route-mode=gateway (the Deployment)"
+count "$a" '- --route-mode=node$' 1 "--route-mode=node (the DaemonSet)"
+count "$a" '- --cluster-cidr=10\.244\.0\.0/16,fd00:10:244::/56$' 2 "--cluster-cidr in the Deployment and the DaemonSet (the routes' boundary)"
 contains "$a" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
 contains "$a" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
 
@@ -162,6 +178,9 @@ log "namespaces $ns_default (Pod Security: restricted) and $ns_all_on exist"
 log "installing the minimal ServiceMonitor CRD (hack/testdata/servicemonitor-crd.yaml)"
 "$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/servicemonitor-crd.yaml" >/dev/null
 "$kubectl" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com >/dev/null
+log "installing the minimal PrometheusRule CRD (hack/testdata/prometheusrule-crd.yaml)"
+"$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/prometheusrule-crd.yaml" >/dev/null
+"$kubectl" wait --for=condition=Established --timeout=60s crd/prometheusrules.monitoring.coreos.com >/dev/null
 
 dry_run() { # NAME: every object of the rendering, server-side applied in dry-run mode
   local name=$1 file=$out/$1.yaml err=$out/$1.dry-run.stderr

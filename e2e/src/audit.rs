@@ -18,6 +18,9 @@ pub struct AuditEvent {
     pub stage_timestamp: String,
     #[serde(default)]
     pub request_received_timestamp: String,
+    /// The path and query as sent, e.g. `/api/v1/nodes/n?timeout=9500ms`.
+    #[serde(default, rename = "requestURI")]
+    pub request_uri: String,
 }
 
 /// What was written.

@@ -11,16 +11,19 @@
 pub mod apiservers;
 pub mod audit;
 pub mod flannel;
+pub mod flanneld;
 pub mod netcm;
 pub mod netns;
 pub mod nodes;
 pub mod realnode;
+pub mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::events::v1::Event;
@@ -128,6 +131,43 @@ pub fn start_apiserver() {
     controlplane_sh(&["start-apiserver"]);
 }
 
+/// Freezes kube-apiserver with SIGSTOP (connections are accepted by the kernel, nothing is answered)
+/// until dropped, which sends SIGCONT — also when the test fails.
+pub struct FrozenApiserver {
+    pid: String,
+}
+
+impl FrozenApiserver {
+    /// Sends SIGSTOP to this checkout's kube-apiserver.
+    pub fn freeze() -> FrozenApiserver {
+        let env = controlplane_sh(&["env"]);
+        let state = env
+            .lines()
+            .find_map(|l| l.strip_prefix("STATE_DIR="))
+            .expect("STATE_DIR in hack/controlplane.sh env");
+        let pid = std::fs::read_to_string(Path::new(state).join("kube-apiserver.pid"))
+            .expect("kube-apiserver.pid")
+            .trim()
+            .to_string();
+        kill(&pid, "STOP");
+        FrozenApiserver { pid }
+    }
+}
+
+impl Drop for FrozenApiserver {
+    fn drop(&mut self) {
+        kill(&self.pid, "CONT");
+    }
+}
+
+fn kill(pid: &str, sig: &str) {
+    let status = Command::new("kill")
+        .args(["-s", sig, pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {sig} {pid} failed");
+}
+
 /// A path of a built tool (kubectl, kube-controller-manager, …).
 pub fn tool(name: &str) -> PathBuf {
     PathBuf::from(controlplane_sh(&["bin", name]).trim())
@@ -199,9 +239,18 @@ impl TestEnv {
         }
     }
 
-    /// Deletes every Node, Lease (kube-system), Event (default) and PodCIDRClaim, and waits until the Nodes
-    /// and Leases are gone.
+    /// Deletes every Node, Lease (kube-system), Event (default), PodCIDRClaim and harness webhook, and
+    /// waits until the Nodes and Leases are gone.
     pub async fn clean(&self) {
+        // First the webhooks a failed test may have left, so they cannot hold the deletes below.
+        let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        webhooks
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&format!("{}=true", webhook::HARNESS_LABEL)),
+            )
+            .await
+            .expect("delete harness webhooks");
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
@@ -212,8 +261,11 @@ impl TestEnv {
             .await
             .expect("delete nodes");
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        // Not kube-apiserver's own identity Leases: a (re)started API server re-creates them within
+        // seconds, so waiting for them to be gone raced the API server and flaked.
+        let not_apiserver = ListParams::default().labels("!apiserver.kubernetes.io/identity");
         leases
-            .delete_collection(&dp, &ListParams::default())
+            .delete_collection(&dp, &not_apiserver)
             .await
             .expect("delete leases");
         let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
@@ -230,7 +282,7 @@ impl TestEnv {
             Duration::from_secs(60),
             || async {
                 let n = nodes.list(&ListParams::default()).await.ok()?.items.len();
-                let l = leases.list(&ListParams::default()).await.ok()?.items.len();
+                let l = leases.list(&not_apiserver).await.ok()?.items.len();
                 (n == 0 && l == 0).then_some(())
             },
         )

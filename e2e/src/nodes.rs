@@ -13,6 +13,7 @@ pub struct NodeFixture {
     pub addresses: Vec<(String, String)>,
     pub pod_cidrs: Vec<String>,
     pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 impl NodeFixture {
@@ -42,6 +43,11 @@ impl NodeFixture {
         self.annotations.insert(k.into(), v.into());
         self
     }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.insert(k.into(), v.into());
+        self
+    }
 }
 
 /// Creates the Node (and its status addresses with a status PATCH, as a kubelet would).
@@ -51,6 +57,7 @@ pub async fn create_node(client: &kube::Client, f: &NodeFixture) -> Node {
         metadata: ObjectMeta {
             name: Some(f.name.clone()),
             annotations: (!f.annotations.is_empty()).then(|| f.annotations.clone()),
+            labels: (!f.labels.is_empty()).then(|| f.labels.clone()),
             ..Default::default()
         },
         spec: Some(NodeSpec {

@@ -4,7 +4,9 @@
 //!
 //! Every test uses table 100 and protocol 199 (netcm's default protocol), a veth pair inside the
 //! namespace for the on-link subnets 192.0.2.0/24, 198.18.0.0/15 (the benchmarking range, room for
-//! thousands of Node IPs) and 2001:db8::/64, and pod CIDRs from 10.0.0.0/8 and fd00::/8.
+//! thousands of Node IPs) and 2001:db8::/64, and pod CIDRs from the cluster CIDRs 10.0.0.0/8 and
+//! fd00::/8. Beside this file: `modes.rs` (`--route-mode`), `ownership.rs` (what is netcm's to route
+//! and delete, the standby's sweep) and `repair.rs` (repair from the kernel's notifications).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -17,6 +19,12 @@ use netcm_e2e::{wait_for, TestEnv};
 
 #[path = "route_controller/lab.rs"]
 mod lab;
+#[path = "route_controller/modes.rs"]
+mod modes;
+#[path = "route_controller/ownership.rs"]
+mod ownership;
+#[path = "route_controller/repair.rs"]
+mod repair;
 
 use lab::*;
 
@@ -301,7 +309,7 @@ async fn an_unreachable_gateway_gives_no_route_created_and_an_event_and_spares_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn daemonset_mode_routes_to_every_other_node_and_writes_only_its_own_condition() {
+async fn node_mode_routes_to_every_other_node_and_writes_only_its_own_condition() {
     let lab = lab().await;
     let since = jiff::Timestamp::now();
     let fixtures: Vec<NodeFixture> = (0..10)
@@ -312,7 +320,10 @@ async fn daemonset_mode_routes_to_every_other_node_and_writes_only_its_own_condi
         })
         .collect();
     create_nodes(&lab.env.client, fixtures, 8).await;
-    let _netcm = lab.start(&["--leader-elect=false"], &[("NODE_NAME", "ds-0")]);
+    let _netcm = lab.start(
+        &["--route-mode=node", "--leader-elect=false"],
+        &[("NODE_NAME", "ds-0")],
+    );
     let want: BTreeMap<IpNet, IpAddr> = (1..10)
         .map(|i| {
             (
@@ -327,7 +338,7 @@ async fn daemonset_mode_routes_to_every_other_node_and_writes_only_its_own_condi
         "no route to its own pod CIDR"
     );
 
-    // Its own Node gets RouteCreated from a reconcile that found every peer routed; no other Node is
+    // Its own Node gets RouteCreated once a reconcile finds its own routing working; no other Node is
     // written to.
     wait_for(
         "ds-0 to get RouteCreated",
@@ -387,6 +398,7 @@ async fn without_net_admin_the_route_controller_stops_at_startup_with_a_clear_er
         .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
         .args([
             "--controllers=route-controller",
+            "--cluster-cidr=10.0.0.0/8",
             "--leader-elect=false",
             "--port=0",
         ])

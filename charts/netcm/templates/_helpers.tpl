@@ -80,7 +80,6 @@ numbers from values files as floats and would print 1000000 as 1e+06. */}}
 
 {{- define "netcm.args.allocator" -}}
 - --allocate-node-cidrs={{ .Values.allocator.allocateNodeCIDRs }}
-- --cluster-cidr={{ .Values.allocator.clusterCIDR }}
 {{- with .Values.allocator.nodeCIDRMaskSize }}
 - --node-cidr-mask-size={{ . | int64 }}
 {{- end }}
@@ -104,6 +103,14 @@ numbers from values files as floats and would print 1000000 as 1e+06. */}}
 - --concurrent-node-annotation-syncs={{ .Values.annotationSyncer.concurrentSyncs | int64 }}
 {{- end }}
 
+{{/* --cluster-cidr: the allocator's pool and the route controller's boundary (it creates and deletes only
+routes inside it). */}}
+{{- define "netcm.args.clusterCIDR" -}}
+- --cluster-cidr={{ .Values.allocator.clusterCIDR }}
+{{- end }}
+
+{{/* The route controller's flags; the caller passes --route-mode (gateway in the Deployment, node in the
+DaemonSet). */}}
 {{- define "netcm.args.routeController" -}}
 - --route-backend={{ .Values.routeController.backend }}
 - --route-table={{ with .Values.routeController.table }}{{ if kindIs "string" . }}{{ . }}{{ else }}{{ . | int64 }}{{ end }}{{ end }}

@@ -6,10 +6,17 @@ use crate::Cli;
 
 /// Every controller netcm knows, in start order: the allocator writes pod CIDRs, the syncer publishes
 /// them as lease annotations, the route controller programs routes from those.
-pub fn registry(cli: &Cli) -> anyhow::Result<Registry> {
+/// `sweep` is the route controller's startup sweep, which its init takes over.
+pub fn registry(
+    cli: &Cli,
+    sweep: &netcm_route_controller::StartupSweep,
+) -> anyhow::Result<Registry> {
     let allocator = cli.allocator.clone();
     let annotations = cli.annotations.clone();
     let routes = cli.routes.clone();
+    // The route controller owns only routes inside the allocator's cluster CIDRs.
+    let cluster_cidr = cli.allocator.cluster_cidr.clone();
+    let sweep = sweep.clone();
     Ok(Registry::new(vec![
         ControllerDescriptor {
             name: netcm_subnet_allocator::NAME,
@@ -27,7 +34,9 @@ pub fn registry(cli: &Cli) -> anyhow::Result<Registry> {
             name: netcm_route_controller::NAME,
             aliases: &["route", "node-route-controller"],
             disabled_by_default: false,
-            init: Box::new(move |ctx| netcm_route_controller::init(ctx, &routes)),
+            init: Box::new(move |ctx| {
+                netcm_route_controller::init(ctx, &routes, &cluster_cidr, &sweep)
+            }),
         },
     ])?)
 }
@@ -55,6 +64,7 @@ pub fn effective_config(cli: &Cli) -> Vec<(String, String)> {
             "--service-cluster-ip-range".into(),
             a.service_cluster_ip_range.clone(),
         ),
+        ("--pod-cidr-claims".into(), a.pod_cidr_claims.to_string()),
     ];
     out.extend(cli.annotations.effective_config());
     out.extend(cli.routes.effective_config());
@@ -74,7 +84,8 @@ mod tests {
     #[test]
     fn every_controller_name_and_alias_follows_the_rules_and_maps_to_a_real_controller() {
         let cli = Cli::parse_from(["netcm"]);
-        let r = registry(&cli).expect("registry is valid");
+        let r = registry(&cli, &netcm_route_controller::StartupSweep::new())
+            .expect("registry is valid");
         assert_eq!(
             r.names(),
             [

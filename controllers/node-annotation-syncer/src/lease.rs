@@ -2,7 +2,6 @@
 //! that differ from what flannel's `nodeToLease` should read. No API, no clock, no state.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
@@ -145,43 +144,17 @@ fn families(raw: &[String]) -> Result<Vec<Family>, Waiting> {
     Ok(fams)
 }
 
-/// Parses `raw` as a public IP of `family`: the exact text of one address (no spaces, no zone, no
-/// IPv4-mapped IPv6), not unspecified, loopback, multicast, broadcast or IPv6 link-local, which can never
-/// be a node's address for routes. Returns the canonical text.
+/// Parses `raw` as a public IP of `family` by the rule the route controller shares
+/// ([`netcm_lease::public_ip`]): the exact text of one address, never one that cannot be a next hop to
+/// another Node. Returns the canonical text.
 pub fn usable_ip(raw: &str, family: Family) -> Result<String, &'static str> {
-    let ip: IpAddr = raw.parse().map_err(|_| "not an IP address")?;
-    match (ip, family) {
-        (IpAddr::V4(v4), Family::V4) => {
-            if v4.is_unspecified() {
-                Err("the unspecified address")
-            } else if v4.is_loopback() {
-                Err("a loopback address")
-            } else if v4.is_multicast() {
-                Err("a multicast address")
-            } else if v4.is_broadcast() {
-                Err("the broadcast address")
-            } else {
-                Ok(v4.to_string())
-            }
-        }
-        (IpAddr::V6(v6), Family::V6) => {
-            if v6.is_unspecified() {
-                Err("the unspecified address")
-            } else if v6.is_loopback() {
-                Err("a loopback address")
-            } else if v6.is_multicast() {
-                Err("a multicast address")
-            } else if v6.to_ipv4_mapped().is_some() {
-                Err("an IPv4-mapped address")
-            } else if v6.segments()[0] & 0xffc0 == 0xfe80 {
-                Err("a link-local address")
-            } else {
-                Ok(v6.to_string())
-            }
-        }
-        (IpAddr::V6(_), Family::V4) => Err("an IPv6 address where IPv4 is expected"),
-        (IpAddr::V4(_), Family::V6) => Err("an IPv4 address where IPv6 is expected"),
-    }
+    let family = match family {
+        Family::V4 => netcm_lease::Family::V4,
+        Family::V6 => netcm_lease::Family::V6,
+    };
+    netcm_lease::public_ip(raw, family)
+        .map(|ip| ip.to_string())
+        .map_err(netcm_lease::Unusable::as_str)
 }
 
 /// The first usable address of `family` in `status.addresses`, by type in `types` order, then by the

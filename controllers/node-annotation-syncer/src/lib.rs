@@ -9,13 +9,16 @@
 //! that differ go into one JSON merge PATCH, behind the leader fence; annotations it does not own are
 //! never touched. An unusable overwrite keeps the last good value and raises a Warning Event and
 //! `netcm_annotation_invalid_overwrites_total`. A Node without a pod CIDR or an address of the right
-//! family gets nothing until it changes.
+//! family gets nothing until it changes. A Node whose lease a node agent publishes (a flanneld in
+//! kube-subnet-manager mode: another field manager owns a lease key, see [`owner`]) is left alone.
 //!
-//! The pure decision lives in [`lease::plan`]; start reading at [`syncer::Syncer::sync_node`].
+//! The pure decisions live in [`lease::plan`] and [`owner::agent_lease`]; start reading at
+//! [`syncer::Syncer::sync_node`].
 
 pub mod flags;
 pub mod lease;
 pub mod metrics;
+pub mod owner;
 pub mod syncer;
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The syncer's own metrics (netcm_ prefix); its workqueue metrics carry `name="node-annotation-syncer"`.
 
-use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::lease::{Family, Waiting};
 
@@ -11,6 +11,7 @@ pub struct SyncerMetrics {
     pub writes: IntCounter,
     pub(crate) invalid: IntCounterVec,
     pub(crate) waiting: IntGaugeVec,
+    pub(crate) agent_managed: IntGauge,
 }
 
 impl SyncerMetrics {
@@ -34,6 +35,10 @@ impl SyncerMetrics {
             ),
             &["reason"],
         )?;
+        let agent_managed = IntGauge::with_opts(Opts::new(
+            "netcm_annotation_agent_managed_nodes",
+            "Nodes whose lease differs from what netcm would publish and is left to the node agent that publishes it (another field manager owns a lease annotation).",
+        ))?;
         for f in [Family::V4, Family::V6] {
             invalid.with_label_values(&[f.label()]);
         }
@@ -43,16 +48,24 @@ impl SyncerMetrics {
         registry.register(Box::new(writes.clone()))?;
         registry.register(Box::new(invalid.clone()))?;
         registry.register(Box::new(waiting.clone()))?;
+        registry.register(Box::new(agent_managed.clone()))?;
         Ok(Self {
             writes,
             invalid,
             waiting,
+            agent_managed,
         })
     }
 
     /// Counts one newly seen invalid overwrite.
     pub fn invalid_overwrite(&self, family: Family) {
         self.invalid.with_label_values(&[family.label()]).inc();
+    }
+
+    /// Sets how many Nodes' leases are left to their node agents.
+    pub fn set_agent_managed(&self, nodes: usize) {
+        self.agent_managed
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
     }
 
     /// Moves one Node between waiting reasons (`None` = not waiting).

@@ -1,17 +1,20 @@
 //! The sync handler: one Node key at a time, level-triggered from the cache; at most one merge PATCH of
-//! the lease annotations that differ, behind the leader fence.
+//! the lease annotations that differ, behind the leader fence — and none on a Node whose lease a node
+//! agent publishes (`owner.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
+use netcm_lease::Keys;
 use netcm_manager::{EventRecorder, EventType, Fenced, LeaderGuard, SharedInformer, SyncOutcome};
 use netcm_workqueue::Queue;
 
 use crate::flags::Config;
-use crate::lease::{self, Instead, InvalidOverwrite, Waiting};
+use crate::lease::{self, Instead, InvalidOverwrite, Plan, Waiting};
 use crate::metrics::SyncerMetrics;
+use crate::owner::{self, AgentLease, FIELD_MANAGER};
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "node-annotation-syncer";
@@ -25,9 +28,15 @@ pub enum SyncError {
     /// This process may not write now.
     #[error(transparent)]
     Fenced(#[from] Fenced),
+    /// Reading the Node to learn who manages its lease failed.
+    #[error("reading the node to see who manages its lease: {0}")]
+    Get(#[source] kube::Error),
+    /// The Node changed between that read and the PATCH (409): decided again after a backoff.
+    #[error("the node changed while its lease was being written; deciding again")]
+    Conflict(#[source] kube::Error),
     /// The PATCH failed.
     #[error("patching lease annotations: {0}")]
-    Patch(#[from] kube::Error),
+    Patch(#[source] kube::Error),
 }
 
 /// A write the cache may not have seen yet.
@@ -36,6 +45,17 @@ struct Written {
     base_rv: String,
     /// What was written.
     values: BTreeMap<String, String>,
+}
+
+/// A Node whose lease is left to the node agent that publishes it.
+struct Deferred {
+    /// The Node it was decided for.
+    uid: Option<String>,
+    /// The lease keys' values when the agent was found owning them. Ownership moves only with a write that
+    /// changes one of them, so while they stay the same the verdict holds without reading the Node again.
+    lease: BTreeMap<String, String>,
+    /// Who owns what.
+    agent: AgentLease,
 }
 
 /// Per-Node memory; everything here is dropped when the Node is gone.
@@ -47,6 +67,21 @@ struct State {
     reported: HashMap<String, BTreeMap<String, String>>,
     /// Why a Node has nothing published, for the gauge.
     waiting: HashMap<String, &'static str>,
+    /// Nodes whose lease differs from netcm's and is left to their node agent, for the gauge.
+    deferred: HashMap<String, Deferred>,
+}
+
+/// The values of the lease keys among `annotations`.
+fn lease_values(
+    keys: &Keys,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let empty = BTreeMap::new();
+    let annotations = annotations.unwrap_or(&empty);
+    keys.lease()
+        .iter()
+        .filter_map(|k| Some((k.to_string(), annotations.get(*k)?.clone())))
+        .collect()
 }
 
 /// The syncer's shared state.
@@ -94,8 +129,54 @@ impl Syncer {
         st.written.remove(name);
         st.reported.remove(name);
         let from = st.waiting.remove(name);
+        st.deferred.remove(name);
+        let deferred = st.deferred.len();
         drop(st);
         self.metrics.waiting_moved(from, None);
+        self.metrics.set_agent_managed(deferred);
+    }
+
+    /// Whether the Node's lease is still the one found managed by a node agent (same Node, same values).
+    fn still_deferred(&self, name: &str, node: &Node) -> bool {
+        let st = self.state();
+        st.deferred.get(name).is_some_and(|d| {
+            d.uid == node.metadata.uid
+                && d.lease == lease_values(&self.config.keys, node.metadata.annotations.as_ref())
+        })
+    }
+
+    /// Leaves the lease of `live` to its agent; logs when that is news.
+    fn defer(&self, name: &str, live: &Node, agent: AgentLease, would: &Plan) {
+        let lease = lease_values(&self.config.keys, live.metadata.annotations.as_ref());
+        let mut st = self.state();
+        let news = st.deferred.get(name).is_none_or(|d| d.agent != agent);
+        st.deferred.insert(
+            name.to_string(),
+            Deferred {
+                uid: live.metadata.uid.clone(),
+                lease,
+                agent: agent.clone(),
+            },
+        );
+        let deferred = st.deferred.len();
+        drop(st);
+        self.metrics.set_agent_managed(deferred);
+        if news {
+            let differs: Vec<&str> = would.changes.keys().map(String::as_str).collect();
+            tracing::info!(controller = NAME, node = name, agent = %agent, differs = %differs.join(","), "a node agent publishes this node's lease; leaving it alone");
+        }
+    }
+
+    /// The Node's lease is netcm's again (or agrees with netcm's); logs when it was deferred before.
+    fn undefer(&self, name: &str) {
+        let mut st = self.state();
+        let Some(was) = st.deferred.remove(name) else {
+            return;
+        };
+        let deferred = st.deferred.len();
+        drop(st);
+        self.metrics.set_agent_managed(deferred);
+        tracing::info!(controller = NAME, node = name, was = %was.agent, "no node agent owns a differing lease on this node any more");
     }
 
     fn set_waiting(&self, name: &str, waiting: Option<&Waiting>) {
@@ -183,24 +264,57 @@ impl Syncer {
         }
         let current = self.current_annotations(name, &node);
         let plan = lease::plan(&self.config, &node, &current);
-        self.report_invalid(&node, name, &plan.invalid).await;
         self.set_waiting(name, plan.waiting.as_ref());
-        if let Some(w) = &plan.waiting {
-            // Nothing to retry on a timer: the change that fixes it (pod CIDR, address) is a Node update.
-            tracing::debug!(controller = NAME, node = name, reason = %w, "not publishing a lease yet");
+        if plan.waiting.is_some() || plan.changes.is_empty() {
+            // Nothing to write, so nothing is left to an agent, and what the Event says about an invalid
+            // overwrite is what the Node carries.
+            self.undefer(name);
+            self.report_invalid(&node, name, &plan.invalid).await;
+            if let Some(w) = &plan.waiting {
+                // Nothing to retry on a timer: the change that fixes it (pod CIDR, address) is a Node update.
+                tracing::debug!(controller = NAME, node = name, reason = %w, "not publishing a lease yet");
+            }
             return Ok(SyncOutcome::Done);
         }
-        if plan.changes.is_empty() {
+        // An agent's lease: netcm has no say in it, not even about the agent's overwrites.
+        if self.still_deferred(name, &node) {
+            return Ok(SyncOutcome::Done);
+        }
+        // netcm would write. Who publishes this lease is in managedFields, which the cache drops, so read
+        // the Node itself: only here, where netcm's lease and the Node's differ, does the answer matter.
+        let live = match self.api.get(name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                self.forget(name);
+                return Ok(SyncOutcome::Done);
+            }
+            Err(e) => return Err(SyncError::Get(e)),
+        };
+        let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
+        if let Some(agent) = owner::agent_lease(&self.config.keys, managed) {
+            self.defer(name, &live, agent, &plan);
+            return Ok(SyncOutcome::Done);
+        }
+        self.undefer(name);
+        self.report_invalid(&node, name, &plan.invalid).await;
+        // Decide again from the Node as read, and write only onto that version: an agent that writes its
+        // lease in between makes the PATCH fail with 409 instead of being overwritten.
+        let live_annotations = live.metadata.annotations.clone().unwrap_or_default();
+        let plan = lease::plan(&self.config, &live, &live_annotations);
+        if plan.waiting.is_some() || plan.changes.is_empty() {
             return Ok(SyncOutcome::Done);
         }
         self.guard.ensure_leader()?;
-        let patch = serde_json::json!({ "metadata": { "annotations": &plan.changes } });
+        let patch = serde_json::json!({ "metadata": {
+            "annotations": &plan.changes,
+            "resourceVersion": live.metadata.resource_version,
+        } });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         self.metrics.writes.inc();
-        match self
-            .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        match self.api.patch(name, &params, &Patch::Merge(&patch)).await {
             Ok(_) => {
                 let changed: Vec<String> = plan
                     .changes
@@ -225,6 +339,9 @@ impl Syncer {
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.forget(name);
                 Ok(SyncOutcome::Done)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                Err(SyncError::Conflict(kube::Error::Api(s)))
             }
             Err(e) => Err(SyncError::Patch(e)),
         }
@@ -329,6 +446,46 @@ mod tests {
         s.report_invalid(&n, "n1", &[]).await;
         s.report_invalid(&n, "n1", &[bad("x")]).await;
         assert_eq!(count(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_lease_left_to_its_agent_needs_no_new_read_until_its_values_or_its_node_change() {
+        let s = syncer();
+        let gauge = || s.metrics.agent_managed.get();
+        let mut live = node(
+            "7",
+            &[("backend-type", "vxlan"), ("public-ip", "192.0.2.10")],
+        );
+        live.metadata.uid = Some("uid-1".into());
+        let agent = AgentLease {
+            managers: ["flanneld".to_string()].into(),
+            keys: [format!("{P}backend-type")].into(),
+        };
+        s.defer("n1", &live, agent, &Plan::default());
+        assert_eq!(gauge(), 1);
+        // Other annotations, status and resourceVersion may move: the verdict holds.
+        let mut cached = live.clone();
+        cached.metadata.resource_version = Some("9".into());
+        cached
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(format!("{P}custom"), "x".into());
+        assert!(s.still_deferred("n1", &cached));
+        // A lease key changed (someone wrote it), or the Node was re-created: read it again.
+        let mut rewritten = cached.clone();
+        rewritten
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(format!("{P}public-ip"), "192.0.2.11".into());
+        assert!(!s.still_deferred("n1", &rewritten));
+        let mut recreated = cached.clone();
+        recreated.metadata.uid = Some("uid-2".into());
+        assert!(!s.still_deferred("n1", &recreated));
+        s.undefer("n1");
+        assert!(!s.still_deferred("n1", &cached));
+        assert_eq!(gauge(), 0);
     }
 
     #[tokio::test]

@@ -3,7 +3,9 @@
 //!
 //! A backend only ever sees netcm's own routes: it lists, replaces and deletes routes marked as netcm's
 //! (for netlink: `--route-table` and `--route-protocol`), and a create that collides with anyone else's
-//! route fails with [`BackendError::Exists`] instead of overwriting it.
+//! route fails with [`BackendError::Exists`] instead of overwriting it. It also tells the networks the
+//! host is directly connected to (no pod CIDR may cover one), and may report changes others make to the
+//! table as [`TableChange`]s, so a route someone removes is repaired at once.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -57,7 +59,8 @@ pub enum BackendError {
     /// A route to the destination already exists (netcm's own, or someone else's).
     #[error("a route to {0} already exists in the table")]
     Exists(IpNet),
-    /// The backend refused the call (for netlink: the kernel's errno and message).
+    /// The backend refused this call for a reason of the route (for netlink: the kernel's errno and
+    /// message, e.g. a gateway that is not on any link).
     #[error("{operation} {subject}: {message}")]
     Refused {
         /// What was attempted.
@@ -67,6 +70,51 @@ pub enum BackendError {
         /// The backend's message.
         message: String,
     },
+    /// The call failed for a reason of this host, whatever the route: no permission, no memory, the
+    /// netlink socket gone. Every route would fail the same way.
+    #[error("{operation} {subject}: {message}")]
+    Host {
+        /// What was attempted.
+        operation: &'static str,
+        /// The route or table.
+        subject: String,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+impl BackendError {
+    /// Whether the failure is this host's, not the route's.
+    pub fn on_this_host(&self) -> bool {
+        matches!(self, BackendError::Host { .. })
+    }
+}
+
+/// A change to netcm's table, made by anyone (netcm included), as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableChange {
+    /// A route to `destination` was added to the table or replaced.
+    Added {
+        /// The destination.
+        destination: IpNet,
+        /// Its gateway, if it has one.
+        gateway: Option<IpAddr>,
+        /// Whether it carries netcm's protocol.
+        ours: bool,
+    },
+    /// A route to `destination` was removed from the table.
+    Removed {
+        /// The destination.
+        destination: IpNet,
+        /// Its gateway, if it had one.
+        gateway: Option<IpAddr>,
+        /// Whether it carried netcm's protocol.
+        ours: bool,
+    },
+    /// The host's addresses changed, so its connected networks may have.
+    Addresses,
+    /// Changes were lost (the notification buffer overflowed): only a full listing tells the truth.
+    Lost,
 }
 
 /// A route backend: cloud-provider's `Routes`, for netcm's routes only. Implementations are cheap to
@@ -80,6 +128,8 @@ pub trait Routes: Send + Sync {
     fn replace_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>>;
     /// Deletes netcm's route; a route that is already gone is not an error.
     fn delete_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>>;
+    /// The networks of the host's addresses (the host is directly connected to each).
+    fn connected_networks(&self) -> BoxFuture<'_, Result<Vec<IpNet>, BackendError>>;
 }
 
 #[cfg(test)]
@@ -87,17 +137,24 @@ pub(crate) mod fake {
     //! An in-memory backend for the sync logic's unit tests.
 
     use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
     use super::*;
 
-    /// netcm's routes, routes of others, and gateways the "kernel" refuses.
+    /// netcm's routes, routes of others, gateways the "kernel" refuses, the host's networks, and
+    /// switches for failures of the whole host.
     #[derive(Default)]
     pub(crate) struct FakeRoutes {
         pub(crate) ours: Mutex<BTreeMap<IpNet, IpAddr>>,
         pub(crate) foreign: Mutex<BTreeSet<IpNet>>,
         pub(crate) unreachable: Mutex<BTreeSet<IpAddr>>,
+        pub(crate) connected: Mutex<Vec<IpNet>>,
         pub(crate) calls: Mutex<Vec<String>>,
+        /// Listing fails.
+        pub(crate) list_fails: AtomicBool,
+        /// Every change fails as it would without CAP_NET_ADMIN.
+        pub(crate) host_fails: AtomicBool,
     }
 
     impl FakeRoutes {
@@ -106,6 +163,13 @@ pub(crate) mod fake {
         }
 
         fn check_gateway(&self, op: &'static str, route: &Route) -> Result<(), BackendError> {
+            if self.host_fails.load(Ordering::SeqCst) {
+                return Err(BackendError::Host {
+                    operation: op,
+                    subject: route.to_string(),
+                    message: "Operation not permitted".into(),
+                });
+            }
             if self
                 .unreachable
                 .lock()
@@ -142,6 +206,13 @@ pub(crate) mod fake {
         fn list_routes(&self) -> BoxFuture<'_, Result<Vec<Route>, BackendError>> {
             Box::pin(async move {
                 self.record("list".into());
+                if self.list_fails.load(Ordering::SeqCst) {
+                    return Err(BackendError::Host {
+                        operation: "list",
+                        subject: "table 100".into(),
+                        message: "No buffer space available".into(),
+                    });
+                }
                 Ok(self.table())
             })
         }
@@ -180,12 +251,23 @@ pub(crate) mod fake {
         fn delete_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
             Box::pin(async move {
                 self.record(format!("delete {route}"));
+                if self.host_fails.load(Ordering::SeqCst) {
+                    return Err(BackendError::Host {
+                        operation: "delete",
+                        subject: route.to_string(),
+                        message: "Operation not permitted".into(),
+                    });
+                }
                 let mut ours = self.ours.lock().expect("ours");
                 if ours.get(&route.destination) == Some(&route.gateway) {
                     ours.remove(&route.destination);
                 }
                 Ok(())
             })
+        }
+
+        fn connected_networks(&self) -> BoxFuture<'_, Result<Vec<IpNet>, BackendError>> {
+            Box::pin(async move { Ok(self.connected.lock().expect("connected").clone()) })
         }
     }
 }

@@ -29,11 +29,11 @@ impl Family {
         }
     }
 
-    fn matches(self, ip: &IpAddr) -> bool {
-        matches!(
-            (self, ip),
-            (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_))
-        )
+    fn lease(self) -> netcm_lease::Family {
+        match self {
+            Family::V4 => netcm_lease::Family::V4,
+            Family::V6 => netcm_lease::Family::V6,
+        }
     }
 }
 
@@ -72,11 +72,13 @@ impl AnnotationKeys {
     }
 }
 
-/// A pod CIDR no route can be built for.
+/// A pod CIDR that gets no route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unroutable {
     /// The pod CIDR.
     pub destination: IpNet,
+    /// The Node's gateway for it, if it has one.
+    pub gateway: Option<IpAddr>,
     /// Why.
     pub reason: String,
 }
@@ -90,22 +92,66 @@ pub struct NodeRoutes {
     pub unroutable: Vec<Unroutable>,
     /// Pod CIDRs without a gateway yet: the Node has not reported its addresses.
     pub waiting: Vec<IpNet>,
+    /// Pod CIDRs netcm must not route at all (see [`crate::ownership`]).
+    pub refused: Vec<Unroutable>,
 }
 
 impl NodeRoutes {
     /// Whether the Node has pod CIDRs at all (a Node without any is not the route controller's concern,
     /// as in the cloud route controller).
     pub fn wants_routes(&self) -> bool {
-        !self.routes.is_empty() || !self.unroutable.is_empty() || !self.waiting.is_empty()
+        !self.routes.is_empty()
+            || !self.unroutable.is_empty()
+            || !self.waiting.is_empty()
+            || !self.refused.is_empty()
     }
 
-    /// Every pod CIDR this Node asks a route for, whether or not one can be built.
+    /// Every pod CIDR this Node may have a route for, whether or not one can be built now. Refused pod
+    /// CIDRs are not among them, so a route netcm once made to one is deleted.
     pub fn destinations(&self) -> impl Iterator<Item = IpNet> + '_ {
         self.routes
             .iter()
             .map(|r| r.destination)
             .chain(self.unroutable.iter().map(|u| u.destination))
             .chain(self.waiting.iter().copied())
+    }
+
+    /// Moves every pod CIDR for which `why` gives a reason into [`NodeRoutes::refused`].
+    pub fn refuse(&mut self, why: impl Fn(&IpNet) -> Option<String>) {
+        let mut refused = Vec::new();
+        self.routes.retain(|r| match why(&r.destination) {
+            Some(reason) => {
+                refused.push(Unroutable {
+                    destination: r.destination,
+                    gateway: Some(r.gateway),
+                    reason,
+                });
+                false
+            }
+            None => true,
+        });
+        self.unroutable.retain(|u| match why(&u.destination) {
+            Some(reason) => {
+                refused.push(Unroutable {
+                    reason,
+                    ..u.clone()
+                });
+                false
+            }
+            None => true,
+        });
+        self.waiting.retain(|d| match why(d) {
+            Some(reason) => {
+                refused.push(Unroutable {
+                    destination: *d,
+                    gateway: None,
+                    reason,
+                });
+                false
+            }
+            None => true,
+        });
+        self.refused.extend(refused);
     }
 }
 
@@ -125,21 +171,18 @@ pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
     out
 }
 
-/// An address that can be a next hop: not unspecified, loopback or multicast.
-fn usable_gateway(ip: &IpAddr) -> bool {
-    !(ip.is_unspecified() || ip.is_loopback() || ip.is_multicast())
-}
-
 /// The Node's gateway of a family: the lease annotation if it holds a usable address of that family,
-/// else the first InternalIP, else the first ExternalIP of that family.
+/// else the first usable InternalIP, else the first usable ExternalIP of that family. "Usable" is the
+/// rule node-annotation-syncer publishes by ([`netcm_lease::public_ip`]), so a gateway is always a
+/// value the syncer could have written.
 pub fn gateway(node: &Node, family: Family, keys: &AnnotationKeys) -> Option<IpAddr> {
+    let usable = |raw: &str| netcm_lease::public_ip(raw, family.lease()).ok();
     let annotated = node
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(keys.for_family(family)))
-        .and_then(|v| v.trim().parse::<IpAddr>().ok())
-        .filter(|ip| family.matches(ip) && usable_gateway(ip));
+        .and_then(|v| usable(v));
     if annotated.is_some() {
         return annotated;
     }
@@ -152,8 +195,7 @@ pub fn gateway(node: &Node, family: Family, keys: &AnnotationKeys) -> Option<IpA
         addresses
             .iter()
             .filter(|a| a.type_ == *kind)
-            .filter_map(|a| a.address.trim().parse::<IpAddr>().ok())
-            .find(|ip| family.matches(ip) && usable_gateway(ip))
+            .find_map(|a| usable(&a.address))
     })
 }
 
@@ -181,6 +223,7 @@ pub fn node_routes(node: &Node, keys: &AnnotationKeys) -> NodeRoutes {
             None if !reported => out.waiting.push(destination),
             None => out.unroutable.push(Unroutable {
                 destination,
+                gateway: None,
                 reason: format!(
                     "the node has no {family} address (annotation {} or an InternalIP/ExternalIP)",
                     keys.for_family(family)
@@ -404,5 +447,45 @@ pub(crate) mod tests {
             node_routes(&n, &keys).routes,
             [route("10.244.1.0/24", "192.0.2.3")]
         );
+    }
+
+    #[test]
+    fn a_link_local_or_padded_address_is_never_a_gateway_as_the_syncer_never_publishes_one() {
+        let n = node(
+            "a",
+            &["fd00:1::/64", "10.244.1.0/24"],
+            &[("InternalIP", "fe80::1"), ("InternalIP", " 192.0.2.10")],
+            &[("flannel.alpha.coreos.com/public-ipv6", "fe80::2")],
+        );
+        let r = node_routes(&n, &keys());
+        assert!(r.routes.is_empty(), "{:?}", r.routes);
+    }
+
+    #[test]
+    fn refused_pod_cidrs_leave_the_destinations_but_still_count_as_wanting_routes() {
+        let mut r = node_routes(
+            &node(
+                "a",
+                &["0.0.0.0/1", "10.244.1.0/24", "fd00::/64"],
+                &[("InternalIP", "192.0.2.10")],
+                &[],
+            ),
+            &keys(),
+        );
+        r.refuse(|d| (d.prefix_len() <= 1).then(|| "default-like".to_string()));
+        assert_eq!(r.routes, [route("10.244.1.0/24", "192.0.2.10")]);
+        assert_eq!(
+            r.refused,
+            [Unroutable {
+                destination: "0.0.0.0/1".parse().expect("net"),
+                gateway: Some("192.0.2.10".parse().expect("ip")),
+                reason: "default-like".into()
+            }]
+        );
+        assert_eq!(r.destinations().count(), 2, "10.244.1.0/24 and fd00::/64");
+        r.refuse(|_| Some("everything".into()));
+        assert_eq!(r.destinations().count(), 0);
+        assert_eq!(r.refused.len(), 3);
+        assert!(r.wants_routes());
     }
 }

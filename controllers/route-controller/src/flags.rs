@@ -1,10 +1,16 @@
 //! The route-controller's flags: the cloud route controller's `--route-reconciliation-period`, flannel's
-//! NetworkUnavailable switch, and netcm's own route-table settings.
+//! NetworkUnavailable switch, netcm's own route-table settings and `--route-mode`, checked together with
+//! the two flags of others the controller depends on (`--cluster-cidr`, `--leader-elect`) into a
+//! [`Config`].
 
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
+use clap::{ArgAction, Args, ValueEnum};
+use ipnet::IpNet;
 use netcm_manager::duration::{format_duration, parse_duration};
+
+use crate::ownership::is_default_like;
+use crate::protocols::taken_by;
 
 /// The only backend so far: the kernel routing table of the host netcm runs on, through rtnetlink.
 pub const BACKEND_NETLINK: &str = "netlink";
@@ -12,22 +18,42 @@ pub const BACKEND_NETLINK: &str = "netlink";
 pub const TABLE_MAIN: u32 = 254;
 /// The kernel's local table: addresses of this host, never a place for pod routes.
 const TABLE_LOCAL: u32 = 255;
-/// netcm's route protocol. Unassigned in iproute2's `rt_protos` (which names 0–4, 8–18, 42, 99, 186–189
-/// and 192) and not used by flannel (3, boot), Calico (80) or the routing daemons listed there.
+/// netcm's route protocol: no number in [`crate::protocols::TAKEN`] (the kernel's, iproute2's, FRR's
+/// 186–198, Calico's 80), so no route of anyone else carries it.
 pub const DEFAULT_ROUTE_PROTOCOL: u8 = 199;
-/// Protocols 0–4 are unspec, redirect, kernel, boot and static: routes other software (or the kernel)
-/// owns. Marking netcm's routes with one of them would make netcm delete routes it does not own.
-const RESERVED_PROTOCOLS: u8 = 4;
 /// flannel's `--kube-annotation-prefix` default, which node-annotation-syncer writes under.
 pub const DEFAULT_ANNOTATION_PREFIX: &str = "flannel.alpha.coreos.com";
 /// A full reconcile more often than this would only burn CPU on dumps of the routing table.
 const MIN_RECONCILIATION_PERIOD: Duration = Duration::from_secs(1);
+
+/// Where the route controller routes from, and so whose condition it reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RouteMode {
+    /// This host routes every Node's pod CIDR and reports every Node's condition.
+    Gateway,
+    /// This host (one pod of a DaemonSet) routes to its peers and reports only its own Node.
+    Node,
+}
+
+impl RouteMode {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Node => "node",
+        }
+    }
+}
 
 /// route-controller flags.
 #[derive(Debug, Clone, Args)]
 // clap names an argument group after the struct; every controller's struct is called `Flags`.
 #[group(id = "route-controller-flags")]
 pub struct Flags {
+    /// gateway: this host routes to every Node and writes every Node's NetworkUnavailable condition, with or without --leader-elect (run one replica, or several with leader election); needs --cluster-cidr. node: one pod per Node (a DaemonSet with NODE_NAME and --leader-elect=false) routes to its peers and writes only its own Node's condition.
+    #[arg(long, value_enum, default_value_t = RouteMode::Gateway)]
+    pub route_mode: RouteMode,
+
     /// How routes are programmed. `netlink`: the kernel routing table of the host netcm runs on.
     #[arg(long, default_value = BACKEND_NETLINK)]
     pub route_backend: String,
@@ -36,7 +62,7 @@ pub struct Flags {
     #[arg(long, default_value = "main", value_parser = parse_table)]
     pub route_table: u32,
 
-    /// rtnetlink protocol number that marks netcm's routes; netcm lists, replaces and deletes only routes with it (5-255).
+    /// rtnetlink protocol number that marks netcm's routes; netcm lists, replaces and deletes only routes with it. Numbers the kernel, iproute2's rt_protos, FRR or Calico use are refused.
     #[arg(long, default_value_t = DEFAULT_ROUTE_PROTOCOL)]
     pub route_protocol: u8,
 
@@ -70,40 +96,134 @@ pub fn lease_keys(prefix: &str) -> Result<netcm_lease::Keys, netcm_lease::Prefix
     netcm_lease::Keys::new("--route-lease-annotation-prefix", prefix)
 }
 
+/// The flags of other controllers the route controller depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// `--cluster-cidr`: the routes netcm owns lie inside these.
+    pub cluster_cidr: &'a str,
+    /// `--leader-elect`.
+    pub leader_elect: bool,
+}
+
+/// A flag value or combination the route controller refuses; one line naming the flag and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    /// Not a known backend.
+    #[error("--route-backend: unknown backend {0:?}; supported: {BACKEND_NETLINK}")]
+    Backend(String),
+    /// 0 or the local table.
+    #[error("--route-table must be a routing table id from 1 to 4294967295 other than 255 (local), got {0}")]
+    Table(u32),
+    /// A number other software marks its routes with.
+    #[error("--route-protocol {number} is {name}, used by {used_by}: netcm deletes routes of its own protocol, so it must be a number no other software uses (the default is {DEFAULT_ROUTE_PROTOCOL})")]
+    Protocol {
+        /// The number.
+        number: u8,
+        /// Its name.
+        name: &'static str,
+        /// Whose routes carry it.
+        used_by: &'static str,
+    },
+    /// Below the minimum period.
+    #[error("--route-reconciliation-period must be at least 1s, got {0}")]
+    Period(String),
+    /// Not an annotation prefix flannel accepts.
+    #[error(transparent)]
+    Prefix(#[from] netcm_lease::PrefixError),
+    /// An entry of `--cluster-cidr` that does not parse.
+    #[error("--cluster-cidr: {0:?} is not a CIDR")]
+    ClusterCidr(String),
+    /// A cluster CIDR that would make every route of the host netcm's.
+    #[error("--cluster-cidr {0} is default-like (/0 or /1): the route controller would own every route of the host")]
+    DefaultLikeClusterCidr(IpNet),
+    /// Gateway mode without cluster CIDRs.
+    #[error("--route-mode=gateway needs --cluster-cidr: the route controller creates and deletes only routes inside the cluster CIDRs")]
+    NoClusterCidr,
+    /// Node mode under leader election (only one Node would be served).
+    #[error("--route-mode=node needs --leader-elect=false: every Node runs its own copy (a DaemonSet) and reports only its own Node")]
+    NodeModeLeaderElection,
+}
+
+/// The validated settings the controller runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--route-mode`.
+    pub mode: RouteMode,
+    /// `--route-table`.
+    pub table: u32,
+    /// `--route-protocol`.
+    pub protocol: u8,
+    /// `--route-reconciliation-period`.
+    pub period: Duration,
+    /// `--set-node-network-unavailable`.
+    pub set_node_network_unavailable: bool,
+    /// The lease annotation keys gateways are read from.
+    pub keys: netcm_lease::Keys,
+    /// `--cluster-cidr`, parsed (empty only in node mode).
+    pub cluster_cidrs: Vec<IpNet>,
+}
+
+/// The CIDRs of `--cluster-cidr` (comma-separated; host bits cleared).
+pub fn parse_cluster_cidrs(value: &str) -> Result<Vec<IpNet>, FlagError> {
+    let mut out = Vec::new();
+    for raw in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let net: IpNet = raw
+            .parse()
+            .map_err(|_| FlagError::ClusterCidr(raw.to_string()))?;
+        let net = net.trunc();
+        if is_default_like(&net) {
+            return Err(FlagError::DefaultLikeClusterCidr(net));
+        }
+        out.push(net);
+    }
+    Ok(out)
+}
+
 impl Flags {
-    /// Checks the flags before anything touches the API; one line naming the flag and the rule.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the flags, with the others' flags they depend on, before anything touches the API.
+    pub fn config(&self, context: Context<'_>) -> Result<Config, FlagError> {
         if self.route_backend != BACKEND_NETLINK {
-            return Err(format!(
-                "--route-backend: unknown backend {:?}; supported: {BACKEND_NETLINK}",
-                self.route_backend
-            ));
+            return Err(FlagError::Backend(self.route_backend.clone()));
         }
         if self.route_table == 0 || self.route_table == TABLE_LOCAL {
-            return Err(format!(
-                "--route-table must be a routing table id from 1 to 4294967295 other than 255 (local), got {}",
-                self.route_table
-            ));
+            return Err(FlagError::Table(self.route_table));
         }
-        if self.route_protocol <= RESERVED_PROTOCOLS {
-            return Err(format!(
-                "--route-protocol must be between 5 and 255: 0-4 (unspec, redirect, kernel, boot, static) mark routes netcm does not own, got {}",
-                self.route_protocol
-            ));
+        if let Some(t) = taken_by(self.route_protocol) {
+            return Err(FlagError::Protocol {
+                number: t.number,
+                name: t.name,
+                used_by: t.used_by,
+            });
         }
         if self.route_reconciliation_period < MIN_RECONCILIATION_PERIOD {
-            return Err(format!(
-                "--route-reconciliation-period must be at least 1s, got {}",
-                format_duration(self.route_reconciliation_period)
-            ));
+            return Err(FlagError::Period(format_duration(
+                self.route_reconciliation_period,
+            )));
         }
-        lease_keys(&self.route_lease_annotation_prefix).map_err(|e| e.to_string())?;
-        Ok(())
+        let keys = lease_keys(&self.route_lease_annotation_prefix)?;
+        let cluster_cidrs = parse_cluster_cidrs(context.cluster_cidr)?;
+        match self.route_mode {
+            RouteMode::Gateway if cluster_cidrs.is_empty() => return Err(FlagError::NoClusterCidr),
+            RouteMode::Node if context.leader_elect => {
+                return Err(FlagError::NodeModeLeaderElection)
+            }
+            _ => {}
+        }
+        Ok(Config {
+            mode: self.route_mode,
+            table: self.route_table,
+            protocol: self.route_protocol,
+            period: self.route_reconciliation_period,
+            set_node_network_unavailable: self.set_node_network_unavailable,
+            keys,
+            cluster_cidrs,
+        })
     }
 
     /// The settings logged at startup.
     pub fn effective_config(&self) -> Vec<(String, String)> {
         vec![
+            ("--route-mode".into(), self.route_mode.as_str().into()),
             ("--route-backend".into(), self.route_backend.clone()),
             ("--route-table".into(), self.route_table.to_string()),
             ("--route-protocol".into(), self.route_protocol.to_string()),
@@ -140,16 +260,38 @@ mod tests {
         Cli::try_parse_from(argv).expect("flags parse").flags
     }
 
+    const CLUSTER: Context<'static> = Context {
+        cluster_cidr: "10.244.0.0/16,fd00:10:244::/56",
+        leader_elect: true,
+    };
+
+    fn check(args: &[&str]) -> Result<Config, FlagError> {
+        parse(args).config(CLUSTER)
+    }
+
+    fn error(args: &[&str]) -> String {
+        check(args).expect_err("refused").to_string()
+    }
+
     #[test]
-    fn the_defaults_are_netlink_main_table_protocol_199_every_10s_with_the_condition() {
+    fn the_defaults_are_gateway_mode_netlink_main_table_protocol_199_every_10s_with_the_condition()
+    {
         let f = parse(&[]);
+        assert_eq!(f.route_mode, RouteMode::Gateway);
         assert_eq!(f.route_backend, "netlink");
         assert_eq!(f.route_table, 254);
         assert_eq!(f.route_protocol, 199);
         assert_eq!(f.route_reconciliation_period, Duration::from_secs(10));
         assert!(f.set_node_network_unavailable);
         assert_eq!(f.route_lease_annotation_prefix, "flannel.alpha.coreos.com");
-        assert_eq!(f.validate(), Ok(()));
+        let c = f.config(CLUSTER).expect("valid");
+        assert_eq!(
+            c.cluster_cidrs,
+            [
+                "10.244.0.0/16".parse::<IpNet>().expect("v4"),
+                "fd00:10:244::/56".parse().expect("v6")
+            ]
+        );
     }
 
     #[test]
@@ -167,42 +309,115 @@ mod tests {
 
     #[test]
     fn an_unknown_backend_is_rejected_naming_the_flag() {
-        let e = parse(&["--route-backend=bgp"]).validate().expect_err("bgp");
+        let e = error(&["--route-backend=bgp"]);
         assert!(e.starts_with("--route-backend"), "{e}");
         assert!(e.contains("netlink"), "{e}");
     }
 
     #[test]
-    fn the_reserved_protocols_0_to_4_are_rejected_and_5_is_allowed() {
-        for p in ["0", "2", "3", "4"] {
-            let e = parse(&[&format!("--route-protocol={p}")])
-                .validate()
-                .expect_err(p);
+    fn a_protocol_the_kernel_or_another_router_uses_is_refused_by_name() {
+        for (p, name) in [
+            ("0", "unspec"),
+            ("2", "kernel"),
+            ("3", "boot"),
+            ("4", "static"),
+            ("16", "dhcp"),
+            ("12", "bird"),
+            ("80", "felix"),
+            ("186", "bgp"),
+            ("198", "srte"),
+        ] {
+            let e = error(&[&format!("--route-protocol={p}")]);
             assert!(
-                e.starts_with("--route-protocol must be between 5 and 255"),
+                e.starts_with(&format!("--route-protocol {p} is {name}, used by ")),
                 "{e}"
             );
+            assert!(e.contains("the default is 199"), "{e}");
         }
-        assert_eq!(parse(&["--route-protocol=5"]).validate(), Ok(()));
+        for p in ["5", "199", "200", "255"] {
+            assert!(check(&[&format!("--route-protocol={p}")]).is_ok(), "{p}");
+        }
     }
 
     #[test]
     fn tables_0_and_local_are_rejected() {
         for t in ["0", "255"] {
-            let e = parse(&[&format!("--route-table={t}")])
-                .validate()
-                .expect_err(t);
-            assert!(e.starts_with("--route-table"), "{e}");
+            assert!(error(&[&format!("--route-table={t}")]).starts_with("--route-table"));
         }
-        assert_eq!(parse(&["--route-table=4000000"]).validate(), Ok(()));
+        assert!(check(&["--route-table=4000000"]).is_ok());
     }
 
     #[test]
     fn a_reconciliation_period_under_a_second_is_rejected() {
-        let e = parse(&["--route-reconciliation-period=0s"])
-            .validate()
-            .expect_err("0s");
+        let e = error(&["--route-reconciliation-period=0s"]);
         assert!(e.starts_with("--route-reconciliation-period"), "{e}");
+    }
+
+    #[test]
+    fn gateway_mode_needs_cluster_cidrs_and_none_may_be_default_like_or_garbage() {
+        let gateway = parse(&["--route-mode=gateway"]);
+        let without = Context {
+            cluster_cidr: "",
+            ..CLUSTER
+        };
+        assert_eq!(
+            gateway.config(without).err(),
+            Some(FlagError::NoClusterCidr)
+        );
+        for (value, needle) in [
+            ("0.0.0.0/0", "--cluster-cidr 0.0.0.0/0 is default-like"),
+            (
+                "10.0.0.0/8,128.0.0.0/1",
+                "--cluster-cidr 128.0.0.0/1 is default-like",
+            ),
+            (
+                "10.0.0.0/8,banana",
+                "--cluster-cidr: \"banana\" is not a CIDR",
+            ),
+        ] {
+            let e = gateway
+                .config(Context {
+                    cluster_cidr: value,
+                    ..CLUSTER
+                })
+                .expect_err(value)
+                .to_string();
+            assert!(e.starts_with(needle), "{value}: {e}");
+        }
+        // Host bits are cleared, as the allocator reads the flag.
+        let c = gateway
+            .config(Context {
+                cluster_cidr: " 10.1.2.3/8 ",
+                ..CLUSTER
+            })
+            .expect("valid");
+        assert_eq!(
+            c.cluster_cidrs,
+            ["10.0.0.0/8".parse::<IpNet>().expect("net")]
+        );
+    }
+
+    #[test]
+    fn node_mode_needs_leader_election_off_and_may_run_without_cluster_cidrs() {
+        let node = parse(&["--route-mode=node"]);
+        assert_eq!(
+            node.config(CLUSTER).err(),
+            Some(FlagError::NodeModeLeaderElection)
+        );
+        let daemonset = Context {
+            cluster_cidr: "",
+            leader_elect: false,
+        };
+        let c = node.config(daemonset).expect("valid");
+        assert_eq!(c.mode, RouteMode::Node);
+        assert!(c.cluster_cidrs.is_empty());
+        // Gateway mode runs with or without leader election.
+        assert!(parse(&[])
+            .config(Context {
+                leader_elect: false,
+                ..CLUSTER
+            })
+            .is_ok());
     }
 
     #[test]
@@ -219,5 +434,7 @@ mod tests {
             e.to_string().starts_with("--route-lease-annotation-prefix"),
             "{e}"
         );
+        assert!(error(&["--route-lease-annotation-prefix=a/b/c"])
+            .starts_with("--route-lease-annotation-prefix"));
     }
 }

@@ -5,16 +5,21 @@
 //! `<prefix>/public-ip(v6)` node-annotation-syncer writes, and the Node addresses as a fallback). Writes
 //! routes in `--route-table` marked with `--route-protocol` through a [`backend::Routes`] backend (only
 //! [`netlink`] so far), and the `NetworkUnavailable` condition with a status PATCH behind the leader fence.
+//! It creates and deletes only routes inside the cluster CIDRs, never a default-like one or one over the
+//! host's own networks ([`ownership`]), and refuses a protocol number others use ([`protocols`]).
 //!
 //! Event-driven: every Node event queues the Node; its sync ([`table::RouteSyncer::sync_node`]) changes
-//! only what differs. A full reconcile at start and every `--route-reconciliation-period`
-//! ([`table::RouteSyncer::reconcile`]) deletes routes no Node wants and requeues Nodes whose route went
-//! missing. Conditions have their own queue ([`condition`]), so routes never wait on the API server.
+//! only what differs. The kernel reports every change to the table, so a route someone else removes or
+//! re-points is repaired at once ([`table::RouteSyncer::table_changed`]). A full reconcile at start and
+//! every `--route-reconciliation-period` ([`table::RouteSyncer::reconcile`]) is the safety net: it deletes
+//! routes no Node wants and requeues Nodes whose route differs. Conditions have their own queue
+//! ([`condition`]), so routes never wait on the API server.
 //!
-//! Two deployment modes: leader-elected (one gateway host routes every pod CIDR; it writes every Node's
-//! condition), and `--leader-elect=false` as a DaemonSet (each node routes to its peers; it writes only
-//! its own Node's condition: RouteCreated once all its peer routes are in place, NoRouteCreated while
-//! one fails). The Node netcm runs on never gets a route.
+//! `--route-mode` says whose condition is reported: `gateway` (one host routes every pod CIDR and
+//! reports every Node, leader-elected or not) or `node` (a DaemonSet: each host routes to its peers and
+//! reports only its own Node, which is NoRouteCreated only when the host's own routing fails; a bad peer
+//! is reported on the peer). The Node netcm runs on never gets a route. A leader-elected process that is
+//! not leading yet removes the routes it left for Nodes that no longer exist ([`standby`]).
 
 pub mod backend;
 pub mod condition;
@@ -22,36 +27,33 @@ pub mod desired;
 pub mod flags;
 pub mod metrics;
 pub mod netlink;
+pub mod ownership;
+pub mod protocols;
+pub mod standby;
 pub mod table;
+mod worker;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Node;
+use futures::stream::BoxStream;
 use kube::api::Api;
-use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{
-    run_workers, Controller, EventRecorder, EventType, Fenced, InitContext, InitError, InitResult,
-    SharedInformer, SyncOutcome,
-};
-use netcm_workqueue::Queue;
+use netcm_manager::{Controller, Fenced, InitContext, InitError, InitResult};
 use tokio_util::sync::CancellationToken;
 
-use crate::condition::{ConditionWriter, Verdict, NO_ROUTE_CREATED, ROUTE_CREATED};
+use crate::condition::ConditionWriter;
 use crate::desired::AnnotationKeys;
-use crate::table::{NodeOutcome, RouteSyncer};
+use crate::flags::{Context, FlagError};
+use crate::ownership::Ownership;
+use crate::table::RouteSyncer;
 
-pub use flags::Flags;
+pub use flags::{Config, Flags, RouteMode};
+pub use standby::StartupSweep;
 
 /// The controller's canonical name: its workqueue, metrics label and log field.
 pub const NAME: &str = "route-controller";
 /// The workqueue of condition writes.
 pub const CONDITIONS_QUEUE: &str = "route-controller-conditions";
-/// Node syncs in flight: each is a few microseconds of kernel work, pipelined on one netlink socket.
-const ROUTE_WORKERS: usize = 16;
-/// Condition PATCHes in flight: enough to keep up with the client's QPS at API round-trip latency.
-const CONDITION_WORKERS: usize = 16;
 
 /// Why a Node sync is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -64,37 +66,86 @@ pub enum SyncError {
     Routes(usize),
 }
 
-/// The running controller.
-pub struct RouteController {
-    syncer: Arc<RouteSyncer>,
-    nodes: SharedInformer<Node>,
-    queue: Queue<String>,
-    conditions: Option<Arc<ConditionWriter>>,
-    recorder: EventRecorder,
-    period: Duration,
-    /// The Node whose condition this process writes in DaemonSet mode.
-    own_condition: Option<String>,
-    leader_elected: bool,
-    connection: Option<BoxFuture<'static, ()>>,
+/// Why the controller cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A flag value (cmd checks them first; this guards other callers).
+    #[error(transparent)]
+    Flags(#[from] FlagError),
+    /// Node mode needs to know which Node it reports.
+    #[error("--route-mode=node needs the Node this pod runs on: set NODE_NAME (the downward API's spec.nodeName)")]
+    NoNodeName,
 }
 
-/// The init function: opens the backend (a clear error without CAP_NET_ADMIN) and subscribes to Nodes.
-pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
-    flags.validate().map_err(|e| InitError::new(FlagError(e)))?;
-    let keys = flags::lease_keys(&flags.route_lease_annotation_prefix).map_err(InitError::new)?;
+/// The running controller.
+pub struct RouteController {
+    shared: worker::Shared,
+    period: std::time::Duration,
+    sweep: StartupSweep,
+    changes: Option<BoxStream<'static, backend::TableChange>>,
+    connections: Vec<BoxFuture<'static, ()>>,
+}
+
+/// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend
+/// (a clear error without CAP_NET_ADMIN) and the kernel's change notifications, and subscribes to
+/// Nodes. `sweep` is stopped before the first reconcile, which takes its work over.
+pub fn init(
+    ctx: &InitContext,
+    flags: &Flags,
+    cluster_cidr: &str,
+    sweep: &StartupSweep,
+) -> InitResult {
+    let config = flags
+        .config(Context {
+            cluster_cidr,
+            leader_elect: ctx.leader_elected,
+        })
+        .map_err(|e| InitError::new(StartError::from(e)))?;
+    let own_node = ctx.node_name.clone();
+    match config.mode {
+        RouteMode::Node if own_node.is_none() => {
+            return Err(InitError::new(StartError::NoNodeName));
+        }
+        RouteMode::Node if config.cluster_cidrs.is_empty() => tracing::warn!(
+            controller = NAME,
+            "--route-mode=node without --cluster-cidr: every route of protocol {} in table {} counts as netcm's",
+            config.protocol,
+            config.table
+        ),
+        RouteMode::Gateway if !ctx.leader_elected => tracing::info!(
+            controller = NAME,
+            "--route-mode=gateway without leader election: this process routes to and reports every Node; run exactly one replica"
+        ),
+        _ => {}
+    }
     let (backend, connection) =
-        netlink::NetlinkRoutes::open(flags.route_table, flags.route_protocol)
-            .map_err(InitError::new)?;
+        netlink::NetlinkRoutes::open(config.table, config.protocol).map_err(InitError::new)?;
+    let mut connections: Vec<BoxFuture<'static, ()>> = vec![Box::pin(connection)];
+    // Without notifications routes are still repaired, at the next full reconcile.
+    let changes: Option<BoxStream<'static, backend::TableChange>> = match netlink::watch(
+        config.table,
+        config.protocol,
+    ) {
+        Ok((changes, watch_connection)) => {
+            connections.push(Box::pin(watch_connection));
+            Some(Box::pin(changes))
+        }
+        Err(e) => {
+            tracing::warn!(controller = NAME, error = %e, "no route notifications; routes changed by others are repaired at the next reconcile");
+            None
+        }
+    };
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
-        AnnotationKeys::new(&keys),
-        ctx.node_name.clone(),
+        AnnotationKeys::new(&config.keys),
+        own_node.clone(),
+        Ownership::new(config.cluster_cidrs.clone()),
         ctx.leader.clone(),
         metrics,
     ));
     let queue = ctx.node_queue(NAME)?;
-    let conditions = flags.set_node_network_unavailable.then(|| {
+    let conditions = config.set_node_network_unavailable.then(|| {
         Arc::new(ConditionWriter::new(
             Api::all(ctx.client.clone()),
             ctx.nodes.clone(),
@@ -102,198 +153,37 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
             ctx.new_queue(CONDITIONS_QUEUE),
         ))
     });
-    let own_condition = (!ctx.leader_elected)
-        .then(|| ctx.node_name.clone())
-        .flatten();
-    if !ctx.leader_elected && ctx.node_name.is_none() {
-        tracing::warn!(
-            controller = NAME,
-            "running without leader election and without NODE_NAME: every Node gets a route, including this host's own"
-        );
-    }
+    let reports = match config.mode {
+        RouteMode::Gateway => worker::Reports::EveryNode,
+        RouteMode::Node => worker::Reports::OwnNode(own_node.unwrap_or_default()),
+    };
     Ok(Some(Box::new(RouteController {
-        syncer,
-        nodes: ctx.nodes.clone(),
-        queue,
-        conditions,
-        recorder: ctx.recorder.clone(),
-        period: flags.route_reconciliation_period,
-        own_condition,
-        leader_elected: ctx.leader_elected,
-        connection: Some(Box::pin(connection)),
+        shared: worker::Shared {
+            syncer,
+            nodes: ctx.nodes.clone(),
+            queue,
+            conditions,
+            recorder: ctx.recorder.clone(),
+            reports,
+            resync: Arc::new(tokio::sync::Notify::new()),
+        },
+        period: config.period,
+        sweep: sweep.clone(),
+        changes,
+        connections,
     })))
-}
-
-/// A flag value rejected at init (cmd validates first; this guards other callers).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct FlagError(String);
-
-/// The shared parts a worker needs.
-#[derive(Clone)]
-struct Shared {
-    syncer: Arc<RouteSyncer>,
-    nodes: SharedInformer<Node>,
-    queue: Queue<String>,
-    conditions: Option<Arc<ConditionWriter>>,
-    recorder: EventRecorder,
-    own_condition: Option<String>,
-    leader_elected: bool,
-}
-
-impl Shared {
-    /// The route sync of one Node key.
-    async fn sync_node(&self, name: String) -> Result<SyncOutcome, SyncError> {
-        let node = self.nodes.get(&name);
-        let sync = self.syncer.sync_node(&name, node.as_deref()).await?;
-        let mut failed = sync.delete_errors.len();
-        for e in &sync.delete_errors {
-            tracing::warn!(controller = NAME, node = %name, error = %e, "failed to delete a route the node no longer wants");
-        }
-        if let (NodeOutcome::Failed(failures), Some(node)) = (&sync.outcome, &node) {
-            failed += failures.len();
-            for f in failures {
-                let via = f.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
-                tracing::warn!(controller = NAME, node = %name, destination = %f.destination, gateway = ?f.gateway, reason = %f.reason, "failed to create route");
-                self.recorder
-                    .publish(
-                        node,
-                        EventType::Warning,
-                        "FailedToCreateRoute",
-                        "CreateRoute",
-                        format!(
-                            "Could not create route {}{via} for node {name}: {}",
-                            f.destination, f.reason
-                        ),
-                    )
-                    .await;
-            }
-        }
-        // Leader-elected: this process is the router for every Node and reports on each. In DaemonSet
-        // mode only the own Node's condition is written, from the full reconcile.
-        if self.leader_elected {
-            if let Some(conditions) = &self.conditions {
-                let verdict = match sync.outcome {
-                    NodeOutcome::NotApplicable | NodeOutcome::Waiting => None,
-                    NodeOutcome::Routed => Some(ROUTE_CREATED),
-                    NodeOutcome::Failed(_) => Some(NO_ROUTE_CREATED),
-                };
-                conditions.set(&name, verdict);
-            }
-        }
-        if failed > 0 {
-            return Err(SyncError::Routes(failed));
-        }
-        Ok(SyncOutcome::Done)
-    }
-
-    /// One full reconcile: delete what no Node wants, requeue Nodes whose routes differ.
-    async fn reconcile(&self) {
-        let nodes = self.nodes.list();
-        match self.syncer.reconcile(&nodes).await {
-            Ok(report) => {
-                tracing::debug!(
-                    controller = NAME,
-                    nodes = nodes.len(),
-                    requeued = report.requeue.len(),
-                    deleted = report.deleted.len(),
-                    failing = report.failing,
-                    "reconciled routes"
-                );
-                if !report.requeue.is_empty() {
-                    tracing::info!(
-                        controller = NAME,
-                        nodes = report.requeue.len(),
-                        "routes differ from the table; syncing those nodes again"
-                    );
-                }
-                let in_sync = report.in_sync();
-                let failing = report.failing > 0;
-                for name in report.requeue {
-                    self.queue.add(name);
-                }
-                if let (Some(own), Some(conditions)) = (&self.own_condition, &self.conditions) {
-                    let verdict: Option<Verdict> = if failing {
-                        Some(NO_ROUTE_CREATED)
-                    } else if in_sync {
-                        Some(ROUTE_CREATED)
-                    } else {
-                        None
-                    };
-                    if verdict.is_some() {
-                        conditions.set(own, verdict);
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(controller = NAME, error = %e, "failed to list routes; retrying at the next reconcile")
-            }
-        }
-    }
 }
 
 impl Controller for RouteController {
     fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let mut this = *self;
-            let connection = this.connection.take().map(tokio::spawn);
-            let shared = Shared {
-                syncer: this.syncer.clone(),
-                nodes: this.nodes.clone(),
-                queue: this.queue.clone(),
-                conditions: this.conditions.clone(),
-                recorder: this.recorder.clone(),
-                own_condition: this.own_condition.clone(),
-                leader_elected: this.leader_elected,
-            };
-            // Know the table before the first Node sync, so syncs change only what differs.
-            shared.reconcile().await;
-            let period = this.period;
-            let periodic = {
-                let shared = shared.clone();
-                let shutdown = shutdown.clone();
-                async move {
-                    loop {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break,
-                            _ = tokio::time::sleep(period) => shared.reconcile().await,
-                        }
-                    }
-                }
-            };
-            let routes = {
-                let shared = shared.clone();
-                run_workers(
-                    NAME,
-                    this.queue.clone(),
-                    ROUTE_WORKERS,
-                    shutdown.clone(),
-                    CONTROLLER_DRAIN_TIMEOUT,
-                    move |key| {
-                        let shared = shared.clone();
-                        async move { shared.sync_node(key).await }
-                    },
-                )
-            };
-            let conditions = async {
-                if let Some(writer) = this.conditions.clone() {
-                    let queue = writer.queue.clone();
-                    run_workers(
-                        CONDITIONS_QUEUE,
-                        queue,
-                        CONDITION_WORKERS,
-                        shutdown.clone(),
-                        CONTROLLER_DRAIN_TIMEOUT,
-                        move |key| {
-                            let writer = writer.clone();
-                            async move { writer.sync(&key).await }
-                        },
-                    )
-                    .await;
-                }
-            };
-            tokio::join!(periodic, routes, conditions);
-            if let Some(c) = connection {
+            let connections: Vec<_> = this.connections.drain(..).map(tokio::spawn).collect();
+            // A standby's sweep must not delete anything once this process programs routes.
+            this.sweep.finish().await;
+            let changes = this.changes.take();
+            worker::run(this.shared, this.period, changes, shutdown).await;
+            for c in connections {
                 c.abort();
             }
         })

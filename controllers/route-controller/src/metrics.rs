@@ -1,5 +1,9 @@
 //! The route controller's metrics: the cloud route controller's `route_controller_route_sync_total`, and
 //! netcm's own gauges and error counter.
+//!
+//! `route_controller_route_sync_total` is exactly kube 1.36's (k8s.io/cloud-provider v0.36.3,
+//! controllers/route/metrics.go): a counter without labels, one per reconcile pass, counted when the pass
+//! starts. The `outcome` and `trigger` labels arrive only in v0.37.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -8,7 +12,7 @@ use crate::backend::Operation;
 /// The metric families the route controller updates.
 #[derive(Clone)]
 pub struct RouteMetrics {
-    /// Full reconciles of the routing table (upstream's name: one per pass).
+    /// Full reconciles of the routing table, each counted when it starts (upstream's name and rule).
     pub sync_total: IntCounter,
     /// netcm's routes in the table, as of the last change or listing.
     pub programmed: IntGauge,

@@ -3,7 +3,12 @@
 //! and deleting match both, so routes of other software, or in other tables, are never touched.
 //!
 //! All calls share one netlink socket: rtnetlink pipelines requests on it, so many creates can be in
-//! flight at once and a few thousand routes take well under a second.
+//! flight at once and a few thousand routes take well under a second. The kernel's notifications of
+//! changes to the table come on a second socket ([`watch`]).
+
+mod watch;
+
+pub use watch::watch;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -12,6 +17,7 @@ use futures::future::BoxFuture;
 use futures::TryStreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
+use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -25,7 +31,10 @@ use crate::backend::{BackendError, Route, Routes};
 const EPERM: i32 = 1;
 const ENOENT: i32 = 2;
 const ESRCH: i32 = 3;
+const ENOMEM: i32 = 12;
+const EACCES: i32 = 13;
 const EEXIST: i32 = 17;
+const ENOBUFS: i32 = 105;
 
 /// Why the netlink backend could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -132,17 +141,7 @@ impl NetlinkRoutes {
 
     /// Whether a dumped route is netcm's: its table and protocol, a unicast route.
     fn is_ours(&self, msg: &RouteMessage) -> bool {
-        let table = msg
-            .attributes
-            .iter()
-            .find_map(|a| match a {
-                RouteAttribute::Table(t) => Some(*t),
-                _ => None,
-            })
-            .unwrap_or(u32::from(msg.header.table));
-        table == self.table
-            && u8::from(msg.header.protocol) == self.protocol
-            && msg.header.kind == RouteType::Unicast
+        is_ours(msg, self.table, self.protocol)
     }
 
     async fn dump(&self, family: AddressFamily) -> Result<Vec<Route>, BackendError> {
@@ -155,7 +154,7 @@ impl NetlinkRoutes {
             .execute()
             .try_collect()
             .await
-            .map_err(|e| refused("list", format!("table {}", self.table), &e))?;
+            .map_err(|e| failure("list", format!("table {}", self.table), &e))?;
         Ok(messages
             .iter()
             .filter(|m| self.is_ours(m))
@@ -167,6 +166,15 @@ impl NetlinkRoutes {
 /// `destination via gateway` of a dumped route, if it is one (multipath and gateway-less routes are not
 /// shapes netcm writes).
 fn parse_route(msg: &RouteMessage) -> Option<Route> {
+    let (destination, gateway) = destination_and_gateway(msg);
+    Some(Route {
+        destination: destination?,
+        gateway: gateway?,
+    })
+}
+
+/// The destination of a route message (a default route has no destination attribute) and its gateway.
+fn destination_and_gateway(msg: &RouteMessage) -> (Option<IpNet>, Option<IpAddr>) {
     let len = msg.header.destination_prefix_length;
     let mut destination = None;
     let mut gateway = None;
@@ -184,15 +192,29 @@ fn parse_route(msg: &RouteMessage) -> Option<Route> {
         }
     }
     let destination = destination.or_else(|| match msg.header.address_family {
-        // A default route has no destination attribute.
         AddressFamily::Inet => IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).ok(),
         AddressFamily::Inet6 => IpNet::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0).ok(),
         _ => None,
-    })?;
-    Some(Route {
-        destination,
-        gateway: gateway?,
-    })
+    });
+    (destination, gateway)
+}
+
+/// Whether a route message is netcm's: its table and protocol, a unicast route.
+fn is_ours(msg: &RouteMessage, table: u32, protocol: u8) -> bool {
+    table_of(msg) == table
+        && u8::from(msg.header.protocol) == protocol
+        && msg.header.kind == RouteType::Unicast
+}
+
+/// The table a route message is in (`RTA_TABLE` carries ids above 255).
+fn table_of(msg: &RouteMessage) -> u32 {
+    msg.attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(u32::from(msg.header.table))
 }
 
 /// The kernel's errno in an rtnetlink error, if it is one.
@@ -203,16 +225,47 @@ fn errno(e: &rtnetlink::Error) -> Option<i32> {
     }
 }
 
-fn refused(operation: &'static str, subject: String, e: &rtnetlink::Error) -> BackendError {
-    let message = match e {
-        rtnetlink::Error::NetlinkError(m) => m.to_io().to_string(),
-        other => other.to_string(),
-    };
-    BackendError::Refused {
-        operation,
-        subject,
-        message,
+/// A failed call, sorted by whose it is: errors every route would get (permission, memory, the socket)
+/// are this host's; the rest (an unreachable gateway, a bad prefix) are the route's.
+fn failure(operation: &'static str, subject: String, e: &rtnetlink::Error) -> BackendError {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => {
+            let message = m.to_io().to_string();
+            match m.raw_code().abs() {
+                EPERM | EACCES | ENOMEM | ENOBUFS => BackendError::Host {
+                    operation,
+                    subject,
+                    message,
+                },
+                _ => BackendError::Refused {
+                    operation,
+                    subject,
+                    message,
+                },
+            }
+        }
+        other => BackendError::Host {
+            operation,
+            subject,
+            message: other.to_string(),
+        },
     }
+}
+
+/// The network of one of the host's addresses (`IFA_LOCAL`, the host's own end, wins over
+/// `IFA_ADDRESS`, which is the peer's on a point-to-point link).
+fn address_network(msg: &AddressMessage) -> Option<IpNet> {
+    let local = msg.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
+    });
+    let address = msg.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Address(ip) => Some(*ip),
+        _ => None,
+    });
+    IpNet::new(local.or(address)?, msg.header.prefix_len)
+        .ok()
+        .map(|n| n.trunc())
 }
 
 impl Routes for NetlinkRoutes {
@@ -230,7 +283,7 @@ impl Routes for NetlinkRoutes {
             match self.handle.route().add(msg).execute().await {
                 Ok(()) => Ok(()),
                 Err(e) if errno(&e) == Some(EEXIST) => Err(BackendError::Exists(route.destination)),
-                Err(e) => Err(refused("create", route.to_string(), &e)),
+                Err(e) => Err(failure("create", route.to_string(), &e)),
             }
         })
     }
@@ -244,7 +297,7 @@ impl Routes for NetlinkRoutes {
                 .replace()
                 .execute()
                 .await
-                .map_err(|e| refused("replace", route.to_string(), &e))
+                .map_err(|e| failure("replace", route.to_string(), &e))
         })
     }
 
@@ -255,8 +308,22 @@ impl Routes for NetlinkRoutes {
             match self.handle.route().del(msg).execute().await {
                 Ok(()) => Ok(()),
                 Err(e) if matches!(errno(&e), Some(ESRCH | ENOENT)) => Ok(()),
-                Err(e) => Err(refused("delete", route.to_string(), &e)),
+                Err(e) => Err(failure("delete", route.to_string(), &e)),
             }
+        })
+    }
+
+    fn connected_networks(&self) -> BoxFuture<'_, Result<Vec<IpNet>, BackendError>> {
+        Box::pin(async move {
+            let messages: Vec<AddressMessage> = self
+                .handle
+                .address()
+                .get()
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| failure("list", "addresses".into(), &e))?;
+            Ok(messages.iter().filter_map(address_network).collect())
         })
     }
 }

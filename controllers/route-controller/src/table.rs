@@ -1,18 +1,24 @@
-//! The route table logic, independent of Kubernetes plumbing: per-Node syncs (event-driven) and the full
-//! reconcile (periodic safety net), both against a [`Routes`] backend.
+//! The route table logic, independent of Kubernetes plumbing: per-Node syncs (event-driven), the full
+//! reconcile (periodic safety net, [`reconcile`]) and the kernel's reports of changes others make
+//! ([`watch`]), all against a [`Routes`] backend.
 //!
 //! netcm keeps a view of its own routes in the table (destination → gateway). A full reconcile replaces
-//! the view with a fresh listing, deletes routes no Node wants (Node deleted, pod CIDR gone, or left over
-//! from an earlier run), and names the Nodes whose routes differ from the table so their syncs repair
+//! the view with a fresh listing, deletes routes of netcm's that no Node wants (Node deleted, pod CIDR
+//! gone or refused, left over from an earlier run) as long as they are netcm's to judge (see
+//! [`crate::ownership`]), and names the Nodes whose routes differ from the table so their syncs repair
 //! them. A Node sync compares the Node's wanted routes with the view and creates, replaces or deletes
-//! only what differs, so a sync of an unchanged Node costs no backend call. Reconciles take the table
-//! exclusively; Node syncs share it, so a listing never interleaves with a change.
+//! only what differs, so a sync of an unchanged Node costs no backend call. A change someone else makes
+//! is applied to the view as the kernel reports it, and the Node it concerns is synced at once.
+//! Reconciles take the table exclusively; Node syncs and reported changes share it, so a listing never
+//! interleaves with a change.
+
+mod reconcile;
+mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use netcm_manager::{Fenced, LeaderGuard};
@@ -20,10 +26,9 @@ use netcm_manager::{Fenced, LeaderGuard};
 use crate::backend::{BackendError, Operation, Route, Routes};
 use crate::desired::{node_routes, AnnotationKeys, NodeRoutes};
 use crate::metrics::RouteMetrics;
+use crate::ownership::Ownership;
 
-/// Deletes of a full reconcile in flight at once (the cloud route controller's
-/// `maxConcurrentRouteOperations`).
-const MAX_CONCURRENT_DELETES: usize = 200;
+pub use reconcile::ReconcileReport;
 
 /// One pod CIDR of a Node that has no route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +39,8 @@ pub struct Failure {
     pub gateway: Option<IpAddr>,
     /// Why there is no route.
     pub reason: String,
+    /// The cause is this host's routing (every route would fail), not the Node or its route.
+    pub on_this_host: bool,
 }
 
 /// How a Node's routes stand after its sync.
@@ -58,36 +65,33 @@ pub struct NodeSync {
     pub delete_errors: Vec<BackendError>,
 }
 
-/// The result of one full reconcile.
-#[derive(Debug, Default)]
-pub struct ReconcileReport {
-    /// Nodes whose routes differ from the table, or whose last sync failed: sync them again.
-    pub requeue: Vec<String>,
-    /// Routes of netcm's that no Node wants, deleted.
-    pub deleted: Vec<Route>,
-    /// Deletes that failed (retried on the next pass).
-    pub delete_errors: usize,
-    /// Nodes whose last sync failed.
-    pub failing: usize,
+impl NodeSync {
+    /// Whether anything in this sync failed because of this host's routing.
+    pub fn host_fault(&self) -> bool {
+        self.delete_errors.iter().any(BackendError::on_this_host)
+            || matches!(&self.outcome, NodeOutcome::Failed(f) if f.iter().any(|f| f.on_this_host))
+    }
 }
 
-impl ReconcileReport {
-    /// The table holds exactly what every Node asks for.
-    pub fn in_sync(&self) -> bool {
-        self.requeue.is_empty() && self.failing == 0 && self.delete_errors == 0
-    }
+/// The Node a destination is programmed (or tried) for, and the gateway it wants.
+#[derive(Debug, Clone)]
+struct Claim {
+    node: String,
+    gateway: IpAddr,
 }
 
 #[derive(Default)]
 struct State {
     /// netcm's routes in the table as far as netcm knows: destination → gateway.
     programmed: HashMap<IpNet, IpAddr>,
-    /// The Node each destination is programmed (or tried) for.
-    claims: HashMap<IpNet, String>,
+    /// Who each destination is programmed (or tried) for.
+    claims: HashMap<IpNet, Claim>,
     /// The destinations each Node asked for at its last sync.
     owned: HashMap<String, Vec<IpNet>>,
     /// Nodes whose last sync left a pod CIDR without a route.
     failing: HashSet<String>,
+    /// Failures of this host's routing since the last full reconcile.
+    host_faults: usize,
 }
 
 /// What to do for one wanted route, decided under the state lock.
@@ -98,11 +102,36 @@ enum Step {
     Conflict(String),
 }
 
-/// netcm's routes: the view, who claims what, and the backend.
+/// Why one wanted route is not in the table.
+struct NotRouted {
+    reason: String,
+    on_this_host: bool,
+}
+
+impl From<BackendError> for NotRouted {
+    fn from(e: BackendError) -> Self {
+        Self {
+            on_this_host: e.on_this_host(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl NotRouted {
+    fn of_node(reason: String) -> Self {
+        Self {
+            reason,
+            on_this_host: false,
+        }
+    }
+}
+
+/// netcm's routes: the view, who claims what, what is netcm's, and the backend.
 pub struct RouteSyncer {
     backend: Arc<dyn Routes>,
     keys: AnnotationKeys,
     own_node: Option<String>,
+    ownership: Ownership,
     guard: LeaderGuard,
     metrics: RouteMetrics,
     table: tokio::sync::RwLock<()>,
@@ -110,11 +139,13 @@ pub struct RouteSyncer {
 }
 
 impl RouteSyncer {
-    /// A syncer over `backend`; `own_node` (the Node netcm runs on) never gets a route.
+    /// A syncer over `backend`; `own_node` (the Node netcm runs on) never gets a route, and only what
+    /// `ownership` allows is routed or deleted.
     pub fn new(
         backend: Arc<dyn Routes>,
         keys: AnnotationKeys,
         own_node: Option<String>,
+        ownership: Ownership,
         guard: LeaderGuard,
         metrics: RouteMetrics,
     ) -> Self {
@@ -122,6 +153,7 @@ impl RouteSyncer {
             backend,
             keys,
             own_node,
+            ownership,
             guard,
             metrics,
             table: tokio::sync::RwLock::new(()),
@@ -133,11 +165,26 @@ impl RouteSyncer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What a Node asks for; nothing for the Node netcm runs on (its pod CIDR is local).
+    /// What a Node asks for, with the pod CIDRs netcm refuses to route set apart; nothing for the Node
+    /// netcm runs on (its pod CIDR is local).
     pub fn wanted(&self, name: &str, node: Option<&Node>) -> NodeRoutes {
-        match node {
+        let mut wanted = match node {
             Some(n) if self.own_node.as_deref() != Some(name) => node_routes(n, &self.keys),
             _ => NodeRoutes::default(),
+        };
+        wanted.refuse(|d| self.ownership.refusal(d).map(|r| r.to_string()));
+        wanted
+    }
+
+    /// Reads the host's connected networks again; true when they changed.
+    pub async fn refresh_connected(&self) -> bool {
+        match self.backend.connected_networks().await {
+            Ok(networks) => self.ownership.set_connected(networks),
+            Err(e) => {
+                self.metrics.error(Operation::List);
+                tracing::warn!(controller = crate::NAME, error = %e, "failed to list the host's addresses; keeping the networks known before");
+                false
+            }
         }
     }
 
@@ -153,13 +200,13 @@ impl RouteSyncer {
         let wanted = self.wanted(name, node);
         let wanted_dsts: Vec<IpNet> = wanted.destinations().collect();
 
-        // Routes the Node asked for before and no longer does.
+        // Routes the Node asked for before and no longer does (or that netcm now refuses).
         let stale: Vec<Route> = {
             let mut st = self.state();
             let before = st.owned.remove(name).unwrap_or_default();
             let mut stale = Vec::new();
             for dst in before.into_iter().filter(|d| !wanted_dsts.contains(d)) {
-                if st.claims.get(&dst).map(String::as_str) != Some(name) {
+                if st.claims.get(&dst).map(|c| c.node.as_str()) != Some(name) {
                     continue;
                 }
                 st.claims.remove(&dst);
@@ -190,7 +237,13 @@ impl RouteSyncer {
                     self.metrics.error(Operation::Delete);
                     // Keep the claim so the next sync tries again.
                     let mut st = self.state();
-                    st.claims.insert(route.destination, name.to_string());
+                    st.claims.insert(
+                        route.destination,
+                        Claim {
+                            node: name.to_string(),
+                            gateway: route.gateway,
+                        },
+                    );
                     st.owned
                         .entry(name.to_string())
                         .or_default()
@@ -201,20 +254,23 @@ impl RouteSyncer {
         }
 
         let mut failures: Vec<Failure> = wanted
-            .unroutable
+            .refused
             .iter()
+            .chain(&wanted.unroutable)
             .map(|u| Failure {
                 destination: u.destination,
-                gateway: None,
+                gateway: u.gateway,
                 reason: u.reason.clone(),
+                on_this_host: false,
             })
             .collect();
         for route in &wanted.routes {
-            if let Err(reason) = self.program(name, *route).await? {
+            if let Err(e) = self.program(name, *route).await? {
                 failures.push(Failure {
                     destination: route.destination,
                     gateway: Some(route.gateway),
-                    reason,
+                    reason: e.reason,
+                    on_this_host: e.on_this_host,
                 });
             }
         }
@@ -228,30 +284,40 @@ impl RouteSyncer {
         } else {
             NodeOutcome::Routed
         };
+        let sync = NodeSync {
+            outcome,
+            delete_errors,
+        };
         let mut st = self.state();
-        if matches!(outcome, NodeOutcome::Failed(_)) {
+        if matches!(sync.outcome, NodeOutcome::Failed(_)) {
             st.failing.insert(name.to_string());
         } else {
             st.failing.remove(name);
         }
+        if sync.host_fault() {
+            st.host_faults += 1;
+        }
         self.publish_gauges(&st);
-        Ok(NodeSync {
-            outcome,
-            delete_errors,
-        })
+        Ok(sync)
     }
 
     /// Makes one wanted route true in the table. The inner `Err` is why it could not be.
-    async fn program(&self, name: &str, route: Route) -> Result<Result<(), String>, Fenced> {
+    async fn program(&self, name: &str, route: Route) -> Result<Result<(), NotRouted>, Fenced> {
         let step = {
             let mut st = self.state();
             match st.claims.get(&route.destination) {
-                Some(other) if other != name => Step::Conflict(format!(
-                    "pod CIDR {} is also claimed by node {other}",
-                    route.destination
+                Some(other) if other.node != name => Step::Conflict(format!(
+                    "pod CIDR {} is also claimed by node {}",
+                    route.destination, other.node
                 )),
                 _ => {
-                    st.claims.insert(route.destination, name.to_string());
+                    st.claims.insert(
+                        route.destination,
+                        Claim {
+                            node: name.to_string(),
+                            gateway: route.gateway,
+                        },
+                    );
                     match st.programmed.get(&route.destination) {
                         Some(gw) if *gw == route.gateway => Step::Keep,
                         Some(_) => Step::Replace,
@@ -262,14 +328,14 @@ impl RouteSyncer {
         };
         let result = match step {
             Step::Keep => return Ok(Ok(())),
-            Step::Conflict(reason) => return Ok(Err(reason)),
+            Step::Conflict(reason) => return Ok(Err(NotRouted::of_node(reason))),
             Step::Create => {
                 self.guard.ensure_leader()?;
                 match self.backend.create_route(route).await {
                     Err(BackendError::Exists(_)) => self.adopt_or_refuse(route).await?,
                     other => other.map_err(|e| {
                         self.metrics.error(Operation::Create);
-                        e.to_string()
+                        NotRouted::from(e)
                     }),
                 }
             }
@@ -284,298 +350,34 @@ impl RouteSyncer {
         Ok(result)
     }
 
-    async fn replace(&self, route: Route) -> Result<Result<(), String>, Fenced> {
+    async fn replace(&self, route: Route) -> Result<Result<(), NotRouted>, Fenced> {
         self.guard.ensure_leader()?;
         Ok(self.backend.replace_route(route).await.map_err(|e| {
             self.metrics.error(Operation::Replace);
-            e.to_string()
+            NotRouted::from(e)
         }))
     }
 
     /// A create found a route to the destination already there: if it is netcm's (the view was behind the
     /// table), point it at the wanted gateway; if it belongs to someone else, leave it alone.
-    async fn adopt_or_refuse(&self, route: Route) -> Result<Result<(), String>, Fenced> {
+    async fn adopt_or_refuse(&self, route: Route) -> Result<Result<(), NotRouted>, Fenced> {
         let listed = match self.backend.list_routes().await {
             Ok(l) => l,
             Err(e) => {
                 self.metrics.error(Operation::List);
-                return Ok(Err(e.to_string()));
+                return Ok(Err(NotRouted::from(e)));
             }
         };
         match listed.iter().find(|r| r.destination == route.destination) {
             Some(ours) if ours.gateway == route.gateway => Ok(Ok(())),
             Some(_) => self.replace(route).await,
-            None => Ok(Err(format!(
+            None => Ok(Err(NotRouted::of_node(format!(
                 "a route to {} that netcm does not own (another protocol or table) is in the way",
                 route.destination
-            ))),
+            )))),
         }
-    }
-
-    /// A full reconcile against the listing of the table: deletes routes no Node wants and reports the
-    /// Nodes to sync again. `Err` when the table cannot be listed.
-    pub async fn reconcile(&self, nodes: &[Arc<Node>]) -> Result<ReconcileReport, BackendError> {
-        let _exclusive = self.table.write().await;
-        let listed = self.backend.list_routes().await.inspect_err(|_| {
-            self.metrics.error(Operation::List);
-        })?;
-        let mut report = ReconcileReport::default();
-        let mut wanted: HashSet<IpNet> = HashSet::new();
-        let actual: HashMap<IpNet, IpAddr> =
-            listed.iter().map(|r| (r.destination, r.gateway)).collect();
-        let failing = self.state().failing.clone();
-        for node in nodes {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            let want = self.wanted(&name, Some(node));
-            wanted.extend(want.destinations());
-            let differs = want
-                .routes
-                .iter()
-                .any(|r| actual.get(&r.destination) != Some(&r.gateway));
-            if differs || failing.contains(&name) {
-                report.requeue.push(name);
-            }
-        }
-        let orphans: Vec<Route> = listed
-            .iter()
-            .filter(|r| !wanted.contains(&r.destination))
-            .copied()
-            .collect();
-        let results: Vec<(Route, Result<(), BackendError>)> = futures::stream::iter(orphans)
-            .map(|route| async move {
-                if let Err(e) = self.guard.ensure_leader() {
-                    return (
-                        route,
-                        Err(BackendError::Refused {
-                            operation: "delete",
-                            subject: route.to_string(),
-                            message: e.to_string(),
-                        }),
-                    );
-                }
-                (route, self.backend.delete_route(route).await)
-            })
-            .buffer_unordered(MAX_CONCURRENT_DELETES)
-            .collect()
-            .await;
-        let mut programmed = actual;
-        for (route, result) in results {
-            match result {
-                Ok(()) => {
-                    programmed.remove(&route.destination);
-                    tracing::info!(controller = crate::NAME, route = %route, "deleted route no node wants");
-                    report.deleted.push(route);
-                }
-                Err(e) => {
-                    self.metrics.error(Operation::Delete);
-                    tracing::warn!(controller = crate::NAME, route = %route, error = %e, "failed to delete a route no node wants");
-                    report.delete_errors += 1;
-                }
-            }
-        }
-        let mut st = self.state();
-        st.programmed = programmed;
-        report.failing = st.failing.len();
-        self.publish_gauges(&st);
-        self.metrics.sync_total.inc();
-        Ok(report)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::fake::FakeRoutes;
-    use crate::desired::tests::{keys, node};
-
-    fn syncer(own: Option<&str>) -> (Arc<FakeRoutes>, RouteSyncer) {
-        let backend = Arc::new(FakeRoutes::default());
-        let registry = prometheus::Registry::new();
-        let s = RouteSyncer::new(
-            backend.clone(),
-            keys(),
-            own.map(str::to_string),
-            LeaderGuard::disabled(&registry).expect("guard"),
-            RouteMetrics::register(&registry).expect("metrics"),
-        );
-        (backend, s)
-    }
-
-    fn route(dst: &str, gw: &str) -> Route {
-        Route {
-            destination: dst.parse().expect("dst"),
-            gateway: gw.parse().expect("gw"),
-        }
-    }
-
-    fn n(name: &str, cidr: &str, ip: &str) -> Node {
-        node(name, &[cidr], &[("InternalIP", ip)], &[])
-    }
-
-    #[tokio::test]
-    async fn a_new_node_gets_its_route_and_a_second_sync_calls_nothing() {
-        let (backend, s) = syncer(None);
-        let a = n("a", "10.244.1.0/24", "192.0.2.1");
-        let r = s.sync_node("a", Some(&a)).await.expect("sync");
-        assert_eq!(r.outcome, NodeOutcome::Routed);
-        assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
-        backend.take_calls();
-        s.sync_node("a", Some(&a)).await.expect("sync");
-        assert!(backend.take_calls().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_changed_address_replaces_the_gateway_and_a_deleted_node_loses_its_route() {
-        let (backend, s) = syncer(None);
-        s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-            .await
-            .expect("sync");
-        s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.9")))
-            .await
-            .expect("sync");
-        assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.9")]);
-        let r = s.sync_node("a", None).await.expect("sync");
-        assert_eq!(r.outcome, NodeOutcome::NotApplicable);
-        assert!(backend.table().is_empty());
-    }
-
-    #[tokio::test]
-    async fn the_node_netcm_runs_on_gets_no_route() {
-        let (backend, s) = syncer(Some("self"));
-        let r = s
-            .sync_node("self", Some(&n("self", "10.244.1.0/24", "192.0.2.1")))
-            .await
-            .expect("sync");
-        assert_eq!(r.outcome, NodeOutcome::NotApplicable);
-        assert!(backend.table().is_empty());
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_gateway_fails_that_node_only() {
-        let (backend, s) = syncer(None);
-        backend
-            .unreachable
-            .lock()
-            .expect("lock")
-            .insert("203.0.113.5".parse().expect("ip"));
-        let bad = s
-            .sync_node("bad", Some(&n("bad", "10.244.1.0/24", "203.0.113.5")))
-            .await
-            .expect("sync");
-        let good = s
-            .sync_node("good", Some(&n("good", "10.244.2.0/24", "192.0.2.2")))
-            .await
-            .expect("sync");
-        match bad.outcome {
-            NodeOutcome::Failed(f) => assert!(f[0].reason.contains("invalid gateway"), "{f:?}"),
-            other => panic!("expected a failure, got {other:?}"),
-        }
-        assert_eq!(good.outcome, NodeOutcome::Routed);
-        assert_eq!(backend.table(), [route("10.244.2.0/24", "192.0.2.2")]);
-    }
-
-    #[tokio::test]
-    async fn someone_elses_route_to_the_same_destination_is_left_alone_and_reported() {
-        let (backend, s) = syncer(None);
-        backend
-            .foreign
-            .lock()
-            .expect("lock")
-            .insert("10.244.1.0/24".parse().expect("net"));
-        let r = s
-            .sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-            .await
-            .expect("sync");
-        match r.outcome {
-            NodeOutcome::Failed(f) => assert!(f[0].reason.contains("does not own"), "{f:?}"),
-            other => panic!("expected a failure, got {other:?}"),
-        }
-        assert!(backend.table().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_route_netcm_made_before_a_restart_is_adopted_not_duplicated() {
-        let (backend, s) = syncer(None);
-        backend.ours.lock().expect("lock").insert(
-            "10.244.1.0/24".parse().expect("net"),
-            "192.0.2.7".parse().expect("ip"),
-        );
-        let r = s
-            .sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-            .await
-            .expect("sync");
-        assert_eq!(r.outcome, NodeOutcome::Routed);
-        assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
-    }
-
-    #[tokio::test]
-    async fn reconcile_deletes_routes_no_node_wants_and_requeues_nodes_whose_route_went_missing() {
-        let (backend, s) = syncer(None);
-        let a = Arc::new(n("a", "10.244.1.0/24", "192.0.2.1"));
-        let b = Arc::new(n("b", "10.244.2.0/24", "192.0.2.2"));
-        s.sync_node("a", Some(&a)).await.expect("sync");
-        s.sync_node("b", Some(&b)).await.expect("sync");
-        backend.ours.lock().expect("lock").insert(
-            "10.99.0.0/24".parse().expect("net"),
-            "192.0.2.99".parse().expect("ip"),
-        );
-        backend
-            .ours
-            .lock()
-            .expect("lock")
-            .remove(&"10.244.2.0/24".parse().expect("net"));
-        let report = s
-            .reconcile(&[a.clone(), b.clone()])
-            .await
-            .expect("reconcile");
-        assert_eq!(report.deleted, [route("10.99.0.0/24", "192.0.2.99")]);
-        assert_eq!(report.requeue, ["b"]);
-        assert!(!report.in_sync());
-        // The view now knows the route is gone, so b's sync recreates it.
-        s.sync_node("b", Some(&b)).await.expect("sync");
-        assert_eq!(
-            backend.table(),
-            [
-                route("10.244.1.0/24", "192.0.2.1"),
-                route("10.244.2.0/24", "192.0.2.2")
-            ]
-        );
-        assert!(s.reconcile(&[a, b]).await.expect("reconcile").in_sync());
-    }
-
-    #[tokio::test]
-    async fn two_nodes_claiming_one_pod_cidr_do_not_fight_over_the_route() {
-        let (backend, s) = syncer(None);
-        s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-            .await
-            .expect("sync");
-        let r = s
-            .sync_node("b", Some(&n("b", "10.244.1.0/24", "192.0.2.2")))
-            .await
-            .expect("sync");
-        assert!(matches!(r.outcome, NodeOutcome::Failed(_)), "{r:?}");
-        assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
-        // Once a is gone, b takes the destination over.
-        s.sync_node("a", None).await.expect("sync");
-        let r = s
-            .sync_node("b", Some(&n("b", "10.244.1.0/24", "192.0.2.2")))
-            .await
-            .expect("sync");
-        assert_eq!(r.outcome, NodeOutcome::Routed);
-        assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.2")]);
-    }
-
-    #[tokio::test]
-    async fn a_pod_cidr_without_an_address_of_its_family_fails_without_a_backend_call() {
-        let (backend, s) = syncer(None);
-        let v6_only = node(
-            "a",
-            &["10.244.1.0/24"],
-            &[("InternalIP", "2001:db8::1")],
-            &[],
-        );
-        let r = s.sync_node("a", Some(&v6_only)).await.expect("sync");
-        assert!(matches!(r.outcome, NodeOutcome::Failed(_)), "{r:?}");
-        assert!(backend.take_calls().is_empty());
-    }
-}
+mod tests;

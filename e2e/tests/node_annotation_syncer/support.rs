@@ -20,6 +20,7 @@ pub const DONE: &str = r#"workqueue_work_duration_seconds_count{name="node-annot
 pub const RETRIES: &str = r#"workqueue_retries_total{name="node-annotation-syncer"}"#;
 pub const INVALID_V4: &str = r#"netcm_annotation_invalid_overwrites_total{family="ipv4"}"#;
 pub const INVALID_V6: &str = r#"netcm_annotation_invalid_overwrites_total{family="ipv6"}"#;
+pub const AGENT_MANAGED: &str = "netcm_annotation_agent_managed_nodes";
 pub const TIMEOUT: Duration = Duration::from_secs(90);
 
 pub fn k(name: &str) -> String {
@@ -197,5 +198,18 @@ pub fn node_patches_by(env: &TestEnv, identity: &str) -> usize {
     audit::read(&env.cp.audit_log)
         .iter()
         .filter(|e| e.verb == "patch" && e.resource() == "nodes" && e.user_agent.contains(identity))
+        .count()
+}
+
+/// Node PATCHes (any result) in the audit log made by the process with this identity to the Node `node`.
+pub fn node_patches_to(env: &TestEnv, identity: &str, node: &str) -> usize {
+    audit::read(&env.cp.audit_log)
+        .iter()
+        .filter(|e| {
+            e.verb == "patch"
+                && e.resource() == "nodes"
+                && e.user_agent.contains(identity)
+                && e.object_ref.as_ref().is_some_and(|o| o.name == node)
+        })
         .count()
 }

@@ -1,4 +1,5 @@
-//! The route e2e lab: a cluster, a network namespace with on-link subnets, and the API forwarder.
+//! The route e2e lab: a cluster, a network namespace with on-link subnets (more namespaces as more
+//! hosts when a test needs them), and the API forwarder into each.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -14,47 +15,31 @@ pub const TABLE: &str = "100";
 pub const PROTO: &str = "199";
 pub const PERIOD_SECS: u64 = 2;
 pub const PUBLIC_IP: &str = "flannel.alpha.coreos.com/public-ip";
+/// The cluster CIDRs every test runs with: every pod CIDR the tests use lies inside them.
+pub const CLUSTER_CIDR: &str = "--cluster-cidr=10.0.0.0/8,fd00::/8";
+/// The on-link subnets of the lab's first host.
+pub const SUBNETS: [&str; 3] = ["192.0.2.1/24", "198.18.0.1/15", "2001:db8::1/64"];
 
-/// A test's cluster, namespace and API forwarder.
-pub struct Lab {
-    pub env: TestEnv,
+/// A host: a network namespace with its own on-link subnets, reaching the API server.
+pub struct Host {
     pub ns: NetNs,
     _forwarder: Forwarder,
 }
 
-pub async fn lab() -> Lab {
-    let env = TestEnv::new().await;
-    let ns = NetNs::create();
-    ns.add_subnets(&["192.0.2.1/24", "198.18.0.1/15", "2001:db8::1/64"]);
-    let forwarder = ns.forward_apiserver(&env.cp.kubeconfig);
-    Lab {
-        env,
-        ns,
-        _forwarder: forwarder,
-    }
-}
-
-impl Lab {
-    /// netcm with only the route controller, table 100, protocol 199, a 2 s reconcile, then `args`.
-    pub fn start(&self, args: &[&str], env: &[(&str, &str)]) -> NetnsNetcm {
-        let period = format!("--route-reconciliation-period={PERIOD_SECS}s");
-        let mut all = vec![
-            "--controllers=route-controller",
-            "--route-table=100",
-            "--route-protocol=199",
-            period.as_str(),
-        ];
-        all.extend_from_slice(args);
-        NetnsNetcm::start(
-            "route-controller",
-            &self.ns,
-            &self.env.cp.kubeconfig,
-            &all,
-            env,
-        )
+impl Host {
+    /// A new namespace with `subnets` on a veth pair inside it, the API server forwarded into it.
+    pub fn new(env: &TestEnv, subnets: &[&str]) -> Host {
+        let ns = NetNs::create();
+        ns.add_subnets(subnets);
+        let forwarder = ns.forward_apiserver(&env.cp.kubeconfig);
+        Host {
+            ns,
+            _forwarder: forwarder,
+        }
     }
 
-    /// netcm's routes in table 100 (destination → gateway); panics on two routes to one destination.
+    /// netcm's routes in table 100 of this host (destination → gateway); panics on two routes to one
+    /// destination.
     pub fn routes(&self) -> BTreeMap<IpNet, IpAddr> {
         let mut out = BTreeMap::new();
         for r in self.ns.routes(TABLE, Some(PROTO)) {
@@ -70,11 +55,6 @@ impl Lab {
         out
     }
 
-    /// How many routes of netcm's are in table 100.
-    pub fn route_count(&self) -> usize {
-        self.ns.route_count(TABLE, PROTO)
-    }
-
     pub async fn wait_routes(&self, want: &BTreeMap<IpNet, IpAddr>, timeout: Duration) {
         wait_for(
             "netcm's routes to be exactly the expected ones",
@@ -82,6 +62,58 @@ impl Lab {
             || async { (self.routes() == *want).then_some(()) },
         )
         .await;
+    }
+}
+
+/// A test's cluster and its first host.
+pub struct Lab {
+    pub env: TestEnv,
+    pub host: Host,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = Host;
+    fn deref(&self) -> &Host {
+        &self.host
+    }
+}
+
+pub async fn lab() -> Lab {
+    let env = TestEnv::new().await;
+    let host = Host::new(&env, &SUBNETS);
+    Lab { env, host }
+}
+
+impl Lab {
+    /// netcm on the first host: only the route controller, table 100, protocol 199, the cluster CIDRs,
+    /// a 2 s reconcile, then `args` (a later flag wins).
+    pub fn start(&self, args: &[&str], env: &[(&str, &str)]) -> NetnsNetcm {
+        self.start_on(&self.host, args, env)
+    }
+
+    /// [`Lab::start`] on another host.
+    pub fn start_on(&self, host: &Host, args: &[&str], env: &[(&str, &str)]) -> NetnsNetcm {
+        let period = format!("--route-reconciliation-period={PERIOD_SECS}s");
+        let mut all = vec![
+            "--controllers=route-controller",
+            "--route-table=100",
+            "--route-protocol=199",
+            CLUSTER_CIDR,
+            period.as_str(),
+        ];
+        all.extend_from_slice(args);
+        NetnsNetcm::start(
+            "route-controller",
+            &host.ns,
+            &self.env.cp.kubeconfig,
+            &all,
+            env,
+        )
+    }
+
+    /// How many routes of netcm's are in table 100.
+    pub fn route_count(&self) -> usize {
+        self.ns.route_count(TABLE, PROTO)
     }
 
     pub fn nodes(&self) -> Api<Node> {
@@ -114,6 +146,23 @@ impl Lab {
                 ))
             })
             .collect()
+    }
+
+    /// Waits for a Warning `FailedToCreateRoute` Event on `node` and returns its note.
+    pub async fn failed_route_event(&self, node: &str, timeout: Duration) -> String {
+        wait_for(
+            &format!("a FailedToCreateRoute event on {node}"),
+            timeout,
+            || async {
+                self.env
+                    .node_events(node)
+                    .await
+                    .into_iter()
+                    .find(|(t, r, _)| t == "Warning" && r == "FailedToCreateRoute")
+                    .map(|(_, _, note)| note)
+            },
+        )
+        .await
     }
 }
 

@@ -109,6 +109,18 @@ impl Keys {
         Ok(keys)
     }
 
+    /// The keys of the lease itself, which a publisher writes (everything but the users' overwrites).
+    pub fn lease(&self) -> [&str; 6] {
+        [
+            &self.kube_subnet_manager,
+            &self.backend_type,
+            &self.backend_data,
+            &self.backend_v6_data,
+            &self.public_ip,
+            &self.public_ipv6,
+        ]
+    }
+
     /// Every key netcm reads or writes.
     pub fn all(&self) -> [&str; 8] {
         [

@@ -1,22 +1,23 @@
 //! The API client: config precedence as KCM's (`--kubeconfig`/`--master`, then `KUBECONFIG`, then
-//! in-cluster, then `~/.kube/config`), a user agent naming netcm and its leader identity, and one tower
-//! layer that every request passes: the client-side token bucket (`--kube-api-qps`/`--kube-api-burst`),
-//! the leader fence for writes, and the `rest_client_*` metrics.
+//! in-cluster, then `~/.kube/config`), a user agent naming netcm and its leader identity, and the tower
+//! stack every request passes (`layer`): kube's retry policy on top, so each attempt passes the client's
+//! own token bucket, then the leader fence and deadline for writes, then the `rest_client_*` metrics.
+//!
+//! The process has two clients: the shared one (`--kube-api-qps`/`--kube-api-burst`, writes fenced) and
+//! leader election's own ([`build_unfenced_client`]), so renewals never queue behind a backlog.
 
-use std::future::Future;
+mod layer;
+
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
-use http::{Method, Request, Response};
-use kube::client::{Body, ClientBuilder};
+use kube::client::retry::RetryPolicy;
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
-use tower::{Layer, Service};
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
 
 use crate::leader::LeaderGuard;
+pub use layer::{ClientMetrics, NetcmLayer, NetcmService, TokenBucket, WriteDeadlineExceeded};
 
 /// Where the client's configuration comes from and how fast it may talk.
 #[derive(Debug, Clone)]
@@ -104,261 +105,59 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
     Ok(config)
 }
 
-/// The `rest_client_*` metric families (client-go's names).
-#[derive(Clone)]
-pub struct ClientMetrics {
-    requests: IntCounterVec,
-    duration: HistogramVec,
-}
+/// How many requests may wait for our layer's inner service; as kube's own client buffer.
+const BUFFER: usize = 1024;
 
-impl ClientMetrics {
-    /// Registers the families in `registry`.
-    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "rest_client_requests_total",
-                "Number of HTTP requests, partitioned by status code, method, and host.",
-            ),
-            &["code", "method"],
-        )?;
-        let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "rest_client_request_duration_seconds",
-                "Request latency in seconds. Broken down by verb.",
-            )
-            .buckets(vec![
-                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
-            ]),
-            &["verb"],
-        )?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
-        Ok(Self { requests, duration })
-    }
-}
-
-/// A token bucket shared by every request of the process (client-go's `flowcontrol` QPS/burst limiter).
-#[derive(Debug)]
-pub struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl TokenBucket {
-    /// A full bucket of `burst` tokens refilled at `qps` per second.
-    pub fn new(qps: f32, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps: f64::from(qps).max(0.001),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
-        }
-    }
-
-    /// Reserves one token and returns how long to wait before using it.
-    pub fn reserve(&self) -> Duration {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(st.1).as_secs_f64();
-        st.0 = (st.0 + elapsed * self.qps).min(self.burst) - 1.0;
-        st.1 = now;
-        if st.0 >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-st.0 / self.qps)
-        }
-    }
-}
-
-/// The tower layer that rate-limits, fences and meters every request.
-#[derive(Clone)]
-pub struct NetcmLayer {
-    bucket: Arc<TokenBucket>,
-    guard: LeaderGuard,
-    metrics: ClientMetrics,
-}
-
-/// The service [`NetcmLayer`] produces.
-#[derive(Clone)]
-pub struct NetcmService<S> {
-    inner: S,
-    layer: NetcmLayer,
-}
-
-impl<S> Layer<S> for NetcmLayer {
-    type Service = NetcmService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        NetcmService {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-/// API groups whose "writes" the leader fence does not cover: the Lease itself (renewal is how the fence
-/// is kept), and TokenReviews / SubjectAccessReviews, which change nothing and which a standby needs to
-/// serve its secure metrics.
-const UNFENCED_GROUPS: [&str; 3] = [
-    "/apis/coordination.k8s.io/",
-    "/apis/authentication.k8s.io/",
-    "/apis/authorization.k8s.io/",
-];
-
-fn is_fenced_write(req: &Request<Body>) -> bool {
-    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    mutating
-        && !UNFENCED_GROUPS
-            .iter()
-            .any(|g| req.uri().path().starts_with(g))
-}
-
-fn verb(req: &Request<Body>) -> &'static str {
-    let watch = req
-        .uri()
-        .query()
-        .map(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
-        .unwrap_or(false);
-    match *req.method() {
-        Method::GET if watch => "WATCH",
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        _ => "OTHER",
-    }
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl<S, B> Service<Request<Body>> for NetcmService<S>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Send + 'static,
-{
-    type Response = Response<B>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let layer = self.layer.clone();
-        let fenced = is_fenced_write(&req);
-        let verb = verb(&req);
-        let method = req.method().to_string();
-        let wait = layer.bucket.reserve();
-        // The inner future is lazy (hyper sends nothing until polled), so the wait and the fence below
-        // happen before any byte leaves the process.
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
-            }
-            if fenced {
-                layer
-                    .guard
-                    .ensure_leader()
-                    .map_err(|e| Box::new(e) as BoxError)?;
-            }
-            let started = Instant::now();
-            let result = fut.await.map_err(Into::into);
-            let code = match &result {
-                Ok(resp) => resp.status().as_u16().to_string(),
-                Err(_) => "<error>".to_string(),
-            };
-            layer
-                .metrics
-                .requests
-                .with_label_values(&[code.as_str(), method.as_str()])
-                .inc();
-            layer
-                .metrics
-                .duration
-                .with_label_values(&[verb])
-                .observe(started.elapsed().as_secs_f64());
-            result
-        })
-    }
-}
-
-/// Builds the process's client from a loaded config.
+/// Builds the process's shared client from a loaded config: its own token bucket
+/// (`--kube-api-qps`/`--kube-api-burst`), every write except TokenReviews and SubjectAccessReviews fenced
+/// by `guard` and bounded by its deadline, metered in `metrics`. Call it inside the tokio runtime.
 pub fn build_client(
-    mut config: kube::Config,
+    config: kube::Config,
     opts: &ClientOptions,
     guard: LeaderGuard,
     metrics: ClientMetrics,
 ) -> Result<kube::Client, ClientError> {
-    let ua = http::HeaderValue::from_str(&opts.user_agent)
-        .map_err(|_| ClientError::BadUserAgent(opts.user_agent.clone()))?;
+    let layer = NetcmLayer::new(opts.qps, opts.burst, Some(guard), metrics);
+    stack(config, &opts.user_agent, layer)
+}
+
+/// Builds a client with a token bucket of its own and no leader fence, for what must not wait behind the
+/// controllers' requests nor be refused by the fence — leader election above all (KCM gives it a client
+/// of its own too). Same config, user agent and `rest_client_*` metrics as the shared client. Call it
+/// inside the tokio runtime.
+pub fn build_unfenced_client(
+    config: kube::Config,
+    user_agent: &str,
+    qps: f32,
+    burst: u32,
+    metrics: ClientMetrics,
+) -> Result<kube::Client, ClientError> {
+    stack(
+        config,
+        user_agent,
+        NetcmLayer::new(qps, burst, None, metrics),
+    )
+}
+
+/// kube's default stack, then a buffer, our layer, and kube's retry policy on top. kube would retry
+/// 429/503/504 *below* any layer added to its stack, so a retried write would skip the bucket, the
+/// fence and its deadline; with the retry moved above our layer, every attempt passes all three.
+fn stack(
+    mut config: kube::Config,
+    user_agent: &str,
+    layer: NetcmLayer,
+) -> Result<kube::Client, ClientError> {
+    let ua = http::HeaderValue::from_str(user_agent)
+        .map_err(|_| ClientError::BadUserAgent(user_agent.to_string()))?;
     config.headers.push((http::header::USER_AGENT, ua));
-    let layer = NetcmLayer {
-        bucket: Arc::new(TokenBucket::new(opts.qps, opts.burst)),
-        guard,
-        metrics,
-    };
-    let client = ClientBuilder::try_from(config)?.with_layer(&layer).build();
+    config.default_retry = false;
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&BufferLayer::new(BUFFER))
+        .with_layer(&layer)
+        .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
+        .build();
     Ok(client)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_token_bucket_allows_a_burst_then_spaces_requests_at_the_qps() {
-        let b = TokenBucket::new(10.0, 3);
-        assert!(b.reserve().is_zero());
-        assert!(b.reserve().is_zero());
-        assert!(b.reserve().is_zero());
-        let wait = b.reserve();
-        assert!(
-            wait > Duration::from_millis(80) && wait <= Duration::from_millis(100),
-            "{wait:?}"
-        );
-        let wait2 = b.reserve();
-        assert!(
-            wait2 > Duration::from_millis(180) && wait2 <= Duration::from_millis(200),
-            "{wait2:?}"
-        );
-    }
-
-    #[test]
-    fn lease_writes_bypass_the_fence_and_node_writes_do_not() {
-        let req = |m: Method, p: &str| {
-            Request::builder()
-                .method(m)
-                .uri(p)
-                .body(Body::empty())
-                .expect("request")
-        };
-        assert!(is_fenced_write(&req(Method::PATCH, "/api/v1/nodes/n1")));
-        assert!(is_fenced_write(&req(
-            Method::POST,
-            "/apis/events.k8s.io/v1/namespaces/default/events"
-        )));
-        assert!(!is_fenced_write(&req(
-            Method::PUT,
-            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/netcm"
-        )));
-        assert!(!is_fenced_write(&req(Method::GET, "/api/v1/nodes")));
-        assert!(!is_fenced_write(&req(
-            Method::POST,
-            "/apis/authentication.k8s.io/v1/tokenreviews"
-        )));
-    }
-
-    #[test]
-    fn watches_are_metered_as_watch_not_get() {
-        let r = Request::builder()
-            .uri("/api/v1/nodes?watch=true&resourceVersion=1")
-            .body(Body::empty())
-            .expect("request");
-        assert_eq!(verb(&r), "WATCH");
-    }
-}
+mod stub_api_tests;

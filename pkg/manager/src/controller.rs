@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::EventRecorder;
 use crate::informer::{InformerEvent, SharedInformer};
 use crate::leader::LeaderGuard;
+use crate::sync_metrics;
 
 /// Everything an init function may use to build its controller. Init functions subscribe to the informer
 /// and build queues here; they spawn nothing.
@@ -96,6 +97,8 @@ pub enum SyncOutcome {
 
 /// Runs `workers` tasks that take keys from `queue` and call `sync` until `shutdown` is cancelled, then
 /// drains in-flight syncs for at most `drain_timeout`. Errors requeue the key with rate-limited backoff.
+/// Every finished sync is counted in `netcm_sync_total{controller,result,reason}` and timed in
+/// `netcm_sync_duration_seconds{controller}` ([`crate::sync_metrics`]).
 pub async fn run_workers<F, Fut, E>(
     controller: &'static str,
     queue: Queue<String>,
@@ -106,8 +109,9 @@ pub async fn run_workers<F, Fut, E>(
 ) where
     F: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<SyncOutcome, E>> + Send + 'static,
-    E: std::fmt::Display + Send + 'static,
+    E: std::error::Error + Send + 'static,
 {
+    crate::sync_metrics::init_controller(controller);
     let sync = Arc::new(sync);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {
@@ -122,7 +126,14 @@ pub async fn run_workers<F, Fut, E>(
                     continue;
                 }
                 let started = Instant::now();
-                match sync(key.clone()).await {
+                let outcome = sync(key.clone()).await;
+                let (result, reason) = match &outcome {
+                    Ok(SyncOutcome::Done) => (sync_metrics::RESULT_SUCCESS, "none"),
+                    Ok(SyncOutcome::RetryAfter(_)) => (sync_metrics::RESULT_REQUEUE, "retry_after"),
+                    Err(e) => (sync_metrics::RESULT_ERROR, sync_metrics::reason(e)),
+                };
+                sync_metrics::observe(controller, result, reason, started.elapsed().as_secs_f64());
+                match outcome {
                     Ok(SyncOutcome::Done) => queue.forget(&key),
                     Ok(SyncOutcome::RetryAfter(d)) => queue.add_after(key.clone(), d),
                     Err(e) => {

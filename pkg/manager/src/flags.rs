@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::duration::parse_duration;
+use crate::duration::{format_duration, parse_duration};
 use crate::logging::LogFormat;
 
 /// Flags every netcm process has, whatever controllers it runs.
@@ -125,6 +125,15 @@ impl GenericFlags {
                     "--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period must all be greater than zero".into(),
                 ));
             }
+            // The Lease stores whole seconds: a fraction would be cut off there, and other replicas
+            // would then count a shorter term than the one this process fences its writes by.
+            if lease.subsec_nanos() != 0 || i32::try_from(lease.as_secs()).is_err() {
+                return Err(FlagError(format!(
+                    "--leader-elect-lease-duration must be a whole number of seconds of at most {}s (the Lease stores leaseDurationSeconds), got {}",
+                    i32::MAX,
+                    format_duration(lease)
+                )));
+            }
             if lease <= renew {
                 return Err(FlagError(format!(
                     "--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})"
@@ -220,6 +229,33 @@ mod tests {
         ])
         .expect("parse");
         assert!(g.validate().is_err());
+    }
+
+    #[test]
+    fn a_lease_duration_that_is_not_whole_seconds_is_refused_naming_the_flag() {
+        for lease in ["1500ms", "900ms", "15s1ms"] {
+            let g = parse(&[
+                &format!("--leader-elect-lease-duration={lease}"),
+                "--leader-elect-renew-deadline=500ms",
+                "--leader-elect-retry-period=100ms",
+            ])
+            .expect("parse");
+            let msg = g.validate().expect_err(lease).to_string();
+            assert!(
+                msg.contains("--leader-elect-lease-duration") && msg.contains("whole"),
+                "{msg}"
+            );
+        }
+        let whole = parse(&[
+            "--leader-elect-lease-duration=2s",
+            "--leader-elect-renew-deadline=1500ms",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .expect("parse");
+        assert!(
+            whole.validate().is_ok(),
+            "renew deadline and retry period are never written into the Lease"
+        );
     }
 
     #[test]

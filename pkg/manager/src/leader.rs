@@ -1,14 +1,19 @@
 //! Leader election on a coordination.k8s.io/v1 Lease with client-go's algorithm and defaults, plus what
-//! client-go lacks: a fence ([`LeaderGuard::ensure_leader`]) checked immediately before every write, a
-//! watch on the Lease so a standby takes over as soon as the leader releases it, and release on shutdown.
+//! client-go lacks: a fence ([`LeaderGuard`], in `guard`) that every write passes and whose deadline every
+//! write carries, a watch on the Lease so a standby takes over as soon as the leader releases it, release
+//! on shutdown only once no write of ours can still land, and a deleted Lease that is not recreated during
+//! another holder's term. The decisions themselves are pure functions in `decision`.
 //!
 //! Why the fence is safe: a renewal counts from the moment its request was *sent*. Other replicas measure
-//! expiry from when they *observed* that renewal, which is later. Writes are allowed only while the last
-//! successful renewal is younger than the renew deadline (10 s), which is shorter than the lease duration
-//! (15 s), so this process stops writing before anyone else may start — also after a SIGSTOP, because the
+//! expiry from when they *observed* that renewal, which is later. A write may start only while the last
+//! successful renewal is younger than the renew deadline (10 s) and must end by that renewal + lease
+//! duration (15 s) − a safety margin — enforced by the client and by the API server (`timeout=`) — so
+//! none of this process's writes can be applied once anyone else may lead. Also after a SIGSTOP: the
 //! guard reads the monotonic clock, which keeps running while the process is frozen.
 
-use std::sync::{Arc, Mutex};
+pub mod decision;
+mod guard;
+
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -16,14 +21,15 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
-use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
+use prometheus::{IntGaugeVec, Opts, Registry};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
+use decision::{Decision, Observation};
+pub use guard::{Fenced, LeaderGuard, Unsettled, WriteTicket};
+
 /// client-go's jitter factor for the acquire loop.
 const JITTER_FACTOR: f64 = 1.2;
-/// client-go's watchdog grace beyond the lease duration (KCM's `NewLeaderHealthzAdaptor(20s)`).
-const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Leader-election settings (KCM's `--leader-elect-*` flags).
 #[derive(Debug, Clone)]
@@ -34,131 +40,12 @@ pub struct LeaderElectionConfig {
     pub namespace: String,
     /// This process's identity, `hostname_uuid`.
     pub identity: String,
-    /// How long a lease is valid after its last observed renewal.
+    /// How long a lease is valid after its last observed renewal (whole seconds: the Lease stores seconds).
     pub lease_duration: Duration,
     /// How long the leader keeps trying to renew before it steps down.
     pub renew_deadline: Duration,
     /// Time between attempts.
     pub retry_period: Duration,
-}
-
-/// A write refused because this process does not (provably) hold the lease.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("write refused by the leader fence: {0}")]
-pub struct Fenced(pub &'static str);
-
-#[derive(Debug, Default)]
-struct GuardState {
-    leading: bool,
-    /// When the request of the last successful acquire or renewal was sent.
-    last_renew_sent: Option<Instant>,
-}
-
-#[derive(Debug)]
-struct GuardInner {
-    enabled: bool,
-    renew_deadline: Duration,
-    lease_duration: Duration,
-    state: Mutex<GuardState>,
-    fenced: IntCounter,
-}
-
-/// The leader fence, shared by every controller and the API client. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct LeaderGuard {
-    inner: Arc<GuardInner>,
-}
-
-impl LeaderGuard {
-    /// A guard for a leader-elected process; refuses writes until leadership is won.
-    pub fn new(cfg: &LeaderElectionConfig, registry: &Registry) -> Result<Self, prometheus::Error> {
-        Self::build(true, cfg.renew_deadline, cfg.lease_duration, registry)
-    }
-
-    /// A guard for `--leader-elect=false`: every write is allowed.
-    pub fn disabled(registry: &Registry) -> Result<Self, prometheus::Error> {
-        Self::build(false, Duration::ZERO, Duration::ZERO, registry)
-    }
-
-    fn build(
-        enabled: bool,
-        renew_deadline: Duration,
-        lease_duration: Duration,
-        registry: &Registry,
-    ) -> Result<Self, prometheus::Error> {
-        let fenced = IntCounter::with_opts(Opts::new(
-            "netcm_fenced_writes_total",
-            "Writes refused because this process did not hold a fresh leader lease.",
-        ))?;
-        registry.register(Box::new(fenced.clone()))?;
-        Ok(Self {
-            inner: Arc::new(GuardInner {
-                enabled,
-                renew_deadline,
-                lease_duration,
-                state: Mutex::new(GuardState::default()),
-                fenced,
-            }),
-        })
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, GuardState> {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Call immediately before every write: refuses unless the lease is held and was renewed within the
-    /// renew deadline. Counts refusals in `netcm_fenced_writes_total`.
-    pub fn ensure_leader(&self) -> Result<(), Fenced> {
-        if !self.inner.enabled {
-            return Ok(());
-        }
-        let st = self.state();
-        let verdict = match (st.leading, st.last_renew_sent) {
-            (false, _) | (_, None) => Err(Fenced("this process is not the leader")),
-            (true, Some(at)) if at.elapsed() >= self.inner.renew_deadline => Err(Fenced(
-                "the last lease renewal is older than the renew deadline",
-            )),
-            _ => Ok(()),
-        };
-        drop(st);
-        if verdict.is_err() {
-            self.inner.fenced.inc();
-        }
-        verdict
-    }
-
-    /// Whether this process currently believes it leads (always true without leader election).
-    pub fn is_leader(&self) -> bool {
-        !self.inner.enabled || self.state().leading
-    }
-
-    /// client-go's `leaderElection` watchdog: fails only while leading with no renewal for lease + 20 s.
-    pub fn watchdog(&self) -> Result<(), String> {
-        if !self.inner.enabled {
-            return Ok(());
-        }
-        let st = self.state();
-        match (st.leading, st.last_renew_sent) {
-            (true, Some(at)) if at.elapsed() > self.inner.lease_duration + WATCHDOG_TIMEOUT => {
-                Err(format!(
-                    "leader has not renewed its lease for {:.1}s",
-                    at.elapsed().as_secs_f64()
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn renewed(&self, sent: Instant) {
-        let mut st = self.state();
-        st.leading = true;
-        st.last_renew_sent = Some(sent);
-    }
-
-    fn step_down(&self) {
-        let mut st = self.state();
-        st.leading = false;
-    }
 }
 
 /// Why a leadership term ended.
@@ -177,14 +64,21 @@ pub struct LeaderElector {
     guard: LeaderGuard,
     master_status: IntGaugeVec,
     /// The last lease record seen and when it was observed locally (client-go's observedTime).
-    observed: Option<(LeaseSpec, Instant)>,
+    observed: Option<Observation>,
+    /// When the request of the last successful acquire or renewal was sent.
+    last_renewal_sent: Option<Instant>,
 }
 
 /// A Lease operation that failed; retried by the loops.
 #[derive(Debug, thiserror::Error)]
 enum LeaseError {
-    #[error("lease held by {0}")]
-    HeldByOther(String),
+    #[error("lease held by {holder} for up to {wait:?} more")]
+    HeldByOther {
+        holder: String,
+        wait: Duration,
+        /// The Lease is gone, but its last holder's term is not over.
+        deleted: bool,
+    },
     #[error("{0}")]
     Api(#[from] kube::Error),
     #[error("lease request timed out")]
@@ -200,7 +94,9 @@ fn holder(spec: &LeaseSpec) -> &str {
 }
 
 impl LeaderElector {
-    /// Creates an elector; registers `leader_election_master_status`.
+    /// Creates an elector; registers `leader_election_master_status`. `client` should be the election's
+    /// own client ([`crate::client::build_unfenced_client`]): renewals must neither queue behind the
+    /// controllers' requests nor pass the fence they keep.
     pub fn new(
         client: kube::Client,
         cfg: LeaderElectionConfig,
@@ -222,6 +118,7 @@ impl LeaderElector {
             guard,
             master_status,
             observed: None,
+            last_renewal_sent: None,
         })
     }
 
@@ -254,12 +151,20 @@ impl LeaderElector {
         });
         let mut logged_holder = String::new();
         let acquired = loop {
-            match self.try_acquire_or_renew().await {
+            let timeout = decision::attempt_timeout(self.cfg.renew_deadline);
+            match self.try_acquire_or_renew(timeout).await {
                 Ok(()) => break true,
-                Err(LeaseError::HeldByOther(h)) => {
-                    if h != logged_holder {
-                        tracing::info!(lease = %self.cfg.name, holder = %h, "standing by: the lease is held by another replica");
-                        logged_holder = h;
+                Err(LeaseError::HeldByOther {
+                    holder,
+                    wait,
+                    deleted: true,
+                }) => {
+                    tracing::info!(lease = %self.cfg.name, last_holder = %holder, wait = ?wait, "the lease was deleted during another replica's term; waiting out that term before creating it");
+                }
+                Err(LeaseError::HeldByOther { holder, .. }) => {
+                    if holder != logged_holder {
+                        tracing::info!(lease = %self.cfg.name, holder = %holder, "standing by: the lease is held by another replica");
+                        logged_holder = holder;
                     }
                 }
                 Err(e) => {
@@ -283,36 +188,39 @@ impl LeaderElector {
     }
 
     /// Renews every retry period until renewal fails for the renew deadline (Lost) or `cancel` fires.
+    /// No attempt runs past the renew deadline, so the loss is declared on time even when requests hang.
     pub async fn renew_until_lost(&mut self, cancel: &CancellationToken) -> TermEnd {
-        let mut last_success = Instant::now();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return TermEnd::Cancelled,
                 _ = tokio::time::sleep(self.cfg.retry_period) => {}
             }
             loop {
-                let remaining = self
-                    .cfg
-                    .renew_deadline
-                    .saturating_sub(last_success.elapsed());
+                let since = self
+                    .last_renewal_sent
+                    .map(|at| at.elapsed())
+                    .unwrap_or(Duration::MAX);
                 // A process that was frozen past its deadline must not renew: another replica may lead now.
-                if remaining.is_zero() {
+                let Some(timeout) =
+                    decision::renewal_attempt_timeout(self.cfg.renew_deadline, since)
+                else {
                     return self.lost("the renew deadline passed without a successful renewal");
-                }
-                let sent = Instant::now();
-                match self.try_acquire_or_renew().await {
-                    Ok(()) => {
-                        last_success = sent;
-                        break;
-                    }
-                    Err(LeaseError::HeldByOther(h)) => {
-                        return self.lost(&format!("the lease is now held by {h}"));
+                };
+                match self.try_acquire_or_renew(timeout).await {
+                    Ok(()) => break,
+                    Err(LeaseError::HeldByOther { holder, .. }) => {
+                        return self.lost(&format!("the lease is now held by {holder}"));
                     }
                     Err(e) => {
                         tracing::warn!(lease = %self.cfg.name, error = %e, "failed to renew the lease; retrying");
+                        let left = self.cfg.renew_deadline.saturating_sub(
+                            self.last_renewal_sent
+                                .map(|at| at.elapsed())
+                                .unwrap_or(Duration::MAX),
+                        );
                         tokio::select! {
                             _ = cancel.cancelled() => return TermEnd::Cancelled,
-                            _ = tokio::time::sleep(self.cfg.retry_period.min(remaining)) => {}
+                            _ = tokio::time::sleep(self.cfg.retry_period.min(left)) => {}
                         }
                     }
                 }
@@ -329,12 +237,20 @@ impl LeaderElector {
         TermEnd::Lost
     }
 
-    /// Gives the lease up (holder cleared, duration 1 s) so a standby takes over at once.
+    /// Gives the lease up (holder cleared, duration 1 s) so a standby takes over at once — but only once
+    /// no write of ours is in flight or can still land; otherwise the lease is left to expire.
     pub async fn release(&mut self) {
-        self.guard.step_down();
         self.master_status
             .with_label_values(&[&self.cfg.name])
             .set(0);
+        if let Err(unsettled) = self
+            .guard
+            .stop_writes_and_settle(self.cfg.retry_period)
+            .await
+        {
+            tracing::warn!(lease = %self.cfg.name, reason = %unsettled, "not releasing the lease: leaving the lease to expire, so no other replica leads while one of our writes may still be applied");
+            return;
+        }
         let deadline = self.cfg.renew_deadline;
         let result = tokio::time::timeout(deadline, async {
             loop {
@@ -367,8 +283,7 @@ impl LeaderElector {
         }
     }
 
-    async fn try_acquire_or_renew(&mut self) -> Result<(), LeaseError> {
-        let timeout = (self.cfg.renew_deadline / 2).max(Duration::from_secs(1));
+    async fn try_acquire_or_renew(&mut self, timeout: Duration) -> Result<(), LeaseError> {
         let sent = Instant::now();
         tokio::time::timeout(timeout, self.try_acquire_or_renew_once(sent))
             .await
@@ -376,10 +291,35 @@ impl LeaderElector {
     }
 
     async fn try_acquire_or_renew_once(&mut self, sent: Instant) -> Result<(), LeaseError> {
-        let now = now_micro();
+        let existing = self.api.get_opt(&self.cfg.name).await?;
+        let now = Instant::now();
+        let current = existing
+            .as_ref()
+            .map(|l| l.spec.clone().unwrap_or_default());
+        self.observed = decision::observe(self.observed.take(), current.as_ref(), now);
+        let decision = decision::decide(
+            self.observed.as_ref(),
+            current.as_ref(),
+            &self.cfg.identity,
+            now,
+        );
+        if let Decision::HeldByOther { holder, wait } = decision {
+            return Err(LeaseError::HeldByOther {
+                holder,
+                wait,
+                deleted: existing.is_none(),
+            });
+        }
+        // Validated to be whole seconds that fit (flags.rs).
         let duration_secs = i32::try_from(self.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
-        let existing = match self.api.get_opt(&self.cfg.name).await? {
-            Some(lease) => lease,
+        let record = decision::next_record(
+            current.as_ref(),
+            &decision,
+            &self.cfg.identity,
+            duration_secs,
+            now_micro(),
+        );
+        let written = match existing {
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -387,66 +327,25 @@ impl LeaderElector {
                         namespace: Some(self.cfg.namespace.clone()),
                         ..Default::default()
                     },
-                    spec: Some(LeaseSpec {
-                        holder_identity: Some(self.cfg.identity.clone()),
-                        lease_duration_seconds: Some(duration_secs),
-                        acquire_time: Some(now.clone()),
-                        renew_time: Some(now),
-                        lease_transitions: Some(0),
-                        ..Default::default()
-                    }),
+                    spec: Some(record),
                 };
-                let created = self.api.create(&PostParams::default(), &lease).await?;
-                self.observe(&created);
-                self.guard.renewed(sent);
-                return Ok(());
+                self.api.create(&PostParams::default(), &lease).await?
+            }
+            Some(mut lease) => {
+                lease.spec = Some(record);
+                // The resourceVersion in `lease` makes this an optimistic update: a racing writer gets a 409.
+                self.api
+                    .replace(&self.cfg.name, &PostParams::default(), &lease)
+                    .await?
             }
         };
-        let spec = existing.spec.clone().unwrap_or_default();
-        let changed = self
-            .observed
-            .as_ref()
-            .map(|(s, _)| s != &spec)
-            .unwrap_or(true);
-        if changed {
-            self.observed = Some((spec.clone(), Instant::now()));
-        }
-        let current = holder(&spec).to_string();
-        let i_hold = current == self.cfg.identity;
-        if !current.is_empty() && !i_hold && self.lease_valid(&spec) {
-            return Err(LeaseError::HeldByOther(current));
-        }
-        let mut new_spec = spec.clone();
-        if !i_hold {
-            new_spec.acquire_time = Some(now.clone());
-            new_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-        }
-        new_spec.holder_identity = Some(self.cfg.identity.clone());
-        new_spec.lease_duration_seconds = Some(duration_secs);
-        new_spec.renew_time = Some(now);
-        let mut lease = existing;
-        lease.spec = Some(new_spec);
-        // The resourceVersion in `lease` makes this an optimistic update: a racing writer gets a 409.
-        let updated = self
-            .api
-            .replace(&self.cfg.name, &PostParams::default(), &lease)
-            .await?;
-        self.observe(&updated);
+        self.observed = Some(Observation {
+            spec: written.spec.unwrap_or_default(),
+            at: Instant::now(),
+        });
+        self.last_renewal_sent = Some(sent);
         self.guard.renewed(sent);
         Ok(())
-    }
-
-    fn observe(&mut self, lease: &Lease) {
-        self.observed = Some((lease.spec.clone().unwrap_or_default(), Instant::now()));
-    }
-
-    /// client-go's `isLeaseValid`: judged by local observation time, not the record's timestamps.
-    fn lease_valid(&self, spec: &LeaseSpec) -> bool {
-        let secs = spec.lease_duration_seconds.unwrap_or(0).max(0) as u64;
-        match &self.observed {
-            Some((_, at)) => at.elapsed() < Duration::from_secs(secs),
-            None => true,
-        }
     }
 }
 
@@ -462,62 +361,6 @@ pub fn default_identity() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cfg() -> LeaderElectionConfig {
-        LeaderElectionConfig {
-            name: "netcm".into(),
-            namespace: "kube-system".into(),
-            identity: "a".into(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_millis(50),
-            retry_period: Duration::from_millis(10),
-        }
-    }
-
-    #[test]
-    fn the_fence_refuses_writes_before_leadership_is_won() {
-        let g = LeaderGuard::new(&cfg(), &Registry::new()).expect("guard");
-        assert!(g.ensure_leader().is_err());
-        assert_eq!(g.inner.fenced.get(), 1);
-    }
-
-    #[test]
-    fn the_fence_allows_writes_after_a_fresh_renewal_and_refuses_once_it_is_older_than_the_renew_deadline(
-    ) {
-        let g = LeaderGuard::new(&cfg(), &Registry::new()).expect("guard");
-        g.renewed(Instant::now());
-        assert!(g.ensure_leader().is_ok());
-        std::thread::sleep(Duration::from_millis(60));
-        assert!(
-            g.ensure_leader().is_err(),
-            "a stale renewal must fence writes"
-        );
-    }
-
-    #[test]
-    fn the_fence_refuses_writes_after_stepping_down() {
-        let g = LeaderGuard::new(&cfg(), &Registry::new()).expect("guard");
-        g.renewed(Instant::now());
-        g.step_down();
-        assert!(g.ensure_leader().is_err());
-        assert!(!g.is_leader());
-    }
-
-    #[test]
-    fn without_leader_election_every_write_is_allowed() {
-        let g = LeaderGuard::disabled(&Registry::new()).expect("guard");
-        assert!(g.ensure_leader().is_ok());
-        assert!(g.is_leader());
-        assert!(g.watchdog().is_ok());
-    }
-
-    #[test]
-    fn the_watchdog_passes_for_a_standby_and_a_freshly_renewed_leader() {
-        let g = LeaderGuard::new(&cfg(), &Registry::new()).expect("guard");
-        assert!(g.watchdog().is_ok());
-        g.renewed(Instant::now());
-        assert!(g.watchdog().is_ok());
-    }
 
     #[test]
     fn identities_are_hostname_underscore_uuid_and_unique() {

@@ -22,14 +22,16 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod published;
 pub mod registry;
 pub mod run;
 pub mod secure;
+pub mod sync_metrics;
 
 pub use controller::{
     run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,
 };
 pub use events::{EventRecorder, EventType};
 pub use informer::{InformerEvent, SharedInformer};
-pub use leader::{Fenced, LeaderGuard};
+pub use leader::{Fenced, LeaderGuard, WriteTicket};
 pub use registry::{ControllerDescriptor, Registry};

@@ -14,7 +14,9 @@ use prometheus::Registry;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{build_client, load_config, ClientError, ClientMetrics, ClientOptions};
+use crate::client::{
+    build_client, build_unfenced_client, load_config, ClientError, ClientMetrics, ClientOptions,
+};
 use crate::controller::{Controller, InitContext};
 use crate::duration::format_duration;
 use crate::events::EventRecorder;
@@ -158,6 +160,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
 
     let registry = Registry::new();
     let manager_metrics = ManagerMetrics::register(&registry)?;
+    crate::sync_metrics::register(&registry)?;
     let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
         RunError::Metrics(prometheus::Error::Msg(format!("workqueue metrics: {e}")))
     })?;
@@ -179,12 +182,18 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
     };
     let config = load_config(&client_opts).await?;
     tracing::info!(server = %config.cluster_url, "API client configured");
-    let client = build_client(
-        config.clone(), // the secure port's reviews build their own client from it
-        &client_opts,
-        guard.clone(),
-        ClientMetrics::register(&registry)?,
+    let client_metrics = ClientMetrics::register(&registry)?;
+    // Leader election gets a client of its own, as in KCM: its own token bucket (a backlog on the shared
+    // one must not delay renewals) and no fence (renewals are how the fence is kept).
+    let election_client = build_unfenced_client(
+        config.clone(),
+        &client_opts.user_agent,
+        client_opts.qps,
+        client_opts.burst,
+        client_metrics.clone(),
     )?;
+    // The secure port's reviews build their own client from `config` too.
+    let client = build_client(config.clone(), &client_opts, guard.clone(), client_metrics)?;
 
     let shutdown = CancellationToken::new();
     {
@@ -276,6 +285,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
         controllers: &controllers,
         enabled: &enabled,
         client,
+        election_client,
         registry,
         workqueue_metrics,
         manager_metrics,
@@ -296,6 +306,7 @@ struct LeadArgs<'a> {
     controllers: &'a ControllerRegistry,
     enabled: &'a [&'static str],
     client: kube::Client,
+    election_client: kube::Client,
     registry: Registry,
     workqueue_metrics: WorkqueueMetrics,
     manager_metrics: ManagerMetrics,
@@ -337,7 +348,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     let mut elector = None;
     let renew_task = if flags.leader_elect {
         let mut e = LeaderElector::new(
-            a.client.clone(),
+            a.election_client.clone(),
             a.lease_cfg.clone(),
             a.guard.clone(),
             &a.registry,
@@ -346,6 +357,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
             tracing::info!("shut down while standing by");
             return Ok(());
         }
+        publish_effective_config(&a).await;
         let stop = stop_renewing.clone();
         Some(tokio::spawn(async move {
             let end = e.renew_until_lost(&stop).await;
@@ -444,7 +456,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     }
 
     // Stop controllers first (in-flight syncs finish, bounded), keep renewing meanwhile so the fence
-    // holds, then release the lease.
+    // holds, then release the lease — if no write of ours can still land (`LeaderElector::release`).
     controllers_cancel.cancel();
     let drained = tokio::time::timeout(DRAIN_TIMEOUT * 2, async {
         while running.join_next().await.is_some() {}
@@ -479,6 +491,25 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     }
     tracing::info!("netcm stopped");
     Ok(())
+}
+
+/// Puts the effective configuration on the Lease just won, before the renew loop starts (so the two
+/// never race), for `netcm check`.
+async fn publish_effective_config(a: &LeadArgs<'_>) {
+    let config = crate::published::EffectiveConfiguration {
+        identity: a.lease_cfg.identity.clone(),
+        version: VERSION.to_string(),
+        controllers: a.enabled.iter().map(|s| s.to_string()).collect(),
+        flags: a.opts.effective_config.iter().cloned().collect(),
+    };
+    let api = Api::namespaced(a.client.clone(), &a.lease_cfg.namespace);
+    // The first renewal waits for this, then a retry period: both must fit in the renew deadline.
+    let budget = a
+        .lease_cfg
+        .renew_deadline
+        .saturating_sub(a.lease_cfg.retry_period)
+        / 2;
+    crate::published::publish(&api, &a.lease_cfg.name, &config, budget).await;
 }
 
 /// Re-exported so controller crates can size their drain.

@@ -1,0 +1,341 @@
+//! Reading the cluster for `netcm check`: every call here is a GET/LIST, or a SelfSubjectReview /
+//! SelfSubjectAccessReview (which change nothing). The diagnosis is elsewhere and pure.
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use netcm_manager::client::{load_config, ClientOptions};
+use netcm_manager::published::EffectiveConfiguration;
+use netcm_subnet_allocator::claims::{GROUP, KIND, PLURAL, VERSION};
+
+use super::rbac::{self, Request, Subject};
+use super::report::Finding;
+use super::snapshot::{ClaimRecord, ClaimsState, GivenFlags, LeaseState, Settings, Snapshot};
+
+/// What to read and as whom.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// `--master`.
+    pub master: Option<String>,
+    /// `--as`: the user whose RBAC is reviewed (netcm's ServiceAccount).
+    pub as_user: Option<String>,
+    /// `--as-group`.
+    pub as_groups: Vec<String>,
+    /// The Lease's namespace.
+    pub lease_namespace: String,
+    /// The Lease's name.
+    pub lease_name: String,
+    /// Flags overriding the leader's configuration.
+    pub given: GivenFlags,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+/// What gathering produced: the API finding, then (when reachable) the snapshot and the RBAC findings.
+pub struct Gathered {
+    /// Whether and where the API answered.
+    pub api: Finding,
+    /// The state, when the API answered.
+    pub snapshot: Option<Snapshot>,
+    /// RBAC findings.
+    pub rbac: Vec<Finding>,
+}
+
+/// What to do about an API server that does not answer, from the error's text.
+pub fn unreachable_fix(server: &str, error: &str) -> String {
+    let e = error.to_lowercase();
+    if e.contains("401") || e.contains("unauthorized") {
+        format!("the API server at {server} refused the credentials: renew them in the kubeconfig (or pass another with --kubeconfig)")
+    } else if e.contains("certificate") || e.contains("tls") || e.contains("x509") {
+        format!("the TLS handshake with {server} failed: check the kubeconfig's certificate-authority for this server")
+    } else {
+        format!("start kube-apiserver at {server} (or restore the network to it), or point --kubeconfig/--master/KUBECONFIG at a reachable API server; then: kubectl --request-timeout=5s get --raw /readyz")
+    }
+}
+
+fn user_agent() -> String {
+    format!("netcm-check/{}", netcm_manager::metrics::VERSION)
+}
+
+/// Reads everything the checks need.
+pub async fn gather(t: &Target) -> Gathered {
+    let opts = ClientOptions {
+        kubeconfig: t.kubeconfig.clone(),
+        master: t.master.clone(),
+        qps: 50.0,
+        burst: 100,
+        user_agent: user_agent(),
+    };
+    let mut config = match load_config(&opts).await {
+        Ok(c) => c,
+        Err(e) => {
+            return Gathered {
+                api: Finding::fail(
+                    "api",
+                    format!("no usable client configuration: {e}"),
+                    "pass --kubeconfig=<file> or --master=<url>, or set KUBECONFIG",
+                ),
+                snapshot: None,
+                rbac: Vec::new(),
+            }
+        }
+    };
+    config.connect_timeout = Some(t.timeout);
+    config.read_timeout = Some(t.timeout);
+    config.write_timeout = Some(t.timeout);
+    let server = config.cluster_url.to_string();
+    let client = match client_for(config.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            return Gathered {
+                api: Finding::fail(
+                    "api",
+                    format!("cannot build a client for {server}: {e}"),
+                    unreachable_fix(&server, &e.to_string()),
+                ),
+                snapshot: None,
+                rbac: Vec::new(),
+            }
+        }
+    };
+    let version = match client.apiserver_version().await {
+        Ok(v) => v,
+        Err(e) => {
+            let msg = error_text(&e);
+            return Gathered {
+                api: Finding::fail(
+                    "api",
+                    format!("API server {server} unreachable: {msg}"),
+                    unreachable_fix(&server, &msg),
+                ),
+                snapshot: None,
+                rbac: Vec::new(),
+            };
+        }
+    };
+    let api = Finding::ok(
+        "api",
+        format!("API server {server} reachable ({})", version.git_version),
+    );
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &t.lease_namespace);
+    let lease = match leases.get_opt(&t.lease_name).await {
+        Ok(Some(l)) => LeaseState::Found(Box::new(l)),
+        Ok(None) => LeaseState::NotFound,
+        Err(e) => LeaseState::Unreadable(error_text(&e)),
+    };
+    let published = match &lease {
+        LeaseState::Found(l) => EffectiveConfiguration::from_lease(l),
+        _ => None,
+    };
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items);
+    let nodes = match nodes {
+        Ok(n) => n,
+        Err(e) => {
+            let msg = error_text(&e);
+            return Gathered {
+                api: Finding::fail(
+                    "api",
+                    format!("cannot list Nodes on {server}: {msg}"),
+                    "run netcm check as a user who may list nodes (kubectl auth can-i list nodes)",
+                ),
+                snapshot: None,
+                rbac: Vec::new(),
+            };
+        }
+    };
+    let claims = read_claims(&client).await;
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.reporting_controller.as_deref() == Some("netcm"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let settings = Settings::resolve(&t.given, published.as_ref());
+    let snapshot = Snapshot {
+        now: jiff::Timestamp::now(),
+        lease_namespace: t.lease_namespace.clone(),
+        lease_name: t.lease_name.clone(),
+        lease,
+        nodes,
+        claims,
+        events,
+        settings,
+    };
+    let rbac = review_rbac(t, &client, config, &snapshot).await;
+    Gathered {
+        api,
+        snapshot: Some(snapshot),
+        rbac,
+    }
+}
+
+fn client_for(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    let mut config = config;
+    if let Ok(ua) = http::HeaderValue::from_str(&user_agent()) {
+        config.headers.push((http::header::USER_AGENT, ua));
+    }
+    kube::Client::try_from(config)
+}
+
+/// An error's message with its sources (kube's top-level text alone often says only "ServiceError").
+fn error_text(e: &kube::Error) -> String {
+    if let kube::Error::Api(s) = e {
+        return format!("{} ({} {})", s.message, s.code, s.reason);
+    }
+    let mut text = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(s) = cur {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cur = s.source();
+    }
+    text
+}
+
+async fn read_claims(client: &kube::Client) -> ClaimsState {
+    let gvk = GroupVersionKind::gvk(GROUP, VERSION, KIND);
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, PLURAL),
+    );
+    match api.list(&ListParams::default()).await {
+        Ok(list) => ClaimsState::Listed(
+            list.items
+                .iter()
+                .map(|o| {
+                    let spec = &o.data["spec"];
+                    let field = |f: &str| spec[f].as_str().unwrap_or_default().to_string();
+                    ClaimRecord {
+                        name: o.metadata.name.clone().unwrap_or_default(),
+                        cidr: field("cidr"),
+                        node_name: field("nodeName"),
+                        node_uid: field("nodeUID"),
+                    }
+                })
+                .collect(),
+        ),
+        Err(kube::Error::Api(s)) if s.code == 404 => ClaimsState::NotInstalled,
+        Err(e) => ClaimsState::Unreadable(error_text(&e)),
+    }
+}
+
+/// Whose RBAC to review: `--as`, else this user if it is a ServiceAccount, else the leader pod's
+/// ServiceAccount (impersonated), else nobody.
+async fn subject(
+    t: &Target,
+    client: &kube::Client,
+    s: &Snapshot,
+) -> Result<(String, bool), String> {
+    if let Some(user) = &t.as_user {
+        return Ok((user.clone(), true));
+    }
+    let me = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .ok()
+        .and_then(|r| r.status)
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username);
+    if let Some(me) = &me {
+        if me.starts_with("system:serviceaccount:") {
+            return Ok((me.clone(), false));
+        }
+    }
+    let ns = &s.lease_namespace;
+    let hint = format!(
+        "run as netcm's ServiceAccount, or: netcm check --as=system:serviceaccount:{ns}:netcm"
+    );
+    let Some(holder) = s.holder() else {
+        return Err(format!("RBAC not reviewed: you are {}, not a ServiceAccount, and no leader pod names netcm's; {hint}", me.unwrap_or_else(|| "unknown".into())));
+    };
+    let pod = super::leader::holder_pod(holder);
+    match Api::<Pod>::namespaced(client.clone(), ns).get_opt(pod).await {
+        Ok(Some(p)) => {
+            let sa = p.spec.and_then(|s| s.service_account_name).unwrap_or_else(|| "default".into());
+            Ok((format!("system:serviceaccount:{ns}:{sa}"), true))
+        }
+        _ => Err(format!("RBAC not reviewed: you are {}, and the leader {holder} is not a pod in {ns} to take the ServiceAccount from; {hint}", me.unwrap_or_else(|| "unknown".into()))),
+    }
+}
+
+async fn review_rbac(
+    t: &Target,
+    client: &kube::Client,
+    config: kube::Config,
+    s: &Snapshot,
+) -> Vec<Finding> {
+    let (who, impersonate) = match subject(t, client, s).await {
+        Ok(x) => x,
+        Err(why) => return rbac::check(&Subject::NotReviewed(why), &[], &s.lease_namespace),
+    };
+    let reviewer = if impersonate {
+        let mut c = config;
+        c.auth_info.impersonate = Some(who.clone());
+        if !t.as_groups.is_empty() {
+            c.auth_info.impersonate_groups = Some(t.as_groups.clone());
+        }
+        match client_for(c) {
+            Ok(c) => c,
+            Err(e) => {
+                return rbac::check(
+                    &Subject::NotReviewed(format!("cannot impersonate {who}: {e}")),
+                    &[],
+                    &s.lease_namespace,
+                )
+            }
+        }
+    } else {
+        client.clone()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(reviewer);
+    let mut answers: Vec<(Request, Result<bool, String>)> = Vec::new();
+    for req in rbac::requests(&s.settings, &s.lease_namespace, &s.lease_name) {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(req.verb.into()),
+                    group: Some(req.group.into()),
+                    resource: Some(req.resource.into()),
+                    subresource: (!req.subresource.is_empty()).then(|| req.subresource.into()),
+                    namespace: req.namespace.clone(),
+                    name: req.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map(|r| r.status.is_some_and(|s| s.allowed))
+            .map_err(|e| error_text(&e));
+        if let (Err(e), true) = (&answer, impersonate) {
+            if e.contains("impersonate") {
+                let why = format!("RBAC not reviewed: you may not impersonate {who} ({e}); run as netcm's ServiceAccount");
+                return rbac::check(&Subject::NotReviewed(why), &[], &s.lease_namespace);
+            }
+        }
+        answers.push((req, answer));
+    }
+    rbac::check(&Subject::Reviewed(who), &answers, &s.lease_namespace)
+}

@@ -1,0 +1,280 @@
+//! `netcm check node NAME`: everything about one Node (its CIDRs and who wrote them, its claims, its
+//! flannel lease, its route condition, the Events netcm recorded on it) and the verdict in one sentence.
+
+use super::pools::Analysis;
+use super::report::{Finding, Status};
+use super::snapshot::{ago, event_time, name, pod_cidrs, ClaimsState, Snapshot};
+use super::{allocators, flannel, pools};
+
+/// The findings and the verdict for the Node `node_name`.
+pub fn check(
+    s: &Snapshot,
+    analysis: Option<&Result<Analysis, String>>,
+    node_name: &str,
+) -> (Vec<Finding>, String) {
+    let Some(node) = s.node(node_name) else {
+        let f = Finding::fail(
+            "node",
+            format!("Node {node_name} does not exist"),
+            "kubectl get nodes (names are case-sensitive); a Node appears when its kubelet registers",
+        );
+        return (vec![f], format!("no such Node: {node_name} does not exist"));
+    };
+    let mut out = Vec::new();
+    let (good, bad) = pod_cidrs(node);
+    let cidrs: Vec<String> = good
+        .iter()
+        .map(ToString::to_string)
+        .chain(bad.iter().cloned())
+        .collect();
+    let writers = allocators::pod_cidr_writers(node);
+    let written_by: Vec<String> = writers
+        .iter()
+        .map(|w| match w.time {
+            Some(t) => format!("{} ({} ago)", w.manager, ago(s.now, t)),
+            None => w.manager.clone(),
+        })
+        .collect();
+    let uid = node.metadata.uid.as_deref().unwrap_or("?");
+    let age = node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| ago(s.now, t.0))
+        .unwrap_or_else(|| "?".into());
+    let mut verdict: Option<String> = None;
+
+    if cidrs.is_empty() {
+        let why = pools::why_waiting(s, analysis, node);
+        verdict = Some(sentence(&why, "no pod CIDR"));
+        out.push(why);
+    } else {
+        out.push(Finding::ok(
+            "node",
+            format!(
+                "Node {node_name} (UID {uid}, {age} old) has pod CIDR(s) {}{}",
+                cidrs.join(","),
+                if written_by.is_empty() {
+                    String::new()
+                } else {
+                    format!(", written by {}", written_by.join(", "))
+                }
+            ),
+        ));
+        let bad_data: Vec<Finding> = match analysis {
+            Some(Ok(a)) => a
+                .bad
+                .iter()
+                .filter(|(n, _)| n.as_str() == node_name)
+                .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f))
+                .collect(),
+            _ => pools::check_bad_data(s, analysis)
+                .into_iter()
+                .filter(|f| f.status != Status::Ok && f.nodes.iter().any(|n| n == node_name))
+                .collect(),
+        };
+        // Overlaps found from the other Node's side name this Node too.
+        let others: Vec<Finding> = match analysis {
+            Some(Ok(a)) => a
+                .bad
+                .iter()
+                .filter(|(n, _)| n.as_str() != node_name)
+                .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f))
+                .filter(|f| f.nodes.iter().any(|n| n == node_name))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(first) = bad_data
+            .iter()
+            .chain(others.iter())
+            .find(|f| f.status == Status::Fail)
+        {
+            verdict.get_or_insert_with(|| sentence(first, "bad pod CIDR"));
+        }
+        out.extend(bad_data);
+        out.extend(others);
+        if let Some(foreign) = writers
+            .iter()
+            .find(|w| w.manager != allocators::NETCM_MANAGER)
+        {
+            let f = Finding::fail(
+                "allocators",
+                format!(
+                    "Node {node_name}'s pod CIDRs were written by field manager {:?}, not netcm",
+                    foreign.manager
+                ),
+                allocators::how_to_stop(&foreign.manager),
+            )
+            .about([node_name]);
+            verdict.get_or_insert_with(|| sentence(&f, "another allocator"));
+            out.push(f);
+        }
+    }
+    if let ClaimsState::Listed(claims) = &s.claims {
+        let mine: Vec<String> = claims
+            .iter()
+            .filter(|c| c.node_name == node_name)
+            .map(|c| format!("{} ({})", c.name, c.cidr))
+            .collect();
+        out.push(Finding::ok(
+            "claims",
+            if mine.is_empty() {
+                "no PodCIDRClaim names this Node".to_string()
+            } else {
+                format!("PodCIDRClaim(s): {}", mine.join(", "))
+            },
+        ));
+    }
+    match flannel::lease_problem(s, node) {
+        Some(f) => {
+            verdict.get_or_insert_with(|| sentence(&f, "lease"));
+            out.push(f);
+        }
+        None if !good.is_empty() => {
+            if let Ok(cfg) = &s.settings.syncer {
+                let a = super::snapshot::annotations(node);
+                let ips: Vec<&str> = [&cfg.keys.public_ip, &cfg.keys.public_ipv6]
+                    .iter()
+                    .filter_map(|k| a.get(*k).map(String::as_str))
+                    .collect();
+                if !ips.is_empty() {
+                    out.push(Finding::ok(
+                        "leases",
+                        format!("flannel lease current, public IP {}", ips.join(", ")),
+                    ));
+                }
+            }
+        }
+        None => {}
+    }
+    if let Some((status, reason, message)) = flannel::network_condition(node) {
+        if status == "True" && reason == "NoRouteCreated" {
+            let f = flannel::check_routes(s)
+                .into_iter()
+                .find(|f| f.nodes.iter().any(|n| n == node_name));
+            if let Some(f) = f {
+                verdict.get_or_insert_with(|| sentence(&f, "no route"));
+                out.push(f);
+            }
+        } else {
+            out.push(Finding::ok(
+                "routes",
+                format!("NetworkUnavailable={status} ({reason}: {message})"),
+            ));
+        }
+    }
+    for e in s.events_about(node_name).into_iter().take(5) {
+        let when = event_time(e)
+            .map(|t| format!("{} ago", ago(s.now, t)))
+            .unwrap_or_default();
+        let line = format!(
+            "Event {} {} {when}: {}",
+            e.type_.as_deref().unwrap_or("?"),
+            e.reason.as_deref().unwrap_or("?"),
+            e.note.as_deref().unwrap_or("")
+        );
+        out.push(if e.type_.as_deref() == Some("Warning") {
+            Finding::warn("events", line, format!("kubectl get events.events.k8s.io -A --field-selector regarding.name={node_name}"))
+        } else {
+            Finding::ok("events", line)
+        });
+    }
+    let verdict = verdict.unwrap_or_else(|| {
+        format!(
+            "healthy: Node {} holds {}{}",
+            name(node),
+            cidrs.join(","),
+            if s.has_leader() {
+                ""
+            } else {
+                " (but no netcm leads: see netcm check)"
+            }
+        )
+    });
+    (out, verdict)
+}
+
+/// "what: message; fix" as one sentence.
+fn sentence(f: &Finding, what: &str) -> String {
+    let msg = f
+        .message
+        .split_once(": ")
+        .map(|(_, m)| m)
+        .unwrap_or(&f.message);
+    match &f.fix {
+        Some(fix) => format!("{what}: {msg}; {fix}"),
+        None => format!("{what}: {msg}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::snapshot::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn a_node_waiting_on_a_full_pool_gets_that_as_its_verdict() {
+        let s = snapshot(
+            "10.244.0.0/24",
+            vec![
+                node("a", "192.0.2.1", &["10.244.0.0/24"]),
+                node("b", "192.0.2.2", &[]),
+            ],
+        );
+        let a = pools::analyse(&s);
+        let (f, verdict) = check(&s, a.as_ref(), "b");
+        assert!(
+            verdict.starts_with(
+                "no pod CIDR: IPv4 cluster CIDR 10.244.0.0/24 is full (1/1); append a second"
+            ),
+            "{verdict}"
+        );
+        assert_eq!(f[0].status, Status::Fail);
+    }
+
+    #[test]
+    fn a_healthy_node_lists_its_cidrs_and_is_called_healthy() {
+        let mut n = node("a", "192.0.2.1", &["10.244.0.0/24"]);
+        let ann = n.metadata.annotations.get_or_insert_with(Default::default);
+        for (k, v) in [
+            ("kube-subnet-manager", "true"),
+            ("backend-type", "host-gw"),
+            ("backend-data", "null"),
+            ("public-ip", "192.0.2.1"),
+        ] {
+            ann.insert(format!("flannel.alpha.coreos.com/{k}"), v.into());
+        }
+        let s = snapshot("10.244.0.0/16", vec![n]);
+        let a = pools::analyse(&s);
+        let (f, verdict) = check(&s, a.as_ref(), "a");
+        assert_eq!(verdict, "healthy: Node a holds 10.244.0.0/24");
+        assert!(f.iter().all(|f| f.status == Status::Ok), "{f:#?}");
+        assert!(f.iter().any(|f| f.message.contains("public IP 192.0.2.1")));
+    }
+
+    #[test]
+    fn an_overlap_is_the_verdict_of_both_nodes() {
+        let s = snapshot(
+            "10.244.0.0/16",
+            vec![
+                node("a", "192.0.2.1", &["10.244.1.0/24"]),
+                node("b", "192.0.2.2", &["10.244.1.0/24"]),
+            ],
+        );
+        let a = pools::analyse(&s);
+        for n in ["a", "b"] {
+            let (_, verdict) = check(&s, a.as_ref(), n);
+            assert!(
+                verdict.starts_with("bad pod CIDR:") && verdict.contains("overlaps"),
+                "{n}: {verdict}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_node_is_said_not_to_exist() {
+        let s = snapshot("10.244.0.0/16", vec![]);
+        let (_, verdict) = check(&s, None, "ghost");
+        assert_eq!(verdict, "no such Node: ghost does not exist");
+    }
+}

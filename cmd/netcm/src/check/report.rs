@@ -1,0 +1,181 @@
+//! What `netcm check` prints: one line per finding (✓ / ! / ✗ / -), what is wrong, and the one command
+//! or change that fixes it; or the same as JSON for scripts. Exit 1 when any finding failed.
+
+use serde::Serialize;
+
+/// How a finding ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Healthy.
+    Ok,
+    /// Not checked (nothing to check, or not allowed to look); never fails the run.
+    Skip,
+    /// Worth a look, not broken (yet).
+    Warn,
+    /// Broken: `netcm check` exits 1.
+    Fail,
+}
+
+impl Status {
+    fn symbol(self) -> &'static str {
+        match self {
+            Status::Ok => "✓",
+            Status::Skip => "-",
+            Status::Warn => "!",
+            Status::Fail => "✗",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Which check: api, rbac, leader, config, pool, waiting, cidrs, allocators, claims, leases, routes, node.
+    pub check: &'static str,
+    /// Its status.
+    pub status: Status,
+    /// What was found, naming the objects.
+    pub message: String,
+    /// The one command or change that fixes it (failures and warnings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+    /// The Nodes it is about, for scripts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+}
+
+impl Finding {
+    /// A healthy finding.
+    pub fn ok(check: &'static str, message: impl Into<String>) -> Finding {
+        Finding {
+            check,
+            status: Status::Ok,
+            message: message.into(),
+            fix: None,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// A check that did not run, and why.
+    pub fn skip(check: &'static str, message: impl Into<String>) -> Finding {
+        Finding {
+            status: Status::Skip,
+            ..Finding::ok(check, message)
+        }
+    }
+
+    /// A warning with its fix.
+    pub fn warn(
+        check: &'static str,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            status: Status::Warn,
+            fix: Some(fix.into()),
+            ..Finding::ok(check, message)
+        }
+    }
+
+    /// A failure with its fix.
+    pub fn fail(
+        check: &'static str,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            status: Status::Fail,
+            fix: Some(fix.into()),
+            ..Finding::ok(check, message)
+        }
+    }
+
+    /// The Nodes this finding is about.
+    pub fn about<I: IntoIterator<Item = S>, S: Into<String>>(mut self, nodes: I) -> Finding {
+        self.nodes = nodes.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// Everything `netcm check` found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// False when any finding failed.
+    pub ok: bool,
+    /// The findings, in check order.
+    pub checks: Vec<Finding>,
+    /// `netcm check node NAME`: the verdict in one sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+}
+
+impl Report {
+    /// A report of `checks`, with its overall result.
+    pub fn new(checks: Vec<Finding>, verdict: Option<String>) -> Report {
+        Report {
+            ok: checks.iter().all(|c| c.status != Status::Fail),
+            checks,
+            verdict,
+        }
+    }
+
+    /// The human form: one line per finding, the fix after an arrow, then the verdict.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            out.push_str(&format!("{} {}: {}", c.status.symbol(), c.check, c.message));
+            if let Some(fix) = &c.fix {
+                out.push_str(&format!(" → {fix}"));
+            }
+            out.push('\n');
+        }
+        if let Some(v) = &self.verdict {
+            out.push_str(&format!("verdict: {v}\n"));
+        }
+        out
+    }
+
+    /// The JSON form.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_failed_finding_fails_the_report_and_warnings_do_not() {
+        let warn = Report::new(
+            vec![
+                Finding::ok("api", "up"),
+                Finding::warn("pool", "91 %", "grow it"),
+            ],
+            None,
+        );
+        assert!(warn.ok);
+        let fail = Report::new(vec![Finding::fail("leader", "none", "start netcm")], None);
+        assert!(!fail.ok);
+    }
+
+    #[test]
+    fn each_finding_is_one_line_with_its_symbol_and_fix() {
+        let r = Report::new(
+            vec![
+                Finding::ok("api", "reachable"),
+                Finding::fail("leader", "no leader", "start netcm"),
+            ],
+            Some("fine".into()),
+        );
+        assert_eq!(
+            r.text(),
+            "✓ api: reachable\n✗ leader: no leader → start netcm\nverdict: fine\n"
+        );
+        let json: serde_json::Value = serde_json::from_str(&r.json()).expect("json");
+        assert_eq!(json["ok"], false);
+        assert_eq!(json["checks"][1]["status"], "fail");
+        assert_eq!(json["checks"][1]["fix"], "start netcm");
+    }
+}

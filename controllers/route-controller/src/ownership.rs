@@ -1,0 +1,208 @@
+//! What is netcm's to route and to delete, as the cloud route controller's `isResponsibleForRoute`
+//! decides it, and which pod CIDRs must never get a route at all.
+//!
+//! netcm is responsible for a route when its destination lies entirely inside a cluster CIDR. Upstream
+//! asks only that the first or the last address lies inside; the whole destination is the stricter form
+//! of the same rule, so a route that merely straddles a cluster CIDR stays someone else's. A pod CIDR
+//! gets no route when it is default-like, lies outside the cluster CIDRs, or covers or overlaps a network
+//! this host is directly connected to: each of those routes would capture traffic that is not pod
+//! traffic. Pure apart from the set of connected networks, which the caller refreshes.
+
+use std::fmt;
+use std::sync::RwLock;
+
+use ipnet::IpNet;
+
+/// A destination this short covers half the address space or more: the default route or one of the two
+/// halves VPNs use to override it.
+const DEFAULT_LIKE_MAX_PREFIX: u8 = 1;
+
+/// Whether `net` is `/0` or `/1`.
+pub fn is_default_like(net: &IpNet) -> bool {
+    net.prefix_len() <= DEFAULT_LIKE_MAX_PREFIX
+}
+
+/// Whether two networks share an address (of the same family).
+fn overlap(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(b) || b.contains(a)
+}
+
+/// Why a pod CIDR gets no route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// `/0` or `/1`.
+    DefaultLike(IpNet),
+    /// Not inside any `--cluster-cidr`.
+    OutsideClusterCidrs {
+        /// The pod CIDR.
+        pod_cidr: IpNet,
+        /// The cluster CIDRs, as configured.
+        cluster_cidrs: Vec<IpNet>,
+    },
+    /// Covers or overlaps a network of one of this host's addresses.
+    Connected {
+        /// The pod CIDR.
+        pod_cidr: IpNet,
+        /// The host's network.
+        network: IpNet,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DefaultLike(net) => write!(
+                f,
+                "pod CIDR {net} is default-like (/{}): a route to it would take over the host's default route",
+                net.prefix_len()
+            ),
+            Self::OutsideClusterCidrs {
+                pod_cidr,
+                cluster_cidrs,
+            } => {
+                let list: Vec<String> = cluster_cidrs.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "pod CIDR {pod_cidr} is outside every --cluster-cidr ({}): netcm routes only pod CIDRs inside them",
+                    list.join(", ")
+                )
+            }
+            Self::Connected { pod_cidr, network } => write!(
+                f,
+                "pod CIDR {pod_cidr} overlaps {network}, a network this host is directly connected to: a route to it would capture the host's own traffic"
+            ),
+        }
+    }
+}
+
+/// The cluster CIDRs (fixed) and this host's connected networks (refreshed by the caller).
+#[derive(Debug, Default)]
+pub struct Ownership {
+    cluster_cidrs: Vec<IpNet>,
+    connected: RwLock<Vec<IpNet>>,
+}
+
+impl Ownership {
+    /// The rules for these cluster CIDRs; with none, every destination that is not default-like counts
+    /// as netcm's (node mode without `--cluster-cidr`).
+    pub fn new(cluster_cidrs: Vec<IpNet>) -> Self {
+        Self {
+            cluster_cidrs,
+            connected: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// The cluster CIDRs.
+    pub fn cluster_cidrs(&self) -> &[IpNet] {
+        &self.cluster_cidrs
+    }
+
+    /// Replaces the host's connected networks; true when they changed.
+    pub fn set_connected(&self, mut networks: Vec<IpNet>) -> bool {
+        networks.sort();
+        networks.dedup();
+        let mut current = self.connected.write().unwrap_or_else(|e| e.into_inner());
+        if *current == networks {
+            return false;
+        }
+        *current = networks;
+        true
+    }
+
+    /// Whether a route to `destination` is netcm's to create or delete.
+    pub fn is_responsible(&self, destination: &IpNet) -> bool {
+        !is_default_like(destination)
+            && (self.cluster_cidrs.is_empty()
+                || self.cluster_cidrs.iter().any(|c| c.contains(destination)))
+    }
+
+    /// Why `pod_cidr` must get no route, if it must not.
+    pub fn refusal(&self, pod_cidr: &IpNet) -> Option<Refusal> {
+        if is_default_like(pod_cidr) {
+            return Some(Refusal::DefaultLike(*pod_cidr));
+        }
+        if !self.is_responsible(pod_cidr) {
+            return Some(Refusal::OutsideClusterCidrs {
+                pod_cidr: *pod_cidr,
+                cluster_cidrs: self.cluster_cidrs.clone(),
+            });
+        }
+        let connected = self.connected.read().unwrap_or_else(|e| e.into_inner());
+        connected
+            .iter()
+            .find(|n| overlap(n, pod_cidr))
+            .map(|network| Refusal::Connected {
+                pod_cidr: *pod_cidr,
+                network: *network,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().expect("net")
+    }
+
+    fn rules() -> Ownership {
+        let o = Ownership::new(vec![net("10.0.0.0/8"), net("fd00::/8")]);
+        o.set_connected(vec![
+            net("192.0.2.0/24"),
+            net("10.99.0.0/16"),
+            net("fd00:9::/64"),
+        ]);
+        o
+    }
+
+    #[test]
+    fn only_destinations_wholly_inside_a_cluster_cidr_are_netcms() {
+        let o = rules();
+        assert!(o.is_responsible(&net("10.244.1.0/24")));
+        assert!(o.is_responsible(&net("fd00:10:244::/64")));
+        assert!(!o.is_responsible(&net("0.0.0.0/0")));
+        assert!(!o.is_responsible(&net("172.16.0.0/24")));
+        // Straddling a cluster CIDR is not lying inside it.
+        assert!(!o.is_responsible(&net("10.0.0.0/7")));
+    }
+
+    #[test]
+    fn without_cluster_cidrs_everything_but_default_like_prefixes_is_netcms() {
+        let o = Ownership::new(Vec::new());
+        assert!(o.is_responsible(&net("172.16.0.0/24")));
+        for d in ["0.0.0.0/0", "0.0.0.0/1", "128.0.0.0/1", "::/0", "8000::/1"] {
+            assert!(!o.is_responsible(&net(d)), "{d}");
+        }
+    }
+
+    #[test]
+    fn default_like_outside_and_lan_pod_cidrs_are_refused_with_a_reason_naming_the_rule() {
+        let o = rules();
+        let why = |c: &str| o.refusal(&net(c)).map(|r| r.to_string());
+        assert!(why("0.0.0.0/1").is_some_and(|r| r.contains("default-like (/1)")));
+        assert!(why("172.16.0.0/24")
+            .is_some_and(|r| r.contains("outside every --cluster-cidr (10.0.0.0/8, fd00::/8)")));
+        // Inside the cluster CIDR, over a connected network, whether it covers it or lies within it.
+        for c in ["10.99.1.0/24", "10.98.0.0/15", "fd00:9::/64"] {
+            assert!(
+                why(c).is_some_and(|r| r.contains("directly connected")),
+                "{c}: {:?}",
+                why(c)
+            );
+        }
+        assert_eq!(why("10.244.1.0/24"), None);
+    }
+
+    #[test]
+    fn connected_networks_are_replaced_and_a_change_is_reported() {
+        let o = rules();
+        assert!(!o.set_connected(vec![
+            net("fd00:9::/64"),
+            net("10.99.0.0/16"),
+            net("192.0.2.0/24")
+        ]));
+        assert!(o.set_connected(Vec::new()));
+        assert_eq!(o.refusal(&net("10.99.1.0/24")), None);
+    }
+}

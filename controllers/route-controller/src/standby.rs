@@ -1,0 +1,159 @@
+//! The startup sweep: a leader-elected process that is not leading (yet) still removes the routes it
+//! left in its table, during an earlier term, for Nodes that no longer exist. Without it a host that
+//! stopped leading would keep routing pod CIDRs of deleted Nodes (which may be handed to new Nodes)
+//! until it happened to lead again.
+//!
+//! The sweep lists every Node once (its own "cache sync", before the manager's informer exists), then
+//! runs the leader's own reconcile on a private [`RouteSyncer`]: the same rule decides what no Node wants
+//! and what is netcm's to delete. It needs no lease: the routes are this host's, not the cluster's. If
+//! the process starts leading first, the controller stops the sweep ([`StartupSweep::finish`]) and its
+//! first reconcile does the same work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use netcm_manager::client::{load_config, ClientError, ClientOptions};
+use netcm_manager::LeaderGuard;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::BackendError;
+use crate::desired::AnnotationKeys;
+use crate::flags::Config;
+use crate::metrics::RouteMetrics;
+use crate::netlink::{NetlinkRoutes, OpenError};
+use crate::ownership::Ownership;
+use crate::table::RouteSyncer;
+use crate::NAME;
+
+/// Nodes per page of the sweep's list.
+const PAGE: u32 = 500;
+/// The longest wait between two attempts to list the Nodes.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(10);
+
+/// Why one attempt of the sweep failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// No client configuration.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The API call failed.
+    #[error("listing Nodes: {0}")]
+    List(#[from] kube::Error),
+    /// No route backend (no CAP_NET_ADMIN, no netlink).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The table could not be listed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A metric of the private registry (a programming error).
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+#[derive(Default)]
+struct Inner {
+    stop: CancellationToken,
+    /// Held while the sweep changes the table.
+    busy: tokio::sync::Mutex<()>,
+}
+
+/// One sweep per process, shared by `main` (which starts it) and the controller (which stops it).
+#[derive(Clone, Default)]
+pub struct StartupSweep {
+    inner: Arc<Inner>,
+}
+
+impl StartupSweep {
+    /// A sweep not started yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops a sweep still waiting for the Nodes and waits for one that is deleting to finish.
+    pub async fn finish(&self) {
+        self.inner.stop.cancel();
+        drop(self.inner.busy.lock().await);
+    }
+
+    /// Lists the Nodes (retrying until the API server answers), then deletes this host's routes that no
+    /// Node wants. `own_node` is the Node this process runs on, if known.
+    pub async fn run(self, client: ClientOptions, config: Config, own_node: Option<String>) {
+        let stop = self.inner.stop.clone();
+        let nodes = tokio::select! {
+            _ = stop.cancelled() => return,
+            nodes = list_nodes_until_done(&client) => nodes,
+        };
+        let _busy = self.inner.busy.lock().await;
+        if stop.is_cancelled() {
+            return;
+        }
+        match sweep(&nodes, &config, own_node).await {
+            Ok(deleted) => tracing::info!(
+                controller = NAME,
+                nodes = nodes.len(),
+                deleted,
+                "startup sweep: removed this host's routes to Nodes that no longer exist, before leading"
+            ),
+            Err(e) => tracing::warn!(
+                controller = NAME,
+                error = %e,
+                "startup sweep failed; the first reconcile as leader removes stale routes"
+            ),
+        }
+    }
+}
+
+async fn list_nodes_until_done(client: &ClientOptions) -> Vec<Arc<Node>> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match list_nodes(client).await {
+            Ok(nodes) => return nodes,
+            Err(e) => {
+                tracing::debug!(controller = NAME, error = %e, "startup sweep: cannot list Nodes yet")
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RETRY_DELAY);
+    }
+}
+
+/// Every Node, page by page: the complete list is what "the cache has synced" means here.
+async fn list_nodes(client: &ClientOptions) -> Result<Vec<Arc<Node>>, SweepError> {
+    let config = load_config(client).await?;
+    let api: Api<Node> = Api::all(kube::Client::try_from(config)?);
+    let mut params = ListParams::default().limit(PAGE);
+    let mut nodes = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        nodes.extend(page.items.into_iter().map(Arc::new));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(nodes),
+        }
+    }
+}
+
+/// The leader's reconcile on a private syncer; the number of routes deleted.
+async fn sweep(
+    nodes: &[Arc<Node>],
+    config: &Config,
+    own_node: Option<String>,
+) -> Result<usize, SweepError> {
+    let (backend, connection) = NetlinkRoutes::open(config.table, config.protocol)?;
+    let connection = tokio::spawn(connection);
+    // Its own registry: these counts are not the controller's.
+    let registry = prometheus::Registry::new();
+    let syncer = RouteSyncer::new(
+        Arc::new(backend),
+        AnnotationKeys::new(&config.keys),
+        own_node,
+        Ownership::new(config.cluster_cidrs.clone()),
+        LeaderGuard::disabled(&registry)?,
+        RouteMetrics::register(&registry)?,
+    );
+    let report = syncer.reconcile(nodes).await;
+    connection.abort();
+    Ok(report?.deleted.len())
+}

@@ -1,0 +1,119 @@
+//! The full reconcile: the listing of the table against every Node, the safety net under the
+//! event-driven syncs and the kernel's change reports.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+
+use super::RouteSyncer;
+use crate::backend::{BackendError, Operation, Route};
+
+/// Deletes of a full reconcile in flight at once (the cloud route controller's
+/// `maxConcurrentRouteOperations`).
+const MAX_CONCURRENT_DELETES: usize = 200;
+
+/// The result of one full reconcile.
+#[derive(Debug, Default)]
+pub struct ReconcileReport {
+    /// Nodes whose routes differ from the table, whose last sync failed, or that have a refused pod
+    /// CIDR: sync them again.
+    pub requeue: Vec<String>,
+    /// Routes of netcm's that no Node wants, deleted.
+    pub deleted: Vec<Route>,
+    /// Deletes that failed (retried on the next pass).
+    pub delete_errors: usize,
+    /// Nodes whose last sync failed.
+    pub failing: usize,
+    /// Failures of this host's routing since the previous reconcile, this one's included.
+    pub host_faults: usize,
+}
+
+impl ReconcileReport {
+    /// The table holds exactly what every Node asks for.
+    pub fn in_sync(&self) -> bool {
+        self.requeue.is_empty() && self.failing == 0 && self.delete_errors == 0
+    }
+}
+
+impl RouteSyncer {
+    /// A full reconcile against the listing of the table: deletes routes of netcm's that no Node wants
+    /// (only those netcm is responsible for) and reports the Nodes to sync again. `Err` when the table
+    /// cannot be listed.
+    pub async fn reconcile(&self, nodes: &[Arc<Node>]) -> Result<ReconcileReport, BackendError> {
+        // As cloud-provider v0.36's reconcileNodeRoutes: every pass counts, one whose listing fails too.
+        self.metrics.sync_total.inc();
+        let _exclusive = self.table.write().await;
+        self.refresh_connected().await;
+        let listed = self.backend.list_routes().await.inspect_err(|_| {
+            self.metrics.error(Operation::List);
+        })?;
+        let mut report = ReconcileReport::default();
+        let mut wanted: HashSet<IpNet> = HashSet::new();
+        let actual: HashMap<IpNet, IpAddr> =
+            listed.iter().map(|r| (r.destination, r.gateway)).collect();
+        let failing = self.state().failing.clone();
+        for node in nodes {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let want = self.wanted(&name, Some(node));
+            wanted.extend(want.destinations());
+            let differs = want
+                .routes
+                .iter()
+                .any(|r| actual.get(&r.destination) != Some(&r.gateway));
+            if differs || failing.contains(&name) || !want.refused.is_empty() {
+                report.requeue.push(name);
+            }
+        }
+        let orphans: Vec<Route> = listed
+            .iter()
+            .filter(|r| {
+                !wanted.contains(&r.destination) && self.ownership.is_responsible(&r.destination)
+            })
+            .copied()
+            .collect();
+        let results: Vec<(Route, Result<(), BackendError>)> = futures::stream::iter(orphans)
+            .map(|route| async move {
+                if let Err(e) = self.guard.ensure_leader() {
+                    return (
+                        route,
+                        Err(BackendError::Refused {
+                            operation: "delete",
+                            subject: route.to_string(),
+                            message: e.to_string(),
+                        }),
+                    );
+                }
+                (route, self.backend.delete_route(route).await)
+            })
+            .buffer_unordered(MAX_CONCURRENT_DELETES)
+            .collect()
+            .await;
+        let mut programmed = actual;
+        let mut host_faults = 0;
+        for (route, result) in results {
+            match result {
+                Ok(()) => {
+                    programmed.remove(&route.destination);
+                    tracing::info!(controller = crate::NAME, route = %route, "deleted route no node wants");
+                    report.deleted.push(route);
+                }
+                Err(e) => {
+                    self.metrics.error(Operation::Delete);
+                    tracing::warn!(controller = crate::NAME, route = %route, error = %e, "failed to delete a route no node wants");
+                    report.delete_errors += 1;
+                    host_faults += usize::from(e.on_this_host());
+                }
+            }
+        }
+        let mut st = self.state();
+        st.programmed = programmed;
+        report.failing = st.failing.len();
+        report.host_faults = std::mem::take(&mut st.host_faults) + host_faults;
+        self.publish_gauges(&st);
+        Ok(report)
+    }
+}

@@ -1,0 +1,257 @@
+//! The running controller's loops: Node syncs from the workqueue, the periodic reconcile, the kernel's
+//! change reports, and who gets which condition and Event from their results.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
+use netcm_manager::{run_workers, EventRecorder, EventType, SharedInformer, SyncOutcome};
+use netcm_workqueue::Queue;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::TableChange;
+use crate::condition::{ConditionWriter, Verdict, NO_ROUTE_CREATED, ROUTE_CREATED};
+use crate::table::{NodeOutcome, NodeSync, RouteSyncer};
+use crate::{SyncError, CONDITIONS_QUEUE, NAME};
+
+/// Node syncs in flight: each is a few microseconds of kernel work, pipelined on one netlink socket.
+const ROUTE_WORKERS: usize = 16;
+/// Condition PATCHes in flight: enough to keep up with the client's QPS at API round-trip latency.
+const CONDITION_WORKERS: usize = 16;
+
+/// Whose `NetworkUnavailable` condition this process reports.
+#[derive(Debug, Clone)]
+pub enum Reports {
+    /// Gateway mode: every Node's, from the sync of its own routes.
+    EveryNode,
+    /// Node mode: only this Node's, from the state of this host's own routing.
+    OwnNode(String),
+}
+
+/// What the loops share.
+#[derive(Clone)]
+pub struct Shared {
+    /// netcm's routes and the backend.
+    pub syncer: Arc<RouteSyncer>,
+    /// The Node cache.
+    pub nodes: SharedInformer<Node>,
+    /// Node names to sync.
+    pub queue: Queue<String>,
+    /// The condition writer, unless `--set-node-network-unavailable=false`.
+    pub conditions: Option<Arc<ConditionWriter>>,
+    /// Events on Nodes.
+    pub recorder: EventRecorder,
+    /// Whose condition this process reports.
+    pub reports: Reports,
+    /// Asks for a full reconcile now (lost notifications, changed host networks).
+    pub resync: Arc<Notify>,
+}
+
+impl Shared {
+    /// The route sync of one Node key.
+    async fn sync_node(&self, name: String) -> Result<SyncOutcome, SyncError> {
+        let node = self.nodes.get(&name);
+        let sync = self.syncer.sync_node(&name, node.as_deref()).await?;
+        let mut failed = sync.delete_errors.len();
+        for e in &sync.delete_errors {
+            tracing::warn!(controller = NAME, node = %name, error = %e, "failed to delete a route the node no longer wants");
+        }
+        if let (NodeOutcome::Failed(failures), Some(node)) = (&sync.outcome, &node) {
+            failed += failures.len();
+            for f in failures {
+                let via = f.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
+                tracing::warn!(controller = NAME, node = %name, destination = %f.destination, gateway = ?f.gateway, reason = %f.reason, on_this_host = f.on_this_host, "failed to create route");
+                // The Event goes on the Node whose route is missing, also in node mode: a bad peer is
+                // reported on the peer, never on its neighbours.
+                self.recorder
+                    .publish(
+                        node,
+                        EventType::Warning,
+                        "FailedToCreateRoute",
+                        "CreateRoute",
+                        format!(
+                            "Could not create route {}{via} for node {name}: {}",
+                            f.destination, f.reason
+                        ),
+                    )
+                    .await;
+            }
+        }
+        self.report_sync(&name, &sync);
+        if failed > 0 {
+            return Err(SyncError::Routes(failed));
+        }
+        Ok(SyncOutcome::Done)
+    }
+
+    fn report_sync(&self, name: &str, sync: &NodeSync) {
+        let Some(conditions) = &self.conditions else {
+            return;
+        };
+        match &self.reports {
+            Reports::EveryNode => {
+                let verdict = match sync.outcome {
+                    NodeOutcome::NotApplicable | NodeOutcome::Waiting => None,
+                    NodeOutcome::Routed => Some(ROUTE_CREATED),
+                    NodeOutcome::Failed(_) => Some(NO_ROUTE_CREATED),
+                };
+                conditions.set(name, verdict);
+            }
+            // A peer's failure is the peer's; only a failure of this host's routing marks this Node.
+            Reports::OwnNode(own) if sync.host_fault() => {
+                conditions.set(own, Some(NO_ROUTE_CREATED));
+            }
+            Reports::OwnNode(_) => {}
+        }
+    }
+
+    /// One full reconcile: delete what no Node wants, requeue Nodes whose routes differ.
+    async fn reconcile(&self) {
+        let nodes = self.nodes.list();
+        let own_verdict: Verdict = match self.syncer.reconcile(&nodes).await {
+            Ok(report) => {
+                tracing::debug!(
+                    controller = NAME,
+                    nodes = nodes.len(),
+                    requeued = report.requeue.len(),
+                    deleted = report.deleted.len(),
+                    failing = report.failing,
+                    host_faults = report.host_faults,
+                    "reconciled routes"
+                );
+                if !report.requeue.is_empty() {
+                    tracing::info!(
+                        controller = NAME,
+                        nodes = report.requeue.len(),
+                        "routes differ from the table or failed; syncing those nodes again"
+                    );
+                }
+                for name in &report.requeue {
+                    self.queue.add(name.clone());
+                }
+                if report.host_faults > 0 {
+                    NO_ROUTE_CREATED
+                } else {
+                    ROUTE_CREATED
+                }
+            }
+            Err(e) => {
+                tracing::warn!(controller = NAME, error = %e, "failed to list routes; retrying at the next reconcile");
+                NO_ROUTE_CREATED
+            }
+        };
+        // Node mode: this host's routing works when it can list its table and no change failed for a
+        // reason of the host since the last pass.
+        if let (Reports::OwnNode(own), Some(conditions)) = (&self.reports, &self.conditions) {
+            conditions.set(own, Some(own_verdict));
+        }
+    }
+
+    /// Applies one change the kernel reported.
+    async fn table_changed(&self, change: TableChange) {
+        match change {
+            TableChange::Lost => {
+                tracing::warn!(
+                    controller = NAME,
+                    "route notifications were lost; reconciling the whole table"
+                );
+                self.resync.notify_one();
+            }
+            TableChange::Addresses => {
+                if self.syncer.refresh_connected().await {
+                    tracing::info!(
+                        controller = NAME,
+                        "the host's networks changed; reconciling the whole table"
+                    );
+                    self.resync.notify_one();
+                }
+            }
+            change => {
+                if let Some(node) = self.syncer.table_changed(&change).await {
+                    self.queue.add(node);
+                }
+            }
+        }
+    }
+}
+
+/// Runs every loop until `shutdown`.
+pub async fn run(
+    shared: Shared,
+    period: Duration,
+    changes: Option<BoxStream<'static, TableChange>>,
+    shutdown: CancellationToken,
+) {
+    // Know the table before the first Node sync, so syncs change only what differs.
+    shared.reconcile().await;
+    let periodic = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(period) => shared.reconcile().await,
+                    _ = shared.resync.notified() => shared.reconcile().await,
+                }
+            }
+        }
+    };
+    let watcher = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            let Some(mut changes) = changes else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    change = changes.next() => match change {
+                        Some(change) => shared.table_changed(change).await,
+                        None => {
+                            tracing::warn!(controller = NAME, "route notifications stopped; only the periodic reconcile repairs routes now");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    };
+    let routes = {
+        let shared = shared.clone();
+        run_workers(
+            NAME,
+            shared.queue.clone(),
+            ROUTE_WORKERS,
+            shutdown.clone(),
+            CONTROLLER_DRAIN_TIMEOUT,
+            move |key| {
+                let shared = shared.clone();
+                async move { shared.sync_node(key).await }
+            },
+        )
+    };
+    let conditions = async {
+        if let Some(writer) = shared.conditions.clone() {
+            let queue = writer.queue.clone();
+            run_workers(
+                CONDITIONS_QUEUE,
+                queue,
+                CONDITION_WORKERS,
+                shutdown.clone(),
+                CONTROLLER_DRAIN_TIMEOUT,
+                move |key| {
+                    let writer = writer.clone();
+                    async move { writer.sync(&key).await }
+                },
+            )
+            .await;
+        }
+    };
+    tokio::join!(periodic, watcher, routes, conditions);
+}

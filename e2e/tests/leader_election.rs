@@ -1,0 +1,380 @@
+//! Never a duplicate, against an adversary (issue 15): leader election under a saturated client, a Lease
+//! deleted by hand, lease durations the Lease cannot carry, writes the API server holds, shutdown with a
+//! write in flight, and an API server that stops answering. Everything runs against the real control
+//! plane; the adversary is a slow admission webhook, SIGSTOP, or a `kubectl delete`-style call.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams};
+use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
+use netcm_e2e::{audit, lease_holder, wait_for, FrozenApiserver, Netcm, TestEnv, LEASE_NAMESPACE};
+
+/// client-go's (and KCM's) defaults, spelled out: these tests are about the real margins.
+const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Fast leader-election settings where the test only needs the rules, not the real margins.
+const FAST_LEASE: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
+
+async fn lease(env: &TestEnv) -> Lease {
+    Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
+        .get("netcm")
+        .await
+        .expect("get the netcm Lease")
+}
+
+fn transitions(l: &Lease) -> i32 {
+    l.spec
+        .as_ref()
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0)
+}
+
+/// Starts `label` and waits until it holds the Lease; returns its identity.
+async fn leader(env: &TestEnv, label: &str, args: &[&str]) -> (Netcm, String) {
+    let n = Netcm::start(label, &env.cp.kubeconfig, args);
+    let id = n.identity().await;
+    n.wait_log("this replica now leads", Duration::from_secs(30))
+        .await;
+    wait_for(
+        "the Lease to name the leader",
+        Duration::from_secs(10),
+        || async {
+            (lease_holder(&env.client, "netcm").await.as_deref() == Some(id.as_str())).then_some(())
+        },
+    )
+    .await;
+    (n, id)
+}
+
+/// A backlog of `nodes` Nodes for the allocator and then the syncer at `--kube-api-qps=qps` must not cost
+/// the leader its lease: watched for `window`, the holder never changes and leaseTransitions stays put.
+async fn a_backlog_keeps_one_leader(qps: u32, nodes: usize, window: Duration) {
+    let env = TestEnv::new().await;
+    let fixtures: Vec<NodeFixture> = (0..nodes)
+        .map(|i| {
+            NodeFixture::named(format!("backlog-{i:03}")).internal_ip(&format!(
+                "198.18.{}.{}",
+                i / 250,
+                i % 250 + 1
+            ))
+        })
+        .collect();
+    create_nodes(&env.client, fixtures, 16).await;
+    let qps_flag = format!("--kube-api-qps={qps}");
+    // A small burst, so the bucket — not the burst — paces the backlog from the start.
+    let burst_flag = format!("--kube-api-burst={}", qps * 2);
+    let (mut n, id) = leader(
+        &env,
+        "backlog",
+        &[
+            "--controllers=subnet-allocator,node-annotation-syncer",
+            "--cluster-cidr=10.64.0.0/10",
+            &qps_flag,
+            &burst_flag,
+        ],
+    )
+    .await;
+    let before = transitions(&lease(&env).await);
+    let nodes_api: Api<Node> = Api::all(env.client.clone());
+    let started = Instant::now();
+    while started.elapsed() < window {
+        if let Some(status) = n.try_exit() {
+            panic!(
+                "at --kube-api-qps={qps} the leader exited ({status}) {:?} into the backlog",
+                started.elapsed()
+            );
+        }
+        let holder = lease_holder(&env.client, "netcm").await;
+        assert_eq!(
+            holder.as_deref(),
+            Some(id.as_str()),
+            "after {:?} at --kube-api-qps={qps} the Lease is held by {holder:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Each Node takes two writes (pod CIDRs, then lease annotations): more than the bucket allows in
+    // the window, so the backlog lasts all of it on any machine.
+    let listed = nodes_api
+        .list(&Default::default())
+        .await
+        .expect("list nodes");
+    let allocated = listed
+        .items
+        .iter()
+        .filter(|n| !pod_cidrs(n).is_empty())
+        .count();
+    let annotated = listed
+        .items
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("flannel.alpha.coreos.com/public-ip"))
+        })
+        .count();
+    eprintln!(
+        "--kube-api-qps={qps}: after {window:?}, {allocated}/{nodes} Nodes allocated, {annotated}/{nodes} annotated"
+    );
+    assert!(
+        annotated < nodes,
+        "the backlog must last the whole window, or the test proves nothing"
+    );
+    assert_eq!(
+        transitions(&lease(&env).await),
+        before,
+        "leaseTransitions changed"
+    );
+    assert!(
+        !n.logs().contains("leaderelection lost"),
+        "the leader must not lose its lease to its own backlog"
+    );
+}
+
+#[tokio::test]
+async fn at_kube_api_qps_10_a_backlog_of_300_nodes_never_costs_the_leader_its_lease() {
+    a_backlog_keeps_one_leader(10, 300, Duration::from_secs(40)).await;
+}
+
+#[tokio::test]
+async fn at_kube_api_qps_5_a_backlog_of_300_nodes_never_costs_the_leader_its_lease() {
+    a_backlog_keeps_one_leader(5, 300, Duration::from_secs(40)).await;
+}
+
+#[tokio::test]
+async fn a_lease_deleted_by_hand_is_recreated_by_its_holder_and_never_taken_by_the_standby() {
+    let env = TestEnv::new().await;
+    let args = [
+        "--controllers=subnet-allocator",
+        "--cluster-cidr=10.244.0.0/16",
+        FAST_LEASE[0],
+        FAST_LEASE[1],
+        FAST_LEASE[2],
+    ];
+    let (a, a_id) = leader(&env, "holder", &args).await;
+    let b = Netcm::start("standby", &env.cp.kubeconfig, &args);
+    b.wait_log(
+        "standing by: the lease is held by another replica",
+        Duration::from_secs(30),
+    )
+    .await;
+    Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
+        .delete("netcm", &DeleteParams::default())
+        .await
+        .expect("delete the Lease");
+    // The standby saw the holder less than a lease duration ago: it must wait out that term, and the
+    // holder recreates the Lease at its next renewal. Watch for two lease durations.
+    let started = Instant::now();
+    let mut recreated = false;
+    while started.elapsed() < Duration::from_secs(8) {
+        let holder = lease_holder(&env.client, "netcm").await;
+        assert!(
+            holder.is_none() || holder.as_deref() == Some(a_id.as_str()),
+            "{:?} after the delete the Lease is held by {holder:?}, not the old holder",
+            started.elapsed()
+        );
+        recreated |= holder.is_some();
+        a.assert_running();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recreated, "the holder must recreate the Lease");
+    assert!(!a.logs().contains("leaderelection lost"));
+    assert!(!b.logs().contains("this replica now leads"));
+}
+
+/// Runs the binary with `args` and no reachable API server; it must exit on its own within 10 s.
+fn run_without_api(args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(netcm_e2e::netcm::netcm_binary())
+        .args(["--master=https://127.0.0.1:1", "--port=0"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run netcm");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "netcm {args:?} did not exit within 10 s; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn a_lease_duration_that_is_not_whole_seconds_exits_2_naming_the_flag_before_any_api_call() {
+    for (lease, renew, retry) in [("1500ms", "1s", "200ms"), ("900ms", "500ms", "200ms")] {
+        let out = run_without_api(&[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+            &format!("--leader-elect-lease-duration={lease}"),
+            &format!("--leader-elect-renew-deadline={renew}"),
+            &format!("--leader-elect-retry-period={retry}"),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "lease {lease}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains("--leader-elect-lease-duration") && stderr.contains("whole"),
+            "{stderr}"
+        );
+    }
+}
+
+/// A Node whose UPDATEs the slow webhook holds.
+async fn slow_node(env: &TestEnv, name: &str) {
+    create_node(
+        &env.client,
+        &NodeFixture::named(name).label(SLOW_WRITES_LABEL, "true"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_write_the_api_server_holds_ends_before_the_lease_could_be_taken_over() {
+    let env = TestEnv::new().await;
+    let webhook = SlowWebhook::start(&env.client, "netcm-e2e-slow", Duration::from_secs(60)).await;
+    slow_node(&env, "held").await;
+    let (n, id) = leader(
+        &env,
+        "writer",
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    )
+    .await;
+    let held_at = webhook.wait_request("held", Duration::from_secs(30)).await;
+    // The client gives up at its deadline, which ends a safety margin before the lease could pass
+    // to another replica (at the earliest, last renewal + lease duration).
+    wait_for("netcm to give up the held write", DEFAULT_LEASE, || async {
+        n.logs()
+            .lines()
+            .any(|l| l.contains("sync failed") && l.contains("node=held"))
+            .then_some(())
+    })
+    .await;
+    let gave_up = held_at.elapsed();
+    eprintln!("the held write was abandoned {gave_up:?} after the webhook received it");
+    // The API server was told the same deadline: its audit record carries `timeout=` and ends in time.
+    let patches: Vec<audit::AuditEvent> = audit::read(&env.cp.audit_log)
+        .into_iter()
+        .filter(|e| e.user_agent.contains(&id) && e.resource() == "nodes" && e.verb == "patch")
+        .filter(|e| e.object_ref.as_ref().is_some_and(|o| o.name == "held"))
+        .collect();
+    let first = patches.first().expect("the held PATCH is in the audit log");
+    assert!(
+        first.request_uri.contains("timeout="),
+        "the write must carry the API server's timeout: {}",
+        first.request_uri
+    );
+    let ended: jiff::Timestamp = first.stage_timestamp.parse().expect("stage timestamp");
+    let took = ended.duration_since(first.received().expect("received"));
+    assert!(
+        took < jiff::SignedDuration::try_from(DEFAULT_LEASE).expect("duration"),
+        "the API server held the write for {took:?}"
+    );
+    webhook.remove(&env.client).await;
+}
+
+#[tokio::test]
+async fn a_leader_stopping_with_a_write_in_flight_leaves_its_lease_to_expire_instead_of_releasing_it(
+) {
+    let env = TestEnv::new().await;
+    let webhook = SlowWebhook::start(&env.client, "netcm-e2e-slow", Duration::from_secs(60)).await;
+    slow_node(&env, "in-flight").await;
+    let (mut n, id) = leader(
+        &env,
+        "stopping",
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    )
+    .await;
+    webhook
+        .wait_request("in-flight", Duration::from_secs(30))
+        .await;
+    n.signal("TERM");
+    let status = n.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "SIGTERM must still exit 0, got {status}");
+    assert_eq!(
+        lease_holder(&env.client, "netcm").await.as_deref(),
+        Some(id.as_str()),
+        "with a write possibly still landing, the lease must be left to expire, not released"
+    );
+    assert!(
+        n.logs().contains("leaving the lease to expire"),
+        "the log must say why the lease was not released"
+    );
+    webhook.remove(&env.client).await;
+}
+
+/// The first token of a text log line is its RFC 3339 timestamp.
+fn logged_at(line: &str) -> jiff::Timestamp {
+    line.split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no timestamp in {line:?}"))
+}
+
+#[tokio::test]
+async fn a_leader_whose_api_server_stops_answering_steps_down_within_the_renew_deadline() {
+    let env = TestEnv::new().await;
+    let (mut n, id) = leader(
+        &env,
+        "stranded",
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let frozen_at = jiff::Timestamp::now();
+    let frozen = FrozenApiserver::freeze();
+    n.wait_log(
+        "leaderelection lost",
+        DEFAULT_LEASE + Duration::from_secs(10),
+    )
+    .await;
+    drop(frozen);
+    let lost_at = n
+        .logs()
+        .lines()
+        .find(|l| l.contains("leaderelection lost"))
+        .map(logged_at)
+        .expect("the loss is logged");
+    let last_renewal = audit::read(&env.cp.audit_log)
+        .iter()
+        .filter(|e| e.user_agent.contains(&id) && e.resource() == "leases")
+        .filter(|e| e.succeeded() && e.verb != "get")
+        .filter_map(|e| e.received())
+        .filter(|t| *t < frozen_at)
+        .max()
+        .expect("a renewal before the freeze");
+    let after = lost_at.duration_since(last_renewal);
+    eprintln!("lease declared lost {after:?} after the last successful renewal");
+    assert!(
+        after
+            <= jiff::SignedDuration::try_from(DEFAULT_RENEW_DEADLINE + Duration::from_secs(1))
+                .expect("duration"),
+        "the leader must step down by its renew deadline, not {after:?} after its last renewal"
+    );
+    let status = n.wait_exit(Duration::from_secs(30)).await;
+    assert!(!status.success(), "a lost lease exits non-zero");
+}

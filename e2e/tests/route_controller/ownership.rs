@@ -1,0 +1,179 @@
+//! Own only what is ours: routes inside the cluster CIDRs, never a default-like prefix or one over the
+//! host's own networks, never a protocol another router uses; and no stale routes left on a standby.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use netcm_e2e::nodes::{create_nodes, NodeFixture};
+use netcm_e2e::{lease_holder, wait_for, LEASE_NAMESPACE};
+
+use super::lab::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_like_foreign_or_lan_pod_cidr_gets_no_route_and_an_event_saying_why() {
+    let lab = lab().await;
+    // 192.0.0.0/16 is a cluster CIDR here so that the LAN rule, not the cluster CIDR rule, refuses
+    // 192.0.2.0/24: the host is directly connected to it (a pod network laid over the nodes' LAN).
+    let _netcm = lab.start(&["--cluster-cidr=10.0.0.0/8,192.0.0.0/16"], &[]);
+    let fixtures = vec![
+        NodeFixture::named("good")
+            .internal_ip("192.0.2.10")
+            .pod_cidrs(&["10.244.1.0/24"]),
+        NodeFixture::named("half-the-internet")
+            .internal_ip("192.0.2.20")
+            .pod_cidrs(&["0.0.0.0/1"]),
+        NodeFixture::named("on-the-lan")
+            .internal_ip("192.0.2.30")
+            .pod_cidrs(&["192.0.2.0/24"]),
+        NodeFixture::named("outside")
+            .internal_ip("192.0.2.40")
+            .pod_cidrs(&["172.16.0.0/24"]),
+    ];
+    create_nodes(&lab.env.client, fixtures, 4).await;
+    let want = BTreeMap::from([(net("10.244.1.0/24"), ip("192.0.2.10"))]);
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+
+    for (node, why) in [
+        ("half-the-internet", "default-like"),
+        ("on-the-lan", "directly connected"),
+        ("outside", "outside every --cluster-cidr"),
+    ] {
+        let note = lab.failed_route_event(node, Duration::from_secs(30)).await;
+        assert!(note.contains(why), "{node}: expected {why:?} in {note:?}");
+    }
+    // Nothing of the kind reached the kernel, in netcm's table or any other.
+    tokio::time::sleep(Duration::from_secs(PERIOD_SECS + 1)).await;
+    assert_eq!(lab.routes(), want);
+    let all = lab.ns.ip(&["route", "show", "table", "all"]);
+    for dst in ["0.0.0.0/1", "172.16.0.0/24"] {
+        assert!(!all.contains(dst), "{dst} in {all}");
+    }
+    assert!(
+        !lab.ns
+            .ip(&["route", "show", "table", TABLE])
+            .contains("192.0.2.0/24"),
+        "no pod route over the LAN"
+    );
+    wait_for(
+        "the refused Nodes to be NoRouteCreated and good RouteCreated",
+        Duration::from_secs(30),
+        || async {
+            let c = lab.conditions().await;
+            (c.get("good") == Some(&created())
+                && ["half-the-internet", "on-the-lan", "outside"]
+                    .iter()
+                    .all(|n| c.get(*n) == Some(&not_created())))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_other_routers_use_or_gateway_mode_without_cluster_cidrs_exits_2_before_anything(
+) {
+    let lab = lab().await;
+    // Inside the lab namespace, so that a netcm which did start could never touch the host's tables.
+    for (args, needle) in [
+        (vec!["--route-protocol=16"], "--route-protocol 16 is dhcp"),
+        (vec!["--route-protocol=186"], "--route-protocol 186 is bgp"),
+        (
+            vec!["--route-protocol=80"],
+            "--route-protocol 80 is felix, used by Calico",
+        ),
+        (
+            vec!["--route-mode=gateway", "--cluster-cidr="],
+            "--route-mode=gateway needs --cluster-cidr",
+        ),
+        (vec!["--cluster-cidr=0.0.0.0/0"], "--cluster-cidr 0.0.0.0/0"),
+        (
+            vec!["--route-mode=node"],
+            "--route-mode=node needs --leader-elect=false",
+        ),
+    ] {
+        let mut netcm = lab.start(&args, &[]);
+        let status = netcm.wait_exit(Duration::from_secs(20)).await;
+        let logs = netcm.logs();
+        assert_eq!(status.code(), Some(2), "{args:?}: {logs}");
+        assert!(
+            logs.contains(needle),
+            "{args:?}: expected {needle:?} in {logs}"
+        );
+        assert_eq!(
+            logs.trim().lines().count(),
+            1,
+            "{args:?}: one clear line: {logs}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_removes_its_routes_to_nodes_that_no_longer_exist_and_keeps_the_rest() {
+    let lab = lab().await;
+    // Someone else leads, for an hour: netcm stays a standby for the whole test.
+    let leases: Api<Lease> = Api::namespaced(lab.env.client.clone(), LEASE_NAMESPACE);
+    let now = MicroTime(jiff::Timestamp::now());
+    leases
+        .create(
+            &PostParams::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("netcm".into()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some("someone-else".into()),
+                    lease_duration_seconds: Some(3600),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    ..Default::default()
+                }),
+            },
+        )
+        .await
+        .expect("create the other leader's Lease");
+    create_nodes(
+        &lab.env.client,
+        vec![NodeFixture::named("still-here")
+            .internal_ip("192.0.2.10")
+            .pod_cidrs(&["10.244.1.0/24"])],
+        1,
+    )
+    .await;
+    // What an earlier term as leader left behind, plus routes that are not netcm's to judge.
+    let add = |dst: &str, via: &str, proto: &str| {
+        lab.ns.ip(&[
+            "route", "add", dst, "via", via, "table", TABLE, "proto", proto,
+        ]);
+    };
+    add("10.244.1.0/24", "192.0.2.10", PROTO); // a Node that still exists
+    add("10.244.9.0/24", "192.0.2.99", PROTO); // a Node deleted since
+    add("fd00:9::/64", "2001:db8::99", PROTO); // the same, IPv6
+    add("172.16.0.0/24", "192.0.2.98", PROTO); // outside the cluster CIDRs: not netcm's
+    add("10.244.8.0/24", "192.0.2.97", "static"); // another protocol: not netcm's
+
+    let netcm = lab.start(&["--leader-elect=true"], &[]);
+    let want = BTreeMap::from([
+        (net("10.244.1.0/24"), ip("192.0.2.10")),
+        (net("172.16.0.0/24"), ip("192.0.2.98")),
+    ]);
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    assert!(lab
+        .ns
+        .ip(&["route", "show", "table", TABLE, "proto", "static"])
+        .contains("10.244.8.0/24 via 192.0.2.97"));
+    assert_eq!(
+        lease_holder(&lab.env.client, "netcm").await.as_deref(),
+        Some("someone-else"),
+        "netcm stayed a standby"
+    );
+    netcm.assert_running();
+    assert!(
+        netcm.logs().contains("startup sweep: removed"),
+        "the sweep says it ran before leading:\n{}",
+        netcm.logs()
+    );
+}

@@ -1,0 +1,119 @@
+//! Repair in milliseconds: the kernel's route notifications bring a route someone deleted or changed
+//! back at once; the periodic reconcile (here 60 s, out of reach of the test) is only the safety net.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use netcm_e2e::nodes::{create_nodes, NodeFixture};
+
+use super::lab::*;
+
+/// The bound: a hand-made change is undone within half a second.
+const REPAIR_BOUND: Duration = Duration::from_millis(500);
+
+/// Polls the table every few milliseconds until it is `want` again; the time it took, or `None` after
+/// [`REPAIR_BOUND`].
+fn time_until_repaired(
+    lab: &Lab,
+    want: &BTreeMap<IpNet, IpAddr>,
+    since: Instant,
+) -> Option<Duration> {
+    while since.elapsed() <= REPAIR_BOUND {
+        if lab.routes() == *want {
+            return Some(since.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (lab.routes() == *want).then(|| since.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_deleted_or_changed_by_hand_is_back_within_half_a_second_with_a_60s_period() {
+    let lab = lab().await;
+    let netcm = lab.start(&["--route-reconciliation-period=60s"], &[]);
+    let fixtures = vec![
+        NodeFixture::named("r1")
+            .internal_ip("192.0.2.10")
+            .pod_cidrs(&["10.244.1.0/24"]),
+        NodeFixture::named("r2")
+            .internal_ip("192.0.2.20")
+            .internal_ip("2001:db8::20")
+            .pod_cidrs(&["10.244.2.0/24", "fd00:10:244:2::/64"]),
+    ];
+    create_nodes(&lab.env.client, fixtures, 2).await;
+    let want = BTreeMap::from([
+        (net("10.244.1.0/24"), ip("192.0.2.10")),
+        (net("10.244.2.0/24"), ip("192.0.2.20")),
+        (net("fd00:10:244:2::/64"), ip("2001:db8::20")),
+    ]);
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    let syncs_before = netcm.metric("route_controller_route_sync_total").await;
+
+    let mut measured = Vec::new();
+    for (what, args) in [
+        (
+            "IPv4 route deleted",
+            vec![
+                "route",
+                "del",
+                "10.244.1.0/24",
+                "table",
+                TABLE,
+                "proto",
+                PROTO,
+            ],
+        ),
+        (
+            "IPv4 gateway changed",
+            vec![
+                "route",
+                "replace",
+                "10.244.2.0/24",
+                "via",
+                "192.0.2.250",
+                "table",
+                TABLE,
+                "proto",
+                PROTO,
+            ],
+        ),
+        (
+            "IPv6 route deleted",
+            vec![
+                "-6",
+                "route",
+                "del",
+                "fd00:10:244:2::/64",
+                "table",
+                TABLE,
+                "proto",
+                PROTO,
+            ],
+        ),
+    ] {
+        let lab = &lab;
+        let want = want.clone();
+        let took = tokio::task::block_in_place(|| {
+            // From before the change, so the time includes everything after it.
+            let since = Instant::now();
+            lab.ns.ip(&args);
+            time_until_repaired(lab, &want, since)
+        });
+        eprintln!("{what} by hand: repaired after {took:?} (bound {REPAIR_BOUND:?}, period 60s)");
+        measured.push((what, took));
+    }
+    eprintln!("repair times: {measured:?}");
+    for (what, took) in &measured {
+        assert!(
+            took.is_some(),
+            "{what}: not repaired within {REPAIR_BOUND:?}: {measured:?}"
+        );
+    }
+    // The repairs came from the notifications, not from a full reconcile.
+    assert_eq!(
+        netcm.metric("route_controller_route_sync_total").await,
+        syncs_before
+    );
+}

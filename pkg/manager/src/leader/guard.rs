@@ -1,0 +1,454 @@
+//! The leader fence: whether this process may start a write now, the deadline by which that write must
+//! have ended, and which writes are still in flight (so the lease is released only once none can land).
+//!
+//! Times are read from the monotonic clock (`Instant`), which keeps running while the process is frozen.
+//! A write may start while the last successful renewal was *sent* less than the renew deadline ago, and
+//! must end by that renewal + lease duration − safety margin: other replicas may take the lease only a
+//! lease duration after they *observed* the renewal, which is later than it was sent.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use prometheus::{IntCounter, Opts, Registry};
+
+use super::LeaderElectionConfig;
+
+/// client-go's watchdog grace beyond the lease duration (KCM's `NewLeaderHealthzAdaptor(20s)`).
+const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(20);
+/// The shortest deadline worth sending: the API server reads `timeout=0ms` as "no timeout".
+const MIN_WRITE_BUDGET: Duration = Duration::from_millis(1);
+
+/// A write refused because this process does not (provably) hold the lease.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("write refused by the leader fence: {0}")]
+pub struct Fenced(pub &'static str);
+
+/// Writes that may still land, so the lease must not be released yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{in_flight} write(s) still in flight, and abandoned writes may land for another {may_land_for:?}"
+)]
+pub struct Unsettled {
+    /// Writes sent and not yet answered.
+    pub in_flight: usize,
+    /// How long writes abandoned without an answer may still be applied (until their deadline).
+    pub may_land_for: Duration,
+}
+
+#[derive(Debug, Default)]
+struct GuardState {
+    leading: bool,
+    /// When the request of the last successful acquire or renewal was sent.
+    last_renew_sent: Option<Instant>,
+    /// Fenced writes that passed the fence and have not ended.
+    in_flight: usize,
+    /// The latest deadline of a write that ended without an answer (dropped, transport error, timed
+    /// out): the API server may still apply it until then.
+    may_land_until: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct GuardInner {
+    enabled: bool,
+    renew_deadline: Duration,
+    lease_duration: Duration,
+    state: Mutex<GuardState>,
+    /// Woken whenever a write ends, for [`LeaderGuard::stop_writes_and_settle`].
+    write_ended: tokio::sync::Notify,
+    fenced: IntCounter,
+}
+
+/// The leader fence, shared by every controller and the API client. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LeaderGuard {
+    inner: Arc<GuardInner>,
+}
+
+impl LeaderGuard {
+    /// A guard for a leader-elected process; refuses writes until leadership is won.
+    pub fn new(cfg: &LeaderElectionConfig, registry: &Registry) -> Result<Self, prometheus::Error> {
+        Self::build(true, cfg.renew_deadline, cfg.lease_duration, registry)
+    }
+
+    /// A guard for `--leader-elect=false`: every write is allowed, with no deadline.
+    pub fn disabled(registry: &Registry) -> Result<Self, prometheus::Error> {
+        Self::build(false, Duration::ZERO, Duration::ZERO, registry)
+    }
+
+    fn build(
+        enabled: bool,
+        renew_deadline: Duration,
+        lease_duration: Duration,
+        registry: &Registry,
+    ) -> Result<Self, prometheus::Error> {
+        let fenced = IntCounter::with_opts(Opts::new(
+            "netcm_fenced_writes_total",
+            "Writes refused because this process did not hold a fresh leader lease.",
+        ))?;
+        registry.register(Box::new(fenced.clone()))?;
+        Ok(Self {
+            inner: Arc::new(GuardInner {
+                enabled,
+                renew_deadline,
+                lease_duration,
+                state: Mutex::new(GuardState::default()),
+                write_ended: tokio::sync::Notify::new(),
+                fenced,
+            }),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, GuardState> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What every write's deadline keeps clear of the earliest takeover: half the gap between the renew
+    /// deadline and the lease duration, for network delay and the API server's own lateness. The other
+    /// half is the least time a write started at the fence's last moment still gets.
+    pub fn safety_margin(&self) -> Duration {
+        self.inner
+            .lease_duration
+            .saturating_sub(self.inner.renew_deadline)
+            / 2
+    }
+
+    /// The deadline a write starting `now` must end by, or why it may not start.
+    fn deadline(&self, st: &GuardState, now: Instant) -> Result<Instant, Fenced> {
+        let renewed = match (st.leading, st.last_renew_sent) {
+            (true, Some(at)) => at,
+            _ => return Err(Fenced("this process is not the leader")),
+        };
+        if now.saturating_duration_since(renewed) >= self.inner.renew_deadline {
+            return Err(Fenced(
+                "the last lease renewal is older than the renew deadline",
+            ));
+        }
+        let deadline = renewed + self.inner.lease_duration - self.safety_margin();
+        if deadline.saturating_duration_since(now) < MIN_WRITE_BUDGET {
+            return Err(Fenced(
+                "no time is left before the lease could pass to another replica",
+            ));
+        }
+        Ok(deadline)
+    }
+
+    fn refused(&self, e: Fenced) -> Fenced {
+        self.inner.fenced.inc();
+        e
+    }
+
+    /// How long a write starting now may take: until the last renewal + lease duration − safety margin.
+    /// `Duration::MAX` without leader election. Refusals count in `netcm_fenced_writes_total`.
+    pub fn write_budget(&self) -> Result<Duration, Fenced> {
+        if !self.inner.enabled {
+            return Ok(Duration::MAX);
+        }
+        let now = Instant::now();
+        let st = self.state();
+        let verdict = self.deadline(&st, now);
+        drop(st);
+        verdict
+            .map(|d| d.saturating_duration_since(now))
+            .map_err(|e| self.refused(e))
+    }
+
+    /// Call immediately before every write: refuses unless the lease is held, was renewed within the
+    /// renew deadline, and leaves the write some time. The API client does this for every write too.
+    pub fn ensure_leader(&self) -> Result<(), Fenced> {
+        self.write_budget().map(drop)
+    }
+
+    /// Passes the fence for one write and counts it in flight until the returned ticket is dropped; the
+    /// ticket carries the write's deadline. Checked and counted under one lock, so once
+    /// [`LeaderGuard::stop_writes_and_settle`] has stepped down no write can slip past it.
+    pub fn begin_write(&self) -> Result<WriteTicket, Fenced> {
+        if !self.inner.enabled {
+            return Ok(WriteTicket {
+                guard: self.clone(),
+                deadline: None,
+                answered: false,
+            });
+        }
+        let now = Instant::now();
+        let mut st = self.state();
+        match self.deadline(&st, now) {
+            Ok(deadline) => {
+                st.in_flight += 1;
+                Ok(WriteTicket {
+                    guard: self.clone(),
+                    deadline: Some(deadline),
+                    answered: false,
+                })
+            }
+            Err(e) => {
+                drop(st);
+                Err(self.refused(e))
+            }
+        }
+    }
+
+    fn end_write(&self, deadline: Instant, answered: bool) {
+        let mut st = self.state();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        if !answered {
+            st.may_land_until = st.may_land_until.max(Some(deadline));
+        }
+        drop(st);
+        self.inner.write_ended.notify_waiters();
+    }
+
+    /// Steps down so no further write passes the fence, then waits up to `within` until no write is in
+    /// flight and none abandoned can still land. Only then may the lease be released: a successor must
+    /// never lead while one of our writes can still be applied.
+    pub async fn stop_writes_and_settle(&self, within: Duration) -> Result<(), Unsettled> {
+        self.step_down();
+        let give_up = tokio::time::Instant::now() + within;
+        loop {
+            let ended = self.inner.write_ended.notified();
+            let mut ended = std::pin::pin!(ended);
+            ended.as_mut().enable();
+            let now = Instant::now();
+            let (in_flight, may_land_for) = {
+                let st = self.state();
+                let may_land_for = st
+                    .may_land_until
+                    .map(|u| u.saturating_duration_since(now))
+                    .unwrap_or_default();
+                (st.in_flight, may_land_for)
+            };
+            if in_flight == 0 && may_land_for.is_zero() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= give_up {
+                return Err(Unsettled {
+                    in_flight,
+                    may_land_for,
+                });
+            }
+            // Abandoned writes settle by the clock alone; in-flight ones wake us when they end.
+            let wake = if in_flight == 0 {
+                give_up.min(tokio::time::Instant::now() + may_land_for)
+            } else {
+                give_up
+            };
+            tokio::select! {
+                _ = ended => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// Whether this process currently believes it leads (always true without leader election).
+    pub fn is_leader(&self) -> bool {
+        !self.inner.enabled || self.state().leading
+    }
+
+    /// client-go's `leaderElection` watchdog: fails only while leading with no renewal for lease + 20 s.
+    pub fn watchdog(&self) -> Result<(), String> {
+        if !self.inner.enabled {
+            return Ok(());
+        }
+        let st = self.state();
+        match (st.leading, st.last_renew_sent) {
+            (true, Some(at)) if at.elapsed() > self.inner.lease_duration + WATCHDOG_TIMEOUT => {
+                Err(format!(
+                    "leader has not renewed its lease for {:.1}s",
+                    at.elapsed().as_secs_f64()
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a successful acquire or renewal whose request was sent at `sent`.
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let mut st = self.state();
+        st.leading = true;
+        st.last_renew_sent = Some(sent);
+    }
+
+    /// Stops leading: every later write is refused.
+    pub(crate) fn step_down(&self) {
+        self.state().leading = false;
+    }
+}
+
+/// One write that passed the fence. Dropping it ends the write: call [`WriteTicket::answered`] first
+/// when the API server answered, otherwise the write counts as possibly landing until its deadline.
+#[derive(Debug)]
+#[must_use = "the write counts as in flight until the ticket is dropped"]
+pub struct WriteTicket {
+    guard: LeaderGuard,
+    deadline: Option<Instant>,
+    answered: bool,
+}
+
+impl WriteTicket {
+    /// When the write must have ended; `None` without leader election.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The API server answered (any status): the write is settled either way.
+    pub fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for WriteTicket {
+    fn drop(&mut self) {
+        if let Some(deadline) = self.deadline {
+            self.guard.end_write(deadline, self.answered);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(lease_ms: u64, renew_ms: u64) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            name: "netcm".into(),
+            namespace: "kube-system".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_millis(lease_ms),
+            renew_deadline: Duration::from_millis(renew_ms),
+            retry_period: Duration::from_millis(10),
+        }
+    }
+
+    fn guard(lease_ms: u64, renew_ms: u64) -> LeaderGuard {
+        LeaderGuard::new(&cfg(lease_ms, renew_ms), &Registry::new()).expect("guard")
+    }
+
+    #[test]
+    fn the_fence_refuses_writes_before_leadership_is_won() {
+        let g = guard(15_000, 50);
+        assert!(g.ensure_leader().is_err());
+        assert!(g.begin_write().is_err());
+        assert_eq!(g.inner.fenced.get(), 2);
+    }
+
+    #[test]
+    fn the_fence_allows_writes_after_a_fresh_renewal_and_refuses_once_it_is_older_than_the_renew_deadline(
+    ) {
+        let g = guard(15_000, 50);
+        g.renewed(Instant::now());
+        assert!(g.ensure_leader().is_ok());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(
+            g.ensure_leader().is_err(),
+            "a stale renewal must fence writes"
+        );
+    }
+
+    #[test]
+    fn the_fence_refuses_writes_after_stepping_down() {
+        let g = guard(15_000, 50);
+        g.renewed(Instant::now());
+        g.step_down();
+        assert!(g.ensure_leader().is_err());
+        assert!(!g.is_leader());
+    }
+
+    #[test]
+    fn without_leader_election_every_write_is_allowed_with_no_deadline() {
+        let g = LeaderGuard::disabled(&Registry::new()).expect("guard");
+        assert!(g.ensure_leader().is_ok());
+        assert_eq!(g.write_budget().ok(), Some(Duration::MAX));
+        assert_eq!(g.begin_write().expect("allowed").deadline(), None);
+        assert!(g.is_leader());
+        assert!(g.watchdog().is_ok());
+    }
+
+    #[test]
+    fn the_watchdog_passes_for_a_standby_and_a_freshly_renewed_leader() {
+        let g = guard(15_000, 50);
+        assert!(g.watchdog().is_ok());
+        g.renewed(Instant::now());
+        assert!(g.watchdog().is_ok());
+    }
+
+    #[test]
+    fn a_write_must_end_a_safety_margin_before_the_renewal_plus_the_lease_duration() {
+        let g = guard(15_000, 10_000);
+        assert_eq!(g.safety_margin(), Duration::from_millis(2500));
+        let sent = Instant::now() - Duration::from_secs(4);
+        g.renewed(sent);
+        let ticket = g.begin_write().expect("fresh enough");
+        assert_eq!(
+            ticket.deadline(),
+            Some(sent + Duration::from_millis(12_500))
+        );
+        let budget = g.write_budget().expect("fresh enough");
+        assert!(
+            budget <= Duration::from_millis(8500) && budget > Duration::from_millis(8000),
+            "{budget:?}"
+        );
+    }
+
+    #[test]
+    fn a_write_started_at_the_fences_last_moment_still_gets_half_the_gap() {
+        let g = guard(15_000, 10_000);
+        g.renewed(Instant::now() - Duration::from_millis(9_999));
+        let budget = g.write_budget().expect("still inside the renew deadline");
+        assert!(budget > Duration::from_millis(2500), "{budget:?}");
+    }
+
+    #[tokio::test]
+    async fn the_lease_may_be_released_once_every_answered_write_has_ended() {
+        let g = guard(15_000, 10_000);
+        g.renewed(Instant::now());
+        let ticket = g.begin_write().expect("leader");
+        let settle = tokio::spawn({
+            let g = g.clone();
+            async move { g.stop_writes_and_settle(Duration::from_secs(5)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            g.begin_write().is_err(),
+            "no write may start once settling began"
+        );
+        ticket.answered();
+        assert_eq!(settle.await.expect("join"), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_write_still_in_flight_keeps_the_lease_from_being_released() {
+        let g = guard(15_000, 10_000);
+        g.renewed(Instant::now());
+        let _ticket = g.begin_write().expect("leader");
+        let err = g
+            .stop_writes_and_settle(Duration::from_millis(20))
+            .await
+            .expect_err("a write is in flight");
+        assert_eq!(err.in_flight, 1);
+    }
+
+    #[tokio::test]
+    async fn a_write_abandoned_without_an_answer_may_land_until_its_deadline() {
+        let g = guard(15_000, 10_000);
+        let sent = Instant::now();
+        g.renewed(sent);
+        drop(g.begin_write().expect("leader"));
+        let err = g
+            .stop_writes_and_settle(Duration::from_millis(20))
+            .await
+            .expect_err("the abandoned write may still land");
+        assert_eq!(err.in_flight, 0);
+        assert!(err.may_land_for > Duration::from_secs(12), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_write_whose_deadline_has_passed_no_longer_holds_the_lease() {
+        let g = guard(1_000, 800);
+        g.renewed(Instant::now());
+        drop(g.begin_write().expect("leader"));
+        // Its deadline is the renewal + 900 ms; waiting that long settles it by the clock alone.
+        assert_eq!(
+            g.stop_writes_and_settle(Duration::from_secs(5)).await,
+            Ok(())
+        );
+    }
+}
