@@ -47,7 +47,12 @@ pub struct CheckCli {
     #[arg(short = 'o', long, value_enum, default_value = "text", global = true)]
     output: Output,
     /// The namespace of netcm's Lease (the chart's release namespace; inside netcm's pod, its own).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system", global = true)]
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "kube-system",
+        global = true
+    )]
     leader_elect_resource_namespace: String,
     /// The name of netcm's Lease.
     #[arg(long, default_value = "netcm", global = true)]
