@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane (etcd + kube-apiserver) on 127.0.0.1 for netcm's tests and local runs.
+# hack/node.sh starts one of its own, for a real node, with NETCM_NODE_MODE=1 (see Environment).
 #
 #   hack/controlplane.sh up                 build (if not cached) and start; last line: KUBECONFIG=<path>
 #   hack/controlplane.sh down               stop what `up` started
@@ -13,7 +14,8 @@
 #   hack/controlplane.sh freeze-apiserver N SIGSTOP kube-apiserver N (1 or 2): its sockets stay open, nothing answers
 #   hack/controlplane.sh thaw-apiserver N   SIGCONT kube-apiserver N
 #   hack/controlplane.sh bin NAME           path of a built binary: kube-apiserver, kube-controller-manager,
-#                                           kubectl, etcd, flanneld (built first if needed)
+#                                           kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld (built
+#                                           first if needed; Kubernetes binaries are stamped with KUBE_VERSION)
 #   hack/controlplane.sh audit              path of the audit log
 #   hack/controlplane.sh audit2             path of the second kube-apiserver's audit log
 #   hack/controlplane.sh env                the state (ports, paths) as shell assignments
@@ -21,6 +23,11 @@
 # Environment:
 #   NETCM_CACHE_DIR          where built binaries are cached by version (default ${XDG_CACHE_HOME:-~/.cache}/netcm)
 #   NETCM_CONTROLPLANE_DIR   where certificates, data, logs and PIDs live (default <checkout>/_out/controlplane)
+#   NETCM_NODE_MODE=1        (read by the first `up` of a state dir, then kept in it) kube-apiserver for a real
+#                            node: served on NETCM_API_HOST (an address of the host that is not loopback, which
+#                            pods reach through the `kubernetes` Service), ServiceAccount admission on, Node
+#                            authorization and NodeRestriction, a client certificate for kubelets (kubectl
+#                            logs), Services from NETCM_SERVICE_CIDR
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,7 +36,6 @@ source "$root/hack/versions.env"
 
 cache=${NETCM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/netcm}
 state=${NETCM_CONTROLPLANE_DIR:-$root/_out/controlplane}
-k8s_bin=$cache/k8s-$KUBE_VERSION
 etcd_bin=$cache/etcd-$ETCD_VERSION
 flannel_bin=$cache/flannel-$FLANNEL_VERSION
 
@@ -51,18 +57,51 @@ go_env() {
   fi
 }
 
+# Every Kubernetes binary carries its version: without it kube-apiserver reports v0.0.0-master and
+# `helm install` refuses any chart with a kubeVersion constraint.
+k8s_ldflags() {
+  local minor=${KUBE_VERSION#v1.}
+  minor=${minor%%.*}
+  echo "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1" \
+    "-X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+}
+
+# The cache key names everything that shapes the binaries (the tools module, the link flags, the Go
+# experiment), so a binary built another way is never reused: the unstamped builds of before lived in
+# k8s-<version>/ and are ignored.
+k8s_bin_dir() {
+  local key
+  key=$(cat "$root/hack/tools/k8s/go.mod" "$root/hack/tools/k8s/go.sum" <(k8s_ldflags) <(go_env) | sha256sum | cut -c1-12)
+  echo "$cache/k8s-$KUBE_VERSION-$key"
+}
+
+# The version a built binary reports, so a stale or unstamped binary is caught, not run.
+check_stamp() {
+  local bin=$1 name=$2 out
+  case "$name" in
+    kubectl) out=$("$bin" version --client 2>&1 || true) ;;
+    *) out=$("$bin" --version 2>&1 || true) ;;
+  esac
+  case "$out" in
+    *"$KUBE_VERSION"*) ;;
+    *) die "$bin reports '$out', not $KUBE_VERSION (built without version stamping?)" ;;
+  esac
+}
+
 build_k8s() {
-  local name=$1
+  local name=$1 k8s_bin
+  k8s_bin=$(k8s_bin_dir)
   [ -x "$k8s_bin/$name" ] && return 0
-  need go flock
+  need go flock sha256sum
   mkdir -p "$k8s_bin"
   (
     flock 9
     [ -x "$k8s_bin/$name" ] && exit 0
-    log "building $name $KUBE_VERSION from the k8s.io/kubernetes module (a cold kube-apiserver build takes ~8 min on 2 cores)"
+    log "building $name $KUBE_VERSION from the k8s.io/kubernetes module into $k8s_bin (cold: kube-apiserver ~8 min, kubelet ~2, kube-proxy ~1.5 on 2 cores)"
     cd "$root/hack/tools/k8s"
     # shellcheck disable=SC2046
-    env $(go_env) go build -trimpath -o "$k8s_bin/$name.tmp" "k8s.io/kubernetes/cmd/$name"
+    env $(go_env) go build -trimpath -ldflags "$(k8s_ldflags)" -o "$k8s_bin/$name.tmp" "k8s.io/kubernetes/cmd/$name"
+    check_stamp "$k8s_bin/$name.tmp" "$name"
     mv "$k8s_bin/$name.tmp" "$k8s_bin/$name"
   ) 9>"$cache/build.lock"
 }
@@ -104,10 +143,11 @@ build_flanneld() {
 
 bin_path() {
   case "$1" in
-    kube-apiserver | kube-controller-manager | kubectl) mkdir -p "$cache"; build_k8s "$1"; echo "$k8s_bin/$1" ;;
+    kube-apiserver | kube-controller-manager | kubectl | kubelet | kube-scheduler | kube-proxy)
+      mkdir -p "$cache"; build_k8s "$1"; echo "$(k8s_bin_dir)/$1" ;;
     etcd) mkdir -p "$cache"; build_etcd; echo "$etcd_bin/etcd" ;;
     flanneld) mkdir -p "$cache"; build_flanneld; echo "$flannel_bin/flanneld" ;;
-    *) die "unknown binary '$1' (kube-apiserver, kube-controller-manager, kubectl, etcd, flanneld)" ;;
+    *) die "unknown binary '$1' (kube-apiserver, kube-controller-manager, kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld)" ;;
   esac
 }
 
@@ -126,8 +166,11 @@ gen_certs() {
   (
     cd "$d"
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt -subj "/CN=netcm-test-ca" 2>/dev/null
+    local sans="IP:127.0.0.1,DNS:localhost,IP:$(service_ip),DNS:kubernetes,DNS:kubernetes.default"
+    sans="$sans,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    [ "$API_HOST" = 127.0.0.1 ] || sans="$sans,IP:$API_HOST"
     cat >serving.ext <<EOF
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc
+subjectAltName=$sans
 extendedKeyUsage=serverAuth
 EOF
     openssl req -newkey rsa:2048 -nodes -keyout serving.key -out serving.csr -subj "/CN=kube-apiserver" 2>/dev/null
@@ -137,7 +180,19 @@ EOF
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile client.ext -out admin.crt 2>/dev/null
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    if [ "$NODE_MODE" = 1 ]; then
+      # kube-apiserver's client certificate towards kubelets (logs, exec, port-forward).
+      openssl req -newkey rsa:2048 -nodes -keyout kubelet-client.key -out kubelet-client.csr \
+        -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+      openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile client.ext -out kubelet-client.crt 2>/dev/null
+    fi
   )
+}
+
+# The `kubernetes` Service's ClusterIP: the first address of the Service range.
+service_ip() {
+  python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[1])' "$SERVICE_CIDR"
 }
 
 write_audit_policy() {
@@ -170,7 +225,7 @@ kind: Config
 clusters:
   - name: netcm-test
     cluster:
-      server: https://127.0.0.1:$port
+      server: https://$API_HOST:$port
       certificate-authority: $d/ca.crt
 users:
   - name: netcm-admin
@@ -186,6 +241,8 @@ EOF
 
 load_env() {
   [ -f "$state/env" ] || die "no control plane state in $state: run 'hack/controlplane.sh up' first"
+  # State dirs made before node mode existed lack these.
+  API_HOST=127.0.0.1 SERVICE_CIDR=10.0.0.0/24 NODE_MODE=0
   # shellcheck source=/dev/null
   source "$state/env"
 }
@@ -222,6 +279,14 @@ start_apiserver() {
   load_env
   local apiserver d=$state/pki name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT} audit=${3:-$state/audit.log}
   apiserver=$(bin_path kube-apiserver)
+  local mode=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --authorization-mode RBAC
+    --disable-admission-plugins ServiceAccount)
+  if [ "$NODE_MODE" = 1 ]; then
+    mode=(--bind-address "$API_HOST" --advertise-address "$API_HOST" --authorization-mode Node,RBAC
+      --enable-admission-plugins NodeRestriction
+      --kubelet-client-certificate "$d/kubelet-client.crt" --kubelet-client-key "$d/kubelet-client.key"
+      --kubelet-preferred-address-types InternalIP)
+  fi
   setsid nohup "$apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --cert-dir "$d" \
@@ -229,15 +294,12 @@ start_apiserver() {
     --tls-private-key-file "$d/serving.key" \
     --client-ca-file "$d/ca.crt" \
     --secure-port "$port" \
-    --bind-address 127.0.0.1 \
-    --advertise-address 127.0.0.1 \
-    --service-cluster-ip-range 10.0.0.0/24 \
+    "${mode[@]}" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
     --allow-privileged=true \
-    --authorization-mode RBAC \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$d/sa.pub" \
     --service-account-signing-key-file "$d/sa.key" \
-    --disable-admission-plugins ServiceAccount \
     --audit-policy-file "$state/audit-policy.yaml" \
     --audit-log-path "$audit" \
     --audit-log-maxsize 0 \
@@ -254,7 +316,7 @@ wait_ready() {
   local i d=$state/pki name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT}
   for i in $(seq 1 300); do
     if curl -sf --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" \
-      "https://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
+      "https://$API_HOST:$port/readyz" >/dev/null 2>&1; then
       return 0
     fi
     alive "$name" || die "$name exited; see $state/$name.log: $(tail -3 "$state/$name.log")"
@@ -272,7 +334,7 @@ start_apiserver2() {
   fi
   write_kubeconfig "$state/kubeconfig2" "$APISERVER2_PORT"
   if ! alive kube-apiserver2; then
-    log "starting a second kube-apiserver $KUBE_VERSION on 127.0.0.1:$APISERVER2_PORT"
+    log "starting a second kube-apiserver $KUBE_VERSION on $API_HOST:$APISERVER2_PORT"
     start_apiserver kube-apiserver2 "$APISERVER2_PORT" "$state/audit2.log"
   fi
   echo "KUBECONFIG=$state/kubeconfig2"
@@ -322,21 +384,24 @@ cmd_up() {
   # Build before starting anything, so a cold cache fails early and clearly.
   bin_path etcd >/dev/null
   bin_path kube-apiserver >/dev/null
-  gen_certs
-  write_audit_policy
   if [ ! -f "$state/env" ]; then
     cat >"$state/env" <<EOF
 ETCD_PORT=$(free_port)
 ETCD_PEER_PORT=$(free_port)
 ETCD_METRICS_PORT=$(free_port)
 APISERVER_PORT=$(free_port)
+NODE_MODE=${NETCM_NODE_MODE:-0}
+API_HOST=${NETCM_API_HOST:-127.0.0.1}
+SERVICE_CIDR=${NETCM_SERVICE_CIDR:-10.0.0.0/24}
 EOF
   fi
   load_env
+  gen_certs
+  write_audit_policy
   write_kubeconfig
   alive etcd || { log "starting etcd $ETCD_VERSION on 127.0.0.1:$ETCD_PORT"; start_etcd; }
   if ! alive kube-apiserver; then
-    log "starting kube-apiserver $KUBE_VERSION on 127.0.0.1:$APISERVER_PORT"
+    log "starting kube-apiserver $KUBE_VERSION on $API_HOST:$APISERVER_PORT"
     start_apiserver
   fi
   log "ready; audit log: $state/audit.log"

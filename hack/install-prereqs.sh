@@ -5,9 +5,18 @@
 set -euo pipefail
 
 need_pkgs=()
-for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps gcc:gcc; do
+# The real node (hack/node.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
+# images without a registry, iptables and conntrack for kube-proxy, nft to remove the tables iptables-nft
+# makes once they are empty again.
+for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps gcc:gcc \
+  containerd:containerd runc:runc umoci:umoci iptables:iptables conntrack:conntrack nft:nftables \
+  /usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins; do
   cmd=${pair%%:*} pkg=${pair##*:}
-  command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+  if [[ "$cmd" == /* ]]; then
+    [ -x "$cmd" ] || need_pkgs+=("$pkg")
+  else
+    command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+  fi
 done
 # flanneld (built by hack/controlplane.sh for the e2e tests) needs cgo: a C compiler and the libc headers.
 [ -f /usr/include/stdio.h ] || need_pkgs+=(libc6-dev)
@@ -17,6 +26,7 @@ if [ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
   br_netfilter_missing=1
   command -v modprobe >/dev/null 2>&1 || need_pkgs+=(kmod)
 fi
+mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u | grep -v '^$' || true)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   if [ "$(id -u)" -ne 0 ]; then

@@ -2,14 +2,60 @@
 # The one run command: a local control plane, a handful of sample Nodes, and netcm in the foreground.
 #
 #   hack/local-up.sh            (Ctrl-C stops netcm; the control plane keeps running: hack/controlplane.sh down)
+#   hack/local-up.sh --chart [HELM ARGS…]
+#                               netcm as it runs in a cluster: the real node of hack/node.sh (kubelet,
+#                               containerd, kube-proxy…), the image built by hack/image.sh, and
+#                               `helm upgrade --install` of charts/netcm into kube-system (HELM ARGS are
+#                               added, e.g. --set logging.format=json); then follows the leader's log
+#                               (Ctrl-C stops following; netcm keeps running: hack/node.sh down stops all)
 #
 # The route-controller is left off here: it programs kernel routes and needs NET_ADMIN on a gateway host
-# (see README); the e2e suite runs it inside network namespaces.
+# (see README); the e2e suite runs it inside network namespaces and, as a DaemonSet, on the real node.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 bash hack/install-prereqs.sh >/dev/null
+
+if [ "${1:-}" = --chart ]; then
+  shift
+  node_line=$(bash hack/node.sh up | tail -1)
+  export KUBECONFIG=${node_line#KUBECONFIG=}
+  eval "$(bash hack/node.sh env | grep -E '^(SERVICE_CIDR|FREE_CLUSTER_CIDR|NODE_NAME)=')"
+  kubectl=$(bash hack/controlplane.sh bin kubectl)
+  helm=$(bash hack/verify-chart.sh helm)
+  built=$(bash hack/image.sh build)
+  image=$(sed -n 's/^IMAGE=//p' <<<"$built")
+  bash hack/node.sh load "$(sed -n 's/^TAR=//p' <<<"$built")" "$image"
+  "$helm" upgrade --install netcm charts/netcm -n kube-system --wait --timeout 120s \
+    --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
+    --set allocator.clusterCIDR="$FREE_CLUSTER_CIDR" --set allocator.serviceClusterIPRange="$SERVICE_CIDR" "$@"
+  "$kubectl" -n kube-system get pods -l app.kubernetes.io/instance=netcm -o wide
+  # The holder must be one of this release's pods: a Lease left by an earlier install names a gone one.
+  leader=""
+  for _ in $(seq 1 150); do
+    leader=$("$kubectl" -n kube-system get lease netcm -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+    [ -n "$leader" ] && "$kubectl" -n kube-system get pod "${leader%_*}" >/dev/null 2>&1 && break
+    leader=""
+    sleep 0.2
+  done
+  [ -n "$leader" ] || { echo "error: no pod of the release took the Lease kube-system/netcm within 30 s" >&2; exit 1; }
+  cat <<INFO
+
+netcm runs on the real node $NODE_NAME through its chart; the leader is ${leader%_*}. In another terminal:
+
+  export KUBECONFIG=$KUBECONFIG
+  alias kubectl=$kubectl helm=$helm
+  kubectl get nodes -o custom-columns=NAME:.metadata.name,POD-CIDRS:.spec.podCIDRs
+  kubectl -n kube-system get lease netcm -o jsonpath='{.spec.holderIdentity}'; echo
+  kubectl -n kube-system delete pod ${leader%_*}          # fail over to the standby
+  helm upgrade netcm charts/netcm -n kube-system --reuse-values --set logging.verbosity=2
+
+'hack/node.sh down' stops the node and restores the machine. Following the leader's log:
+
+INFO
+  exec "$kubectl" -n kube-system logs -f "${leader%_*}"
+fi
 kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
 export KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 kubectl=$(bash hack/controlplane.sh bin kubectl)

@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
 # The one test command (CI runs exactly this): installs what it needs on a fresh machine, then
 # cargo fmt --check, clippy -D warnings, unit tests, the chart checks and the e2e suite against a real
-# kube-apiserver + etcd started by hack/controlplane.sh. A missing prerequisite is an error, never a skip.
+# kube-apiserver + etcd started by hack/controlplane.sh, and netcm's chart on the real node of
+# hack/node.sh (one per machine: a node another checkout holds fails this run). A missing prerequisite is
+# an error, never a skip. Each step's time is printed at the end.
+#
+#   hack/test.sh     (NETCM_KEEP_CONTROLPLANE=1 keeps the control plane and the node running afterwards)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-step() { printf '\n=== %s\n' "$*"; }
+timings=()
+step_name="" step_start=$SECONDS
+step() {
+  [ -z "$step_name" ] || timings+=("$(printf '%5ss  %s' $((SECONDS - step_start)) "$step_name")")
+  step_name=$* step_start=$SECONDS
+  printf '\n=== %s\n' "$*"
+}
+report() {
+  timings+=("$(printf '%5ss  %s' $((SECONDS - step_start)) "$step_name")")
+  printf '\n=== times (total %ss)\n' "$SECONDS"
+  printf '%s\n' "${timings[@]}"
+}
 
 step "prerequisites"
 bash hack/install-prereqs.sh
@@ -14,9 +29,15 @@ bash hack/install-prereqs.sh
 step "control plane"
 kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
 export NETCM_E2E_KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
-if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
-  trap 'bash hack/controlplane.sh down >/dev/null 2>&1 || true' EXIT
-fi
+cleanup() {
+  # The times, even when a step failed.
+  [ -z "$step_name" ] || report >&2
+  if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
+    bash hack/node.sh down >&2 || true
+    bash hack/controlplane.sh down >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
 # The e2e tests beside real flannel agents run flanneld; build it now so a cold cache fails here, clearly.
 bash hack/controlplane.sh bin flanneld >/dev/null
 
@@ -40,6 +61,17 @@ promtool test rules hack/testdata/alerts-test.yaml
 step "dashboard: every panel query returns series from a live netcm"
 bash hack/verify-dashboard.sh
 
-step "e2e tests (real kube-apiserver + etcd)"
+step "image: release build, OCI image with umoci, checked against the Dockerfile"
+image_lines=$(bash hack/image.sh build)
+bash hack/image.sh check
+export NETCM_E2E_IMAGE NETCM_E2E_IMAGE_TAR
+NETCM_E2E_IMAGE=$(sed -n 's/^IMAGE=//p' <<<"$image_lines")
+NETCM_E2E_IMAGE_TAR=$(sed -n 's/^TAR=//p' <<<"$image_lines")
+
+step "real node: kubelet, containerd, kube-proxy, scheduler, controller-manager (hack/node.sh up)"
+node_line=$(bash hack/node.sh up | tail -1)
+export NETCM_E2E_NODE_KUBECONFIG=${node_line#KUBECONFIG=}
+
+step "e2e tests (real kube-apiserver + etcd; the chart on the real node)"
 cargo build --locked -p netcm
 cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1

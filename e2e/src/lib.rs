@@ -15,6 +15,7 @@ pub mod flanneld;
 pub mod netcm;
 pub mod netns;
 pub mod nodes;
+pub mod realnode;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};
