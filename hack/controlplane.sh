@@ -8,8 +8,10 @@
 #   hack/controlplane.sh restart-etcd       stop and start etcd, keeping data
 #   hack/controlplane.sh stop-apiserver     stop kube-apiserver only (start it again with start-apiserver)
 #   hack/controlplane.sh start-apiserver    start a stopped kube-apiserver with the same flags and ports
-#   hack/controlplane.sh start-apiserver2   start a second kube-apiserver on the same etcd (own port, audit2.log,
-#                                           kubeconfig2, same certificates and keys); last line: KUBECONFIG=<path>
+#   hack/controlplane.sh start-apiserver2 [FLAG...]
+#                                           start a second kube-apiserver on the same etcd (own port, audit2.log,
+#                                           kubeconfig2, same certificates and keys, FLAGs appended, e.g.
+#                                           --feature-gates=WatchList=false); last line: KUBECONFIG=<path>
 #   hack/controlplane.sh stop-apiserver2    stop the second kube-apiserver (`down` stops it too)
 #   hack/controlplane.sh freeze-apiserver N SIGSTOP kube-apiserver N (1 or 2): its sockets stay open, nothing answers
 #   hack/controlplane.sh thaw-apiserver N   SIGCONT kube-apiserver N
@@ -212,6 +214,12 @@ rules:
         resources: ["events"]
       - group: "ipam.netcm.io"
         resources: ["podcidrclaims"]
+  # How informers list Nodes: paged LISTs or one streaming watch (sendInitialEvents=true).
+  - level: Metadata
+    verbs: ["list", "watch"]
+    resources:
+      - group: ""
+        resources: ["nodes"]
   - level: None
 EOF
 }
@@ -278,6 +286,8 @@ start_etcd() {
 start_apiserver() {
   load_env
   local apiserver d=$state/pki name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT} audit=${3:-$state/audit.log}
+  shift $(($# < 3 ? $# : 3))
+  local extra=("$@")
   apiserver=$(bin_path kube-apiserver)
   local mode=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --authorization-mode RBAC
     --disable-admission-plugins ServiceAccount)
@@ -306,6 +316,7 @@ start_apiserver() {
     --audit-log-format json \
     --max-requests-inflight 800 \
     --max-mutating-requests-inflight 400 \
+    "${extra[@]}" \
     >>"$state/$name.log" 2>&1 </dev/null &
   echo $! >"$state/$name.pid"
   wait_ready "$name" "$port"
@@ -335,7 +346,7 @@ start_apiserver2() {
   write_kubeconfig "$state/kubeconfig2" "$APISERVER2_PORT"
   if ! alive kube-apiserver2; then
     log "starting a second kube-apiserver $KUBE_VERSION on $API_HOST:$APISERVER2_PORT"
-    start_apiserver kube-apiserver2 "$APISERVER2_PORT" "$state/audit2.log"
+    start_apiserver kube-apiserver2 "$APISERVER2_PORT" "$state/audit2.log" "$@"
   fi
   echo "KUBECONFIG=$state/kubeconfig2"
 }
@@ -421,7 +432,7 @@ case "${1:-}" in
   restart-apiserver) stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted" ;;
   stop-apiserver) stop_component kube-apiserver 3; log "kube-apiserver stopped" ;;
   start-apiserver) alive kube-apiserver || start_apiserver; log "kube-apiserver started" ;;
-  start-apiserver2) start_apiserver2 ;;
+  start-apiserver2) shift; start_apiserver2 "$@" ;;
   stop-apiserver2) stop_component kube-apiserver2 3; log "second kube-apiserver stopped" ;;
   freeze-apiserver) signal_apiserver STOP "${2:-}" ;;
   thaw-apiserver) signal_apiserver CONT "${2:-}" ;;

@@ -15,12 +15,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::watcher::{watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+pub mod initial_list;
 
 /// One change to an object, as handlers see it.
 #[derive(Debug, Clone)]
@@ -167,7 +169,20 @@ where
             .clone();
         let transform = self.shared.transform.clone();
         let kind = K::kind(&()).to_string();
-        let stream = watcher(api, watcher::Config::default().page_size(100))
+        let strategy = initial_list::decide(initial_list::probe(&api).await);
+        match &strategy {
+            initial_list::InitialList::Streaming => {
+                tracing::info!(kind = %kind, initial_list = strategy.name(), "listing with a streaming list (sendInitialEvents)")
+            }
+            initial_list::InitialList::Paged(why) => tracing::info!(
+                kind = %kind,
+                initial_list = strategy.name(),
+                page_size = initial_list::PAGE_SIZE,
+                reason = %why,
+                "listing in pages"
+            ),
+        }
+        let stream = watcher(api, strategy.watcher_config())
             .backoff(WatchBackoff::default())
             .modify(move |obj: &mut K| transform(obj));
         let mut stream = std::pin::pin!(stream);
