@@ -575,6 +575,22 @@ async fn a_custom_prefix_publishes_under_it_and_leaves_other_prefixes_alone() {
 }
 
 #[tokio::test]
+async fn annotation_prefix_and_its_deprecated_alias_with_different_values_exit_2() {
+    let env = TestEnv::new().await;
+    let mut n = Netcm::start(
+        "prefix-conflict",
+        &env.cp.kubeconfig,
+        &[
+            SYNCER,
+            "--annotation-prefix=example.com",
+            "--route-lease-annotation-prefix=example.org",
+        ],
+    );
+    let status = n.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(2), "{}", n.logs());
+}
+
+#[tokio::test]
 async fn bad_syncer_flags_exit_2_naming_the_flag_before_touching_the_api() {
     let env = TestEnv::new().await;
     for (arg, needle) in [

@@ -386,6 +386,27 @@ async fn with_set_node_network_unavailable_false_routes_are_made_and_no_conditio
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_are_read_under_annotation_prefix_and_under_its_deprecated_alias() {
+    let lab = lab().await;
+    let node = NodeFixture::named("prefixed")
+        .internal_ip("192.0.2.1")
+        .pod_cidrs(&["10.244.1.0/24"])
+        .annotation("flannel.alpha.coreos.com/public-ip", "192.0.2.21")
+        .annotation("example.com/net-public-ip", "192.0.2.11")
+        .annotation("example.com/old-public-ip", "192.0.2.31");
+    create_nodes(&lab.env.client, vec![node], 1).await;
+    let via = |gw: &str| BTreeMap::from([(net("10.244.1.0/24"), ip(gw))]);
+    let netcm = lab.start(&["--annotation-prefix=example.com/net"], &[]);
+    lab.wait_routes(&via("192.0.2.11"), Duration::from_secs(30))
+        .await;
+    drop(netcm);
+    // The route stays in the kernel when netcm stops; the next one re-points it.
+    let _netcm = lab.start(&["--route-lease-annotation-prefix=example.com/old"], &[]);
+    lab.wait_routes(&via("192.0.2.31"), Duration::from_secs(30))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_net_admin_the_route_controller_stops_at_startup_with_a_clear_error() {
     let env = TestEnv::new().await;
     let dir = tempfile::tempdir().expect("tempdir");

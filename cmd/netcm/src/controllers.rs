@@ -14,8 +14,10 @@ pub fn registry(
     let allocator = cli.allocator.clone();
     let annotations = cli.annotations.clone();
     let routes = cli.routes.clone();
-    // The route controller owns only routes inside the allocator's cluster CIDRs.
+    // The route controller owns only routes inside the allocator's cluster CIDRs, and reads gateways
+    // from the lease annotations under the syncer's prefix.
     let cluster_cidr = cli.allocator.cluster_cidr.clone();
+    let annotation_prefix = cli.annotations.annotation_prefix()?.1.to_string();
     let sweep = sweep.clone();
     Ok(Registry::new(vec![
         ControllerDescriptor {
@@ -35,7 +37,13 @@ pub fn registry(
             aliases: &["route", "node-route-controller"],
             disabled_by_default: false,
             init: Box::new(move |ctx| {
-                netcm_route_controller::init(ctx, &routes, &cluster_cidr, &sweep)
+                netcm_route_controller::init(
+                    ctx,
+                    &routes,
+                    &cluster_cidr,
+                    &annotation_prefix,
+                    &sweep,
+                )
             }),
         },
     ])?)

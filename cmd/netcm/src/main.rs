@@ -48,6 +48,9 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
+    if let Some(warning) = cli.annotations.deprecation_warning() {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,6 +109,10 @@ fn validate(
     cli.generic.validate()?;
     let enabled = registry.enabled(&cli.generic.controllers)?;
     let on = |name: &str| enabled.iter().any(|d| d.name == name);
+    // One prefix for both readers of it; checked first, so an error names the flag that was given.
+    if on(netcm_node_annotation_syncer::NAME) || on(netcm_route_controller::NAME) {
+        cli.annotations.lease_keys()?;
+    }
     if on(netcm_subnet_allocator::NAME) {
         cli.allocator.config()?;
     }
@@ -118,6 +125,7 @@ fn validate(
     let context = netcm_route_controller::flags::Context {
         cluster_cidr: &cli.allocator.cluster_cidr,
         leader_elect: cli.generic.leader_elect,
+        annotation_prefix: cli.annotations.annotation_prefix()?.1,
     };
     Ok(Some(cli.routes.config(context)?))
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use netcm_lease::Keys;
 use netcm_manager::{EventRecorder, EventType, Fenced, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_node::Keys;
 use netcm_workqueue::Queue;
 
 use crate::flags::Config;
@@ -351,8 +351,8 @@ impl Syncer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Family;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use netcm_node::Family;
 
     const P: &str = "flannel.alpha.coreos.com/";
 
@@ -362,7 +362,8 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
         let client = kube::Client::try_from(config).expect("client");
         let flags = crate::Flags {
-            annotation_prefix: "flannel.alpha.coreos.com".into(),
+            annotation_prefix: None,
+            route_lease_annotation_prefix: None,
             backend_type: "host-gw".into(),
             public_ip_address_types: vec!["InternalIP".into(), "ExternalIP".into()],
             concurrent_node_annotation_syncs: 1,

@@ -1,13 +1,14 @@
 //! The route-controller's flags: the cloud route controller's `--route-reconciliation-period`, flannel's
 //! NetworkUnavailable switch, netcm's own route-table settings and `--route-mode`, checked together with
-//! the two flags of others the controller depends on (`--cluster-cidr`, `--leader-elect`) into a
-//! [`Config`].
+//! the flags of others the controller depends on (`--cluster-cidr`, `--leader-elect`,
+//! `--annotation-prefix`) into a [`Config`].
 
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 use ipnet::IpNet;
 use netcm_manager::duration::{format_duration, parse_duration};
+use netcm_node::{Keys, PrefixError};
 
 use crate::ownership::is_default_like;
 use crate::protocols::taken_by;
@@ -21,8 +22,6 @@ const TABLE_LOCAL: u32 = 255;
 /// netcm's route protocol: no number in [`crate::protocols::TAKEN`] (the kernel's, iproute2's, FRR's
 /// 186–198, Calico's 80), so no route of anyone else carries it.
 pub const DEFAULT_ROUTE_PROTOCOL: u8 = 199;
-/// flannel's `--kube-annotation-prefix` default, which node-annotation-syncer writes under.
-pub const DEFAULT_ANNOTATION_PREFIX: &str = "flannel.alpha.coreos.com";
 /// A full reconcile more often than this would only burn CPU on dumps of the routing table.
 const MIN_RECONCILIATION_PERIOD: Duration = Duration::from_secs(1);
 
@@ -73,10 +72,6 @@ pub struct Flags {
     /// Set the NetworkUnavailable condition on Nodes from the result of their route.
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub set_node_network_unavailable: bool,
-
-    /// Annotation prefix of the lease annotations (`<prefix>/public-ip`, `<prefix>/public-ipv6`) routes are read from; keep it equal to --annotation-prefix.
-    #[arg(long, default_value = DEFAULT_ANNOTATION_PREFIX)]
-    pub route_lease_annotation_prefix: String,
 }
 
 /// A table id from a number or iproute2's names for the two tables pod routes may sensibly go to.
@@ -90,12 +85,6 @@ fn parse_table(value: &str) -> Result<u32, String> {
     }
 }
 
-/// The lease annotation keys routes are read from, by flannel's prefix rules (the same keys
-/// node-annotation-syncer writes for the same prefix).
-pub fn lease_keys(prefix: &str) -> Result<netcm_lease::Keys, netcm_lease::PrefixError> {
-    netcm_lease::Keys::new("--route-lease-annotation-prefix", prefix)
-}
-
 /// The flags of other controllers the route controller depends on.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
@@ -103,6 +92,9 @@ pub struct Context<'a> {
     pub cluster_cidr: &'a str,
     /// `--leader-elect`.
     pub leader_elect: bool,
+    /// `--annotation-prefix` (node-annotation-syncer's flag, in effect): gateways are read from the lease
+    /// annotations under it, the keys the syncer writes.
+    pub annotation_prefix: &'a str,
 }
 
 /// A flag value or combination the route controller refuses; one line naming the flag and the rule.
@@ -129,7 +121,7 @@ pub enum FlagError {
     Period(String),
     /// Not an annotation prefix flannel accepts.
     #[error(transparent)]
-    Prefix(#[from] netcm_lease::PrefixError),
+    Prefix(#[from] PrefixError),
     /// An entry of `--cluster-cidr` that does not parse.
     #[error("--cluster-cidr: {0:?} is not a CIDR")]
     ClusterCidr(String),
@@ -158,7 +150,7 @@ pub struct Config {
     /// `--set-node-network-unavailable`.
     pub set_node_network_unavailable: bool,
     /// The lease annotation keys gateways are read from.
-    pub keys: netcm_lease::Keys,
+    pub keys: Keys,
     /// `--cluster-cidr`, parsed (empty only in node mode).
     pub cluster_cidrs: Vec<IpNet>,
 }
@@ -200,7 +192,7 @@ impl Flags {
                 self.route_reconciliation_period,
             )));
         }
-        let keys = lease_keys(&self.route_lease_annotation_prefix)?;
+        let keys = Keys::new("--annotation-prefix", context.annotation_prefix)?;
         let cluster_cidrs = parse_cluster_cidrs(context.cluster_cidr)?;
         match self.route_mode {
             RouteMode::Gateway if cluster_cidrs.is_empty() => return Err(FlagError::NoClusterCidr),
@@ -235,10 +227,6 @@ impl Flags {
                 "--set-node-network-unavailable".into(),
                 self.set_node_network_unavailable.to_string(),
             ),
-            (
-                "--route-lease-annotation-prefix".into(),
-                self.route_lease_annotation_prefix.clone(),
-            ),
         ]
     }
 }
@@ -263,6 +251,7 @@ mod tests {
     const CLUSTER: Context<'static> = Context {
         cluster_cidr: "10.244.0.0/16,fd00:10:244::/56",
         leader_elect: true,
+        annotation_prefix: "flannel.alpha.coreos.com",
     };
 
     fn check(args: &[&str]) -> Result<Config, FlagError> {
@@ -283,7 +272,6 @@ mod tests {
         assert_eq!(f.route_protocol, 199);
         assert_eq!(f.route_reconciliation_period, Duration::from_secs(10));
         assert!(f.set_node_network_unavailable);
-        assert_eq!(f.route_lease_annotation_prefix, "flannel.alpha.coreos.com");
         let c = f.config(CLUSTER).expect("valid");
         assert_eq!(
             c.cluster_cidrs,
@@ -407,6 +395,7 @@ mod tests {
         let daemonset = Context {
             cluster_cidr: "",
             leader_elect: false,
+            ..CLUSTER
         };
         let c = node.config(daemonset).expect("valid");
         assert_eq!(c.mode, RouteMode::Node);
@@ -422,19 +411,20 @@ mod tests {
 
     #[test]
     fn annotation_prefixes_follow_flannels_rules_and_give_the_syncers_keys() {
-        let keys = lease_keys("flannel.alpha.coreos.com").expect("default");
-        assert_eq!(keys.public_ip, "flannel.alpha.coreos.com/public-ip");
+        let keys = |prefix: &str| {
+            parse(&[]).config(Context {
+                annotation_prefix: prefix,
+                ..CLUSTER
+            })
+        };
+        let c = keys("flannel.alpha.coreos.com").expect("default");
+        assert_eq!(c.keys.public_ip, "flannel.alpha.coreos.com/public-ip");
         // flannel appends "-" to a name part, so the syncer writes `lease-public-ip`: read the same.
-        let keys = lease_keys("example.com/lease").expect("custom");
-        assert_eq!(keys.public_ipv6, "example.com/lease-public-ipv6");
-        assert!(lease_keys("a/b/c").is_err());
-        assert!(lease_keys("Not_A_Domain").is_err());
-        let e = lease_keys("example.com/UPPER").expect_err("upper case");
-        assert!(
-            e.to_string().starts_with("--route-lease-annotation-prefix"),
-            "{e}"
-        );
-        assert!(error(&["--route-lease-annotation-prefix=a/b/c"])
-            .starts_with("--route-lease-annotation-prefix"));
+        let c = keys("example.com/lease").expect("custom");
+        assert_eq!(c.keys.public_ipv6, "example.com/lease-public-ipv6");
+        assert!(keys("a/b/c").is_err());
+        assert!(keys("Not_A_Domain").is_err());
+        let e = keys("example.com/UPPER").expect_err("upper case");
+        assert!(e.to_string().starts_with("--annotation-prefix"), "{e}");
     }
 }

@@ -42,7 +42,6 @@ use netcm_manager::{Controller, Fenced, InitContext, InitError, InitResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::condition::ConditionWriter;
-use crate::desired::AnnotationKeys;
 use crate::flags::{Context, FlagError};
 use crate::ownership::Ownership;
 use crate::table::RouteSyncer;
@@ -86,19 +85,22 @@ pub struct RouteController {
     connections: Vec<BoxFuture<'static, ()>>,
 }
 
-/// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend
-/// (a clear error without CAP_NET_ADMIN) and the kernel's change notifications, and subscribes to
-/// Nodes. `sweep` is stopped before the first reconcile, which takes its work over.
+/// The init function: checks the flags with `--cluster-cidr`, `--leader-elect` and
+/// `--annotation-prefix`, opens the backend (a clear error without CAP_NET_ADMIN) and the kernel's
+/// change notifications, and subscribes to Nodes. `sweep` is stopped before the first reconcile, which
+/// takes its work over.
 pub fn init(
     ctx: &InitContext,
     flags: &Flags,
     cluster_cidr: &str,
+    annotation_prefix: &str,
     sweep: &StartupSweep,
 ) -> InitResult {
     let config = flags
         .config(Context {
             cluster_cidr,
             leader_elect: ctx.leader_elected,
+            annotation_prefix,
         })
         .map_err(|e| InitError::new(StartError::from(e)))?;
     let own_node = ctx.node_name.clone();
@@ -138,7 +140,7 @@ pub fn init(
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
-        AnnotationKeys::new(&config.keys),
+        config.keys.clone(),
         own_node.clone(),
         Ownership::new(config.cluster_cidrs.clone()),
         ctx.leader.clone(),

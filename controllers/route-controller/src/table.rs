@@ -22,9 +22,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use netcm_manager::{Fenced, LeaderGuard};
+use netcm_node::Keys;
 
 use crate::backend::{BackendError, Operation, Route, Routes};
-use crate::desired::{node_routes, AnnotationKeys, NodeRoutes};
+use crate::desired::{node_routes, NodeRoutes};
 use crate::metrics::RouteMetrics;
 use crate::ownership::Ownership;
 
@@ -129,7 +130,7 @@ impl NotRouted {
 /// netcm's routes: the view, who claims what, what is netcm's, and the backend.
 pub struct RouteSyncer {
     backend: Arc<dyn Routes>,
-    keys: AnnotationKeys,
+    keys: Keys,
     own_node: Option<String>,
     ownership: Ownership,
     guard: LeaderGuard,
@@ -143,7 +144,7 @@ impl RouteSyncer {
     /// `ownership` allows is routed or deleted.
     pub fn new(
         backend: Arc<dyn Routes>,
-        keys: AnnotationKeys,
+        keys: Keys,
         own_node: Option<String>,
         ownership: Ownership,
         guard: LeaderGuard,

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
 use netcm_manager::{EventRecorder, EventType, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_node::{PodCidrs, UnparsableCidr};
 use netcm_workqueue::Queue;
 
 use crate::claims::{ClaimError, Claims};
@@ -118,19 +119,6 @@ pub struct Allocator {
     pub(crate) record_assigned: bool,
 }
 
-/// Parses pod CIDR strings; returns the parsed ones and the unparsable ones.
-pub fn parse_pod_cidrs(raw: &[String]) -> (Vec<IpNet>, Vec<String>) {
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for s in raw {
-        match s.trim().parse::<IpNet>() {
-            Ok(net) => good.push(net),
-            Err(_) => bad.push(s.clone()),
-        }
-    }
-    (good, bad)
-}
-
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -139,7 +127,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn facts(node: &Node) -> NodeFacts {
     NodeFacts {
         uid: node.metadata.uid.clone().unwrap_or_default(),
-        pod_cidrs: netcm_manager::node::pod_cidrs(node),
+        pod_cidrs: netcm_node::raw_pod_cidrs(node),
         deleting: node.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -209,7 +197,10 @@ impl Allocator {
 
     /// Records the CIDRs a Node already has and reports bad data on it.
     pub(crate) async fn record_existing(&self, node: &Node, name: &str, uid: &str, raw: &[String]) {
-        let (parsed, unparsable) = parse_pod_cidrs(raw);
+        let PodCidrs {
+            cidrs: parsed,
+            unparsable,
+        } = PodCidrs::parse(raw);
         let outcome = {
             let mut pools = lock(&self.pools);
             let o = pools.hold(uid, &parsed);
@@ -242,7 +233,7 @@ impl Allocator {
             .collect();
         let flagged = !unparsable.is_empty() || !findings.is_empty();
         self.set_flagged(name, flagged);
-        for bad in &unparsable {
+        for UnparsableCidr { raw: bad } in &unparsable {
             let note = format!("node {name} has an unparsable pod CIDR {bad:?}; it is ignored and nothing is allocated over it");
             tracing::warn!(controller = NAME, node = name, cidr = %bad, "unparsable pod CIDR");
             self.recorder
@@ -364,13 +355,6 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unparsable_pod_cidrs_are_separated_from_good_ones() {
-        let (good, bad) = parse_pod_cidrs(&["10.0.0.0/24".into(), "banana".into()]);
-        assert_eq!(good.len(), 1);
-        assert_eq!(bad, ["banana"]);
-    }
 
     #[test]
     fn tracking_forgets_a_name_only_for_the_uid_it_recorded() {

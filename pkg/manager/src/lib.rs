@@ -21,7 +21,6 @@ pub mod informer;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
-pub mod node;
 pub mod published;
 pub mod registry;
 pub mod run;

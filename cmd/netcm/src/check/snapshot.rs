@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use netcm_ipam::{AllocatorConfig, AllocatorFlags};
 use netcm_manager::published::EffectiveConfiguration;
+use netcm_node::PodCidrs;
 
 /// The Lease as read.
 #[derive(Debug, Clone)]
@@ -129,17 +130,12 @@ pub fn name(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or("")
 }
 
-/// A Node's pod CIDRs, parsed and not.
+/// A Node's pod CIDRs as the checks compare them: the networks (host bits cleared) and the entries that
+/// are not CIDRs.
 pub fn pod_cidrs(node: &Node) -> (Vec<IpNet>, Vec<String>) {
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for raw in netcm_manager::node::pod_cidrs(node) {
-        match raw.parse::<IpNet>() {
-            Ok(n) => good.push(n.trunc()),
-            Err(_) => bad.push(raw),
-        }
-    }
-    (good, bad)
+    let parsed = PodCidrs::of(node);
+    let bad = parsed.unparsable.iter().map(|u| u.raw.clone()).collect();
+    (parsed.networks().collect(), bad)
 }
 
 /// How long ago, in words ("42s", "3m", "5h", "2d").
@@ -252,8 +248,8 @@ impl Settings {
             annotation_prefix: given
                 .annotation_prefix
                 .clone()
-                .or_else(|| from("--annotation-prefix"))
-                .unwrap_or_else(|| "flannel.alpha.coreos.com".into()),
+                .or_else(|| from("--annotation-prefix")),
+            route_lease_annotation_prefix: None,
             backend_type: from("--backend-type").unwrap_or_else(|| "host-gw".into()),
             public_ip_address_types: given
                 .public_ip_address_types
