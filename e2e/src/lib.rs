@@ -16,6 +16,7 @@ pub mod netcm;
 pub mod netns;
 pub mod nodes;
 pub mod realnode;
+pub mod route_lab;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};
