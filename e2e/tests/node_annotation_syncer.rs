@@ -5,7 +5,7 @@
 //! Here: leases at scale and the chain from the allocator. Beside this file: `addresses.rs` (which
 //! address becomes the public IP, overwrites, Nodes still missing a piece), `ownership.rs` (a lease
 //! another writer publishes), `beside_flanneld.rs` (the same with real flanneld agents), `flags.rs`
-//! (`--annotation-prefix` and bad flags), `support.rs` (expectations, waits, the audit log).
+//! (`--annotation-prefix`), `support.rs` (expectations, waits, the audit log).
 
 #[path = "node_annotation_syncer/support.rs"]
 mod support;
