@@ -95,7 +95,8 @@ impl NetcmProcess {
         }
     }
 
-    /// The log so far.
+    /// The log so far: shown when a test fails, and read by the few tests whose subject is the log
+    /// itself. Waits and assertions use the metrics ([`Netcm::wait_metric`]) and the API's state.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -109,22 +110,6 @@ impl NetcmProcess {
             .map(|stat| stat.split_whitespace().nth(2) == Some("Z"))
             .unwrap_or(true);
         assert!(!exited, "{} exited unexpectedly", self.label);
-    }
-
-    /// Waits until the log contains `needle`; fails at once if the process exits first.
-    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        wait_for(
-            &format!("{} to log {needle:?}", self.label),
-            timeout,
-            || async {
-                if self.logs().contains(needle) {
-                    return Some(());
-                }
-                self.assert_running();
-                None
-            },
-        )
-        .await;
     }
 
     /// This process's leader-election identity, from the `identity` field of its startup log record:
