@@ -95,7 +95,8 @@ impl NetcmProcess {
         }
     }
 
-    /// The log so far.
+    /// The log so far: shown when a test fails, and read by the few tests whose subject is the log
+    /// itself. Waits and assertions use the metrics ([`Netcm::wait_metric`]) and the API's state.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -111,23 +112,8 @@ impl NetcmProcess {
         assert!(!exited, "{} exited unexpectedly", self.label);
     }
 
-    /// Waits until the log contains `needle`; fails at once if the process exits first.
-    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        wait_for(
-            &format!("{} to log {needle:?}", self.label),
-            timeout,
-            || async {
-                if self.logs().contains(needle) {
-                    return Some(());
-                }
-                self.assert_running();
-                None
-            },
-        )
-        .await;
-    }
-
-    /// This process's leader-election identity, from its startup log line.
+    /// This process's leader-election identity, from the `identity` field of its startup log record:
+    /// before it leads, the only place a replica shows it (the Lease names only the holder).
     pub async fn identity(&self) -> String {
         let label = self.label.clone();
         wait_for(
@@ -305,6 +291,72 @@ impl Netcm {
         let (_, body) = self.http_get("/metrics").await?;
         sample(&body, series)
     }
+
+    /// Waits until the sample `series` satisfies `want` (`what` names the expectation in the failure);
+    /// returns the value. Fails at once if the process exits first.
+    pub async fn wait_metric(
+        &self,
+        series: &str,
+        what: &str,
+        want: impl Fn(f64) -> bool,
+        timeout: Duration,
+    ) -> f64 {
+        wait_for(
+            &format!("{}'s {series} to be {what}", self.label),
+            timeout,
+            || async {
+                let value = self.metric(series).await.filter(|v| want(*v));
+                if value.is_none() {
+                    self.assert_running();
+                }
+                value
+            },
+        )
+        .await
+    }
+
+    /// Waits until this replica leads: `leader_election_master_status` of netcm's Lease is 1.
+    pub async fn wait_leading(&self, timeout: Duration) {
+        self.wait_metric(MASTER_STATUS, "1", |v| v == 1.0, timeout)
+            .await;
+    }
+
+    /// Whether this replica leads now (`leader_election_master_status` is 1).
+    pub async fn is_leading(&self) -> bool {
+        self.metric(MASTER_STATUS).await == Some(1.0)
+    }
+
+    /// Waits until this replica stands by: its elector exists and does not lead
+    /// (`leader_election_master_status` 0, registered just before the first attempt to acquire) while
+    /// another identity holds netcm's Lease. Returns that holder.
+    pub async fn wait_standing_by(&self, client: &kube::Client, timeout: Duration) -> String {
+        wait_for(
+            &format!("{} to stand by behind another holder", self.label),
+            timeout,
+            || async {
+                if self.metric(MASTER_STATUS).await != Some(0.0) {
+                    self.assert_running();
+                    return None;
+                }
+                crate::lease_holder(client, crate::LEASE_NAME).await
+            },
+        )
+        .await
+    }
+
+    /// Waits until the manager runs `controller` (`running_managed_controllers{name=controller}` is 1).
+    pub async fn wait_controller_running(&self, controller: &str, timeout: Duration) {
+        self.wait_metric(&running_controller(controller), "1", |v| v == 1.0, timeout)
+            .await;
+    }
+}
+
+/// The sample saying whether this process leads netcm's Lease.
+pub const MASTER_STATUS: &str = "leader_election_master_status{name=\"netcm\"}";
+
+/// The sample saying whether the manager runs `controller` (labels as the exposition sorts them).
+pub fn running_controller(controller: &str) -> String {
+    format!("running_managed_controllers{{manager=\"netcm\",name=\"{controller}\"}}")
 }
 
 /// The value of one sample in a Prometheus text exposition (`name{labels}` exactly as printed).

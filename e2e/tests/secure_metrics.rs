@@ -48,10 +48,7 @@ async fn secure_metrics_need_a_token_with_the_metrics_role_and_health_needs_none
             "--cluster-cidr=10.244.0.0/16",
         ],
     );
-    n.wait_log("serving /metrics over HTTPS", Duration::from_secs(30))
-        .await;
-    n.wait_log("this replica now leads", Duration::from_secs(30))
-        .await;
+    n.wait_leading(Duration::from_secs(30)).await;
 
     let (code, body) = n.https_get("/metrics", None);
     assert_eq!(code, 401, "no token: {body}");
@@ -163,8 +160,7 @@ async fn a_thousand_bogus_tokens_cost_the_shared_client_nothing_and_leave_the_le
             "--kube-api-burst=40",
         ],
     );
-    n.wait_log("this replica now leads", Duration::from_secs(30))
-        .await;
+    n.wait_leading(Duration::from_secs(30)).await;
     let lease_before = lease_state(&env).await;
     let shared_posts = || metric_sum(&n, "rest_client_requests_total", &["method=\"POST\""]);
     // The allocator's own POSTs (one PodCIDRClaim per allocation) are the shared client's; reviews are not.
