@@ -37,7 +37,9 @@ mod metrics;
 mod queue;
 mod rate_limiter;
 mod state;
+mod token_bucket;
 
 pub use metrics::{Error, WorkqueueMetrics};
 pub use queue::Queue;
 pub use rate_limiter::RateLimiter;
+pub use token_bucket::TokenBucket;
