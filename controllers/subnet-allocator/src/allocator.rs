@@ -5,7 +5,7 @@
 //! was recorded for the old one (held, pending or claimed) is released, not inherited.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
@@ -13,6 +13,7 @@ use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
 use netcm_manager::{EventRecorder, EventType, LeaderGuard, SharedInformer, SyncOutcome};
 use netcm_workqueue::Queue;
+use parking_lot::Mutex;
 
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts, Recorded};
@@ -131,8 +132,8 @@ pub fn parse_pod_cidrs(raw: &[String]) -> (Vec<IpNet>, Vec<String>) {
     (good, bad)
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 /// What the decision step needs of a cached Node.
@@ -276,7 +277,13 @@ impl Allocator {
                 self.set_flagged(&other, true);
                 if let Some(other_node) = self.nodes.get(&other) {
                     self.recorder
-                        .publish(&other_node, EventType::Warning, reason, "RecordCIDR", note)
+                        .publish(
+                            other_node.as_ref(),
+                            EventType::Warning,
+                            reason,
+                            "RecordCIDR",
+                            note,
+                        )
                         .await;
                 }
             }
