@@ -16,6 +16,9 @@
 //! Each queue can record client-go's `workqueue_*` Prometheus metrics,
 //! labelled with its name, through a shared [`WorkqueueMetrics`].
 //!
+//! [`TokenBucket`], the limiter behind the queue's overall rate, is the
+//! workspace's one token bucket: netcm's API clients use it too.
+//!
 //! ```
 //! use netcm_workqueue::{Queue, RateLimiter};
 //!
