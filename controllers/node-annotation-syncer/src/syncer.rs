@@ -3,13 +3,14 @@
 //! agent publishes (`owner.rs`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use netcm_manager::{EventRecorder, EventType, Fenced, LeaderGuard, SharedInformer, SyncOutcome};
 use netcm_node::Keys;
 use netcm_workqueue::Queue;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::flags::Config;
 use crate::lease::{self, Instead, InvalidOverwrite, Plan, Waiting};
@@ -120,7 +121,7 @@ impl Syncer {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Forgets a Node that is gone.

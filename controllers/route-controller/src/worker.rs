@@ -69,7 +69,7 @@ impl Shared {
                 // reported on the peer, never on its neighbours.
                 self.recorder
                     .publish(
-                        node,
+                        node.as_ref(),
                         EventType::Warning,
                         "FailedToCreateRoute",
                         "CreateRoute",

@@ -5,7 +5,7 @@
 //! was recorded for the old one (held, pending or claimed) is released, not inherited.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
@@ -14,6 +14,7 @@ use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
 use netcm_manager::{EventRecorder, EventType, LeaderGuard, SharedInformer, SyncOutcome};
 use netcm_node::{PodCidrs, UnparsableCidr};
 use netcm_workqueue::Queue;
+use parking_lot::Mutex;
 
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts, Recorded};
@@ -119,8 +120,8 @@ pub struct Allocator {
     pub(crate) record_assigned: bool,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 /// What the decision step needs of a cached Node.
@@ -267,7 +268,13 @@ impl Allocator {
                 self.set_flagged(&other, true);
                 if let Some(other_node) = self.nodes.get(&other) {
                     self.recorder
-                        .publish(&other_node, EventType::Warning, reason, "RecordCIDR", note)
+                        .publish(
+                            other_node.as_ref(),
+                            EventType::Warning,
+                            reason,
+                            "RecordCIDR",
+                            note,
+                        )
                         .await;
                 }
             }

@@ -21,13 +21,14 @@ pub mod metrics;
 mod startup;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use kube::api::Api;
 use netcm_ipam::Pools;
 use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
 use netcm_manager::{run_workers, Controller, InitContext, InitError, InitResult};
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use allocator::{Allocator, NAME};

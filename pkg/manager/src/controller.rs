@@ -61,9 +61,10 @@ impl InitContext {
     }
 }
 
-/// A failure an init function reports; the manager treats it as fatal, as KCM does.
+/// A failure an init function reports; the manager treats it as fatal, as KCM does. It is the wrapped
+/// error itself to `Display` and `source()`, so the chain below it is kept.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
+#[error(transparent)]
 pub struct InitError(pub Box<dyn std::error::Error + Send + Sync>);
 
 impl InitError {

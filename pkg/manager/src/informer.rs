@@ -9,15 +9,16 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{watcher, Event};
+use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Resource;
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -107,11 +108,7 @@ where
         {
             return Err(AlreadyStarted);
         }
-        self.shared
-            .handlers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(handler);
+        self.shared.handlers.lock().push(handler);
         Ok(())
     }
 
@@ -152,21 +149,10 @@ where
             tracing::error!("informer started twice; ignoring the second start");
             return;
         }
-        let Some(mut writer) = self
-            .shared
-            .writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
+        let Some(mut writer) = self.shared.writer.lock().take() else {
             return;
         };
-        let handlers: Vec<Handler<K>> = self
-            .shared
-            .handlers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let handlers: Vec<Handler<K>> = self.shared.handlers.lock().clone();
         let transform = self.shared.transform.clone();
         let kind = K::kind(&()).to_string();
         let strategy = initial_list::decide(initial_list::probe(&api).await);
@@ -183,7 +169,7 @@ where
             ),
         }
         let stream = watcher(api, strategy.watcher_config())
-            .backoff(WatchBackoff::default())
+            .backoff(watch_backoff())
             .modify(move |obj: &mut K| transform(obj));
         let mut stream = std::pin::pin!(stream);
         let mut before_relist: HashMap<String, Arc<K>> = HashMap::new();
@@ -295,41 +281,20 @@ fn relist_events<K: Resource>(
     deletes
 }
 
-/// The informer's retry policy after a failed list or watch: 250 ms doubling to 5 s, with jitter, back to
-/// 250 ms after any success. kube-runtime's default (800 ms to 30 s, reset only after 120 s without an
-/// error) left the cache blind for up to a minute after an API server restart, because the relist that a
-/// restart's "resource version too old" demands came after a backoff grown during the outage.
-#[derive(Debug, Clone)]
-pub struct WatchBackoff {
-    next: Duration,
-}
-
-impl WatchBackoff {
-    const MIN: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(5);
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self { next: Self::MIN }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let current = self.next;
-        self.next = (current * 2).min(Self::MAX);
-        // Up to 25 % jitter, so replicas that lost the API server together do not return in lockstep.
-        Some(current.mul_f64(1.0 + rand::random::<f64>() * 0.25))
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::MIN;
-    }
+/// The informer's retry policy after a failed list or watch: 250 ms doubling to 4 s, each delay with up
+/// to as much again of jitter (so replicas that lost the API server together do not return in
+/// lockstep), back to 250 ms after any success. kube-runtime's default (800 ms to 30 s, reset only after
+/// 120 s without an error) left the cache blind for up to a minute after an API server restart, because
+/// the relist that a restart's "resource version too old" demands came after a backoff grown during the
+/// outage.
+pub fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(4))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
 }
 
 /// Trims a Node to what netcm's controllers read: name, uid, annotations, deletion timestamp,
@@ -426,19 +391,20 @@ mod tests {
     }
 
     #[test]
-    fn the_watch_backoff_doubles_to_five_seconds_and_starts_over_after_a_success() {
+    fn the_watch_backoff_doubles_to_four_seconds_never_gives_up_and_starts_over_after_a_success() {
         use kube::runtime::utils::Backoff;
-        let mut b = WatchBackoff::default();
-        let delays: Vec<Duration> = (0..8).filter_map(|_| b.next()).collect();
-        assert!(delays[0] >= Duration::from_millis(250) && delays[0] <= Duration::from_millis(313));
+        let mut b = watch_backoff();
+        let delays: Vec<Duration> = (0..20).filter_map(|_| b.next()).collect();
+        assert_eq!(delays.len(), 20, "it never gives up");
+        assert!(delays[0] >= Duration::from_millis(250) && delays[0] < Duration::from_millis(500));
         assert!(delays[1] >= Duration::from_millis(500));
         assert!(
-            delays.iter().all(|d| *d <= Duration::from_millis(6250)),
+            delays.iter().all(|d| *d < Duration::from_secs(8)),
             "{delays:?}"
         );
-        assert!(delays[7] >= Duration::from_secs(5));
+        assert!(delays[19] >= Duration::from_secs(4));
         b.reset();
-        assert!(b.next().is_some_and(|d| d <= Duration::from_millis(313)));
+        assert!(b.next().is_some_and(|d| d < Duration::from_millis(500)));
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod registry;
 pub mod run;
 pub mod secure;
 pub mod sync_metrics;
+pub mod ttl_cache;
 
 pub use controller::{
     run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,

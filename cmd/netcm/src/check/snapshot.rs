@@ -117,11 +117,13 @@ impl Snapshot {
     }
 }
 
-/// When an Event happened (eventTime, else creation).
+/// When an Event last happened: its series' last observation (a repeat updates the series, not the
+/// event), else eventTime, else creation.
 pub fn event_time(e: &Event) -> Option<Timestamp> {
-    e.event_time
+    e.series
         .as_ref()
-        .map(|t| t.0)
+        .map(|s| s.last_observed_time.0)
+        .or_else(|| e.event_time.as_ref().map(|t| t.0))
         .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
@@ -376,6 +378,24 @@ pub mod fixtures {
 mod tests {
     use super::fixtures::*;
     use super::*;
+
+    #[test]
+    fn a_repeated_event_happened_when_its_series_last_saw_it() {
+        use k8s_openapi::api::events::v1::EventSeries;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let first: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
+        let last: Timestamp = "2026-01-01T00:05:00Z".parse().expect("time");
+        let mut e = Event {
+            event_time: Some(MicroTime(first)),
+            ..Default::default()
+        };
+        assert_eq!(event_time(&e), Some(first));
+        e.series = Some(EventSeries {
+            count: 2,
+            last_observed_time: MicroTime(last),
+        });
+        assert_eq!(event_time(&e), Some(last));
+    }
 
     #[test]
     fn given_flags_win_over_the_leaders_published_configuration() {
