@@ -153,8 +153,22 @@ bin_path() {
   esac
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# free_ports N [TAKEN...]: N distinct free ports, none of them in TAKEN. The sockets are held together
+# until all are chosen; one at a time, the kernel may hand out the same port twice.
+free_ports() {
+  python3 - "$@" <<'PY'
+import socket, sys
+n, taken = int(sys.argv[1]), set(sys.argv[2:])
+held, ports = [], []
+while len(ports) < n:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    held.append(s)
+    p = str(s.getsockname()[1])
+    if p not in taken:
+        ports.append(p)
+print(" ".join(ports))
+PY
 }
 
 alive() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
@@ -340,7 +354,7 @@ wait_ready() {
 start_apiserver2() {
   load_env
   if [ -z "${APISERVER2_PORT:-}" ]; then
-    echo "APISERVER2_PORT=$(free_port)" >>"$state/env"
+    echo "APISERVER2_PORT=$(free_ports 1 "$ETCD_PORT" "$ETCD_PEER_PORT" "$ETCD_METRICS_PORT" "$APISERVER_PORT")" >>"$state/env"
     load_env
   fi
   write_kubeconfig "$state/kubeconfig2" "$APISERVER2_PORT"
@@ -396,11 +410,13 @@ cmd_up() {
   bin_path etcd >/dev/null
   bin_path kube-apiserver >/dev/null
   if [ ! -f "$state/env" ]; then
+    local ports
+    read -r -a ports <<<"$(free_ports 4)"
     cat >"$state/env" <<EOF
-ETCD_PORT=$(free_port)
-ETCD_PEER_PORT=$(free_port)
-ETCD_METRICS_PORT=$(free_port)
-APISERVER_PORT=$(free_port)
+ETCD_PORT=${ports[0]}
+ETCD_PEER_PORT=${ports[1]}
+ETCD_METRICS_PORT=${ports[2]}
+APISERVER_PORT=${ports[3]}
 NODE_MODE=${NETCM_NODE_MODE:-0}
 API_HOST=${NETCM_API_HOST:-127.0.0.1}
 SERVICE_CIDR=${NETCM_SERVICE_CIDR:-10.0.0.0/24}
