@@ -23,9 +23,10 @@ use crate::events::EventRecorder;
 use crate::flags::GenericFlags;
 use crate::health::HealthChecks;
 use crate::http::{self, Endpoints};
-use crate::informer::{trim_node, SharedInformer};
+use crate::informer::SharedInformer;
 use crate::leader::{default_identity, LeaderElectionConfig, LeaderElector, LeaderGuard, TermEnd};
 use crate::metrics::{ManagerMetrics, VERSION};
+use crate::node_fields::NodeFields;
 use crate::registry::{Registry as ControllerRegistry, RegistryError};
 
 /// How long in-flight syncs may take to finish on shutdown or lost leadership.
@@ -370,7 +371,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
     let mut renew_task = renew_task;
 
     let node_name = own_node_name(&a.client).await;
-    let nodes: SharedInformer<Node> = SharedInformer::new(Arc::new(trim_node));
+    let nodes: SharedInformer<Node> = SharedInformer::new();
     let ctx = InitContext {
         client: a.client.clone(),
         nodes: nodes.clone(),
@@ -380,8 +381,9 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
         leader: a.guard.clone(),
         node_name,
         leader_elected: flags.leader_elect,
+        workers: 1,
     };
-    let mut started: Vec<(&'static str, Box<dyn Controller>)> = Vec::new();
+    let mut started: Vec<(&'static str, Controller)> = Vec::new();
     for d in a.controllers.descriptors() {
         if !a.enabled.contains(&d.name) {
             tracing::info!(
@@ -394,7 +396,11 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
             let jitter = rand::rng().random_range(0.0..1.0);
             tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
         }
-        match (d.init)(&ctx).map_err(|source| RunError::Init {
+        let ctx = InitContext {
+            workers: d.workers(),
+            ..ctx.clone()
+        };
+        match d.init(&ctx).map_err(|source| RunError::Init {
             name: d.name,
             source,
         })? {
@@ -406,12 +412,16 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
         }
     }
 
+    // The cache keeps only what the started controllers' reconcilers declared they read.
+    let fields = started
+        .iter()
+        .fold(NodeFields::none(), |all, (_, c)| all.union(c.node_fields()));
     let informer_cancel = CancellationToken::new();
-    let informer_task = tokio::spawn(
-        nodes
-            .clone()
-            .run(Api::<Node>::all(a.client.clone()), informer_cancel.clone()),
-    );
+    let informer_task = tokio::spawn(nodes.clone().run(
+        Api::<Node>::all(a.client.clone()),
+        Arc::new(move |node: &mut Node| fields.trim(node)),
+        informer_cancel.clone(),
+    ));
 
     // Wait for the cache, unless the term ends first.
     let term_end = tokio::select! {
@@ -437,7 +447,7 @@ async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
                 .set(1);
             a.healthz.add(name, Arc::new(|| Ok(())));
             tracing::info!(controller = name, "started controller");
-            running.spawn(c.run(controllers_cancel.child_token()));
+            running.spawn(c.run(controllers_cancel.child_token(), DRAIN_TIMEOUT));
         }
     }
 
@@ -511,6 +521,3 @@ async fn publish_effective_config(a: &LeadArgs<'_>) {
         / 2;
     crate::published::publish(&api, &a.lease_cfg.name, &config, budget).await;
 }
-
-/// Re-exported so controller crates can size their drain.
-pub const CONTROLLER_DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
