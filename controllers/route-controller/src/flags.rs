@@ -6,11 +6,17 @@
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
+use futures::future::BoxFuture;
 use ipnet::IpNet;
+use netcm_manager::client::ClientOptions;
 use netcm_manager::duration::{format_duration, parse_duration};
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::metrics::VERSION;
+use netcm_manager::{ControllerOptions, InitContext, InitResult, StandbyContext};
 
 use crate::ownership::is_default_like;
 use crate::protocols::taken_by;
+use crate::standby::StartupSweep;
 
 /// The only backend so far: the kernel routing table of the host netcm runs on, through rtnetlink.
 pub const BACKEND_NETLINK: &str = "netlink";
@@ -77,6 +83,10 @@ pub struct Flags {
     /// Annotation prefix of the lease annotations (`<prefix>/public-ip`, `<prefix>/public-ipv6`) routes are read from; keep it equal to --annotation-prefix.
     #[arg(long, default_value = DEFAULT_ANNOTATION_PREFIX)]
     pub route_lease_annotation_prefix: String,
+
+    /// Number of Nodes the route-controller syncs concurrently (each sync is a few microseconds of kernel work, pipelined on one netlink socket).
+    #[arg(long, default_value_t = 16)]
+    pub concurrent_route_syncs: usize,
 }
 
 /// A table id from a number or iproute2's names for the two tables pod routes may sensibly go to.
@@ -239,7 +249,62 @@ impl Flags {
                 "--route-lease-annotation-prefix".into(),
                 self.route_lease_annotation_prefix.clone(),
             ),
+            (
+                "--concurrent-route-syncs".into(),
+                self.concurrent_route_syncs.to_string(),
+            ),
         ]
+    }
+}
+
+/// The route controller's flags with what it takes from others: the allocator's `--cluster-cidr`, and
+/// the startup sweep its standby runs and its init stops.
+pub struct Options {
+    /// Its own flags.
+    pub flags: Flags,
+    /// `--cluster-cidr`.
+    pub cluster_cidr: String,
+    /// The sweep of this host's stale routes while standing by.
+    pub sweep: StartupSweep,
+}
+
+impl ControllerOptions for Options {
+    type FlagError = FlagError;
+
+    fn validate(&self, generic: &GenericFlags) -> Result<(), FlagError> {
+        self.flags
+            .config(Context {
+                cluster_cidr: &self.cluster_cidr,
+                leader_elect: generic.leader_elect,
+            })
+            .map(|_| ())
+    }
+
+    fn effective_config(&self) -> Vec<(String, String)> {
+        self.flags.effective_config()
+    }
+
+    fn workers(&self) -> usize {
+        self.flags.concurrent_route_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        crate::init(self, ctx)
+    }
+
+    /// A standby never runs the controller, so it removes its routes to Nodes that no longer exist.
+    fn standby(&self, ctx: &StandbyContext) -> Option<BoxFuture<'static, ()>> {
+        let context = Context {
+            cluster_cidr: &self.cluster_cidr,
+            leader_elect: true,
+        };
+        let config = self.flags.config(context).ok()?;
+        let client = ClientOptions {
+            user_agent: format!("netcm/{VERSION} startup-sweep"),
+            ..ctx.client.clone()
+        };
+        let sweep = self.sweep.clone();
+        Some(Box::pin(sweep.run(client, config, ctx.node_name.clone())))
     }
 }
 
