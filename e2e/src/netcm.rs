@@ -356,6 +356,21 @@ pub fn sample(exposition: &str, series: &str) -> Option<f64> {
         })
 }
 
+/// The sum of every sample of `family` on `n`'s /metrics whose labels contain all of `labels`
+/// (`name="value"` each).
+pub async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
+    let (_, body) = n.http_get("/metrics").await.expect("/metrics");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            name == family && labels.iter().all(|want| rest.contains(want))
+        })
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum()
+}
+
 /// Prints the end of a process's log; called when a test fails.
 pub fn print_log_tail(label: &str, path: &Path) {
     let logs = std::fs::read_to_string(path).unwrap_or_default();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use netcm_e2e::netcm::workspace_binary;
+use netcm_e2e::netcm::{metric_sum, workspace_binary};
 use netcm_e2e::nodes::{create_node, NodeFixture};
 use netcm_e2e::{wait_for, Netcm, TestEnv};
 
@@ -24,20 +24,6 @@ async fn wait_label(api: &Api<Node>, name: &str, want: &str) {
         },
     )
     .await;
-}
-
-/// The sum of a family's samples whose labels contain every `labels` entry.
-async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
-    let (_, body) = n.http_get("/metrics").await.expect("/metrics");
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
-            name == family && labels.iter().all(|want| rest.contains(want))
-        })
-        .filter_map(|(_, v)| v.parse::<f64>().ok())
-        .sum()
 }
 
 fn taints(taints: serde_json::Value) -> Patch<serde_json::Value> {
