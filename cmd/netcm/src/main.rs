@@ -58,6 +58,7 @@ fn main() -> ExitCode {
             client: client_options(&cli.generic),
             node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()),
         };
+        // `--controllers` was checked above, so this finds every enabled controller's work.
         for task in registry
             .standby_tasks(&cli.generic, &standby)
             .unwrap_or_default()
