@@ -342,12 +342,17 @@ mod tests {
                 .reconciler(reconciler.clone(), q.clone(), 2)
                 .run(shutdown.clone(), Duration::from_secs(5)),
         );
-        while reconciler.calls.load(Ordering::SeqCst) < 2 {
-            tokio::task::yield_now().await;
-        }
-        while q.num_requeues(&"n1".to_string()) != 0 {
-            tokio::task::yield_now().await;
-        }
+        let retried = async {
+            while reconciler.calls.load(Ordering::SeqCst) < 2
+                || q.num_requeues(&"n1".to_string()) != 0
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        // A bound on a hang, not on speed: the retry comes after milliseconds.
+        tokio::time::timeout(Duration::from_secs(60), retried)
+            .await
+            .expect("the failed key is synced again");
         shutdown.cancel();
         run.await.expect("controller stops");
         assert_eq!(reconciler.calls.load(Ordering::SeqCst), 2);
@@ -369,6 +374,17 @@ mod tests {
             .run(shutdown, Duration::from_secs(5))
             .await;
         assert_eq!(reconciler.calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn an_init_error_says_what_it_wraps_and_keeps_its_sources() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("opening the backend")]
+        struct Open(#[source] Refused);
+        let e = InitError::new(Open(Refused));
+        assert_eq!(e.to_string(), "opening the backend");
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("refused"));
     }
 
     #[test]
