@@ -168,7 +168,7 @@ fn init(options: &Options, ctx: &InitContext) -> InitResult {
         RouteMode::Gateway => worker::Reports::EveryNode,
         RouteMode::Node => worker::Reports::OwnNode(own_node.unwrap_or_default()),
     };
-    let routes = Arc::new(worker::Shared {
+    let routes = Arc::new(worker::RouteReconciler {
         syncer,
         nodes: ctx.nodes.clone(),
         queue: queue.clone(),

@@ -28,9 +28,9 @@ pub enum Reports {
     OwnNode(String),
 }
 
-/// What the loops share.
-#[derive(Clone)]
-pub struct Shared {
+/// The Node reconciler (one Node's routes per sync), shared with the periodic reconcile and the
+/// kernel watch.
+pub struct RouteReconciler {
     /// netcm's routes and the backend.
     pub syncer: Arc<RouteSyncer>,
     /// The Node cache.
@@ -49,7 +49,7 @@ pub struct Shared {
     pub lease_prefix: String,
 }
 
-impl Shared {
+impl RouteReconciler {
     /// The route sync of one Node key.
     async fn sync_node(&self, name: String) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(&name);
@@ -177,7 +177,7 @@ impl Shared {
     }
 }
 
-impl Reconciler for Shared {
+impl Reconciler for RouteReconciler {
     type Error = SyncError;
 
     fn name(&self) -> &'static str {
@@ -199,7 +199,7 @@ impl Reconciler for Shared {
 }
 
 /// The full reconcile every `period` and whenever a resync is asked for, until `shutdown`.
-pub async fn periodic(shared: Arc<Shared>, period: Duration, shutdown: CancellationToken) {
+pub async fn periodic(shared: Arc<RouteReconciler>, period: Duration, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -211,7 +211,7 @@ pub async fn periodic(shared: Arc<Shared>, period: Duration, shutdown: Cancellat
 
 /// Applies the kernel's change reports until `shutdown` or until they stop.
 pub async fn watch_table(
-    shared: Arc<Shared>,
+    shared: Arc<RouteReconciler>,
     mut changes: BoxStream<'static, TableChange>,
     shutdown: CancellationToken,
 ) {
