@@ -17,17 +17,22 @@ pub fn netcm_binary() -> &'static Path {
         if let Some(bin) = std::env::var_os("NETCM_BIN") {
             return PathBuf::from(bin);
         }
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "-p", "netcm", "--bin", "netcm"])
-            .current_dir(repo_root())
-            .status()
-            .expect("run cargo build -p netcm");
-        assert!(status.success(), "cargo build -p netcm failed");
-        let target = std::env::var("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| repo_root().join("target"));
-        target.join("debug/netcm")
+        workspace_binary("netcm", "netcm")
     })
+}
+
+/// A binary of the workspace, built (debug) now.
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .current_dir(repo_root())
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build -p {package}: {e}"));
+    assert!(status.success(), "cargo build -p {package} failed");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"));
+    target.join("debug").join(bin)
 }
 
 fn free_port() -> u16 {
@@ -57,18 +62,30 @@ impl NetcmProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> NetcmProcess {
+        let cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut cmd = Command::new(first);
+                cmd.args(rest).arg(netcm_binary());
+                cmd
+            }
+            None => Command::new(netcm_binary()),
+        };
+        Self::spawn_command(label, cmd, kubeconfig, harness_args, args, env)
+    }
+
+    /// [`NetcmProcess::spawn`] of another program that takes netcm's generic flags (a manager with
+    /// other controllers, such as `netcm-example`).
+    pub fn spawn_command(
+        label: &str,
+        mut cmd: Command,
+        kubeconfig: &Path,
+        harness_args: &[String],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> NetcmProcess {
         let dir = tempfile::tempdir().expect("tempdir");
         let log_path = dir.path().join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
-        let (program, wrapper_args) = match wrapper.split_first() {
-            Some((first, rest)) => (PathBuf::from(first), rest),
-            None => (netcm_binary().to_path_buf(), &[][..]),
-        };
-        let mut cmd = Command::new(program);
-        cmd.args(wrapper_args);
-        if !wrapper.is_empty() {
-            cmd.arg(netcm_binary());
-        }
         cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--bind-address=127.0.0.1")
             .args(harness_args)
@@ -86,7 +103,7 @@ impl NetcmProcess {
             .stderr(log);
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {label} ({wrapper:?} netcm): {e}"));
+            .unwrap_or_else(|e| panic!("spawn {label} ({cmd:?}): {e}"));
         NetcmProcess {
             child: Some(child),
             log_path,
@@ -224,6 +241,27 @@ impl Netcm {
         ];
         Netcm {
             process: NetcmProcess::spawn(label, &[], kubeconfig, &harness, args, env),
+            port,
+            secure_port,
+        }
+    }
+
+    /// Like [`Netcm::start`] for another manager binary (`program`), e.g. [`workspace_binary`].
+    pub fn start_program(label: &str, program: &Path, kubeconfig: &Path, args: &[&str]) -> Netcm {
+        let (port, secure_port) = (free_port(), free_port());
+        let harness = [
+            format!("--port={port}"),
+            format!("--secure-port={secure_port}"),
+        ];
+        Netcm {
+            process: NetcmProcess::spawn_command(
+                label,
+                Command::new(program),
+                kubeconfig,
+                &harness,
+                args,
+                &[],
+            ),
             port,
             secure_port,
         }
@@ -368,6 +406,21 @@ pub fn sample(exposition: &str, series: &str) -> Option<f64> {
             let (name, value) = l.rsplit_once(' ')?;
             (name == series).then(|| value.parse().ok()).flatten()
         })
+}
+
+/// The sum of every sample of `family` on `n`'s /metrics whose labels contain all of `labels`
+/// (`name="value"` each).
+pub async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
+    let (_, body) = n.http_get("/metrics").await.expect("/metrics");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            name == family && labels.iter().all(|want| rest.contains(want))
+        })
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum()
 }
 
 /// Prints the end of a process's log; called when a test fails.

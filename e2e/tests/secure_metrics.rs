@@ -9,6 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{Api, ListParams};
+use netcm_e2e::netcm::metric_sum;
 use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::{
     kubeconfig_token, serviceaccount_kubeconfig, wait_for, Netcm, TestEnv, LEASE_NAMESPACE,
@@ -109,20 +110,6 @@ async fn https_get_many(n: &Netcm, path: &str, tokens: &[String]) -> BTreeMap<u1
         *codes.entry(line.trim().parse().unwrap_or(0)).or_insert(0) += 1;
     }
     codes
-}
-
-/// The sum of every sample of `family` whose labels contain all of `labels` (`name="value"` each).
-async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
-    let (_, body) = n.http_get("/metrics").await.expect("/metrics");
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
-            name == family && labels.iter().all(|want| rest.contains(want))
-        })
-        .filter_map(|(_, v)| v.parse::<f64>().ok())
-        .sum()
 }
 
 /// (holder, leaseTransitions) of netcm's Lease.

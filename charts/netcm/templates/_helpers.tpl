@@ -121,6 +121,7 @@ DaemonSet). */}}
 - --route-table={{ with .Values.routeController.table }}{{ if kindIs "string" . }}{{ . }}{{ else }}{{ . | int64 }}{{ end }}{{ end }}
 - --route-protocol={{ .Values.routeController.protocol | int64 }}
 - --route-reconciliation-period={{ .Values.routeController.reconciliationPeriod }}
+- --concurrent-route-syncs={{ .Values.routeController.concurrentSyncs | int64 }}
 - --set-node-network-unavailable={{ .Values.routeController.setNodeNetworkUnavailable }}
 {{- end }}
 

@@ -3,6 +3,8 @@
 //! both agree on the lease keys by construction.
 
 use clap::Args;
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::{ControllerOptions, InitContext, InitResult};
 
 use netcm_node::{Keys, PrefixError};
 
@@ -177,14 +179,16 @@ impl Flags {
             address_types,
         })
     }
+}
 
-    /// Checks the flags before anything touches the API.
-    pub fn validate(&self) -> Result<(), String> {
-        self.config().map(|_| ()).map_err(|e| e.to_string())
+impl ControllerOptions for Flags {
+    type FlagError = FlagError;
+
+    fn validate(&self, _generic: &GenericFlags) -> Result<(), FlagError> {
+        self.config().map(|_| ())
     }
 
-    /// The settings logged at startup.
-    pub fn effective_config(&self) -> Vec<(String, String)> {
+    fn effective_config(&self) -> Vec<(String, String)> {
         vec![
             (
                 "--annotation-prefix".into(),
@@ -203,6 +207,14 @@ impl Flags {
                 self.concurrent_node_annotation_syncs.to_string(),
             ),
         ]
+    }
+
+    fn workers(&self) -> usize {
+        self.concurrent_node_annotation_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        crate::init(self, ctx)
     }
 }
 
@@ -244,7 +256,8 @@ mod tests {
     fn host_name_valued_address_types_are_refused_with_a_clear_message() {
         for t in ["Hostname", "InternalDNS", "ExternalDNS"] {
             let err = parse(&[&format!("--public-ip-address-types=InternalIP,{t}")])
-                .validate()
+                .config()
+                .map_err(|e| e.to_string())
                 .expect_err("not an IP type");
             assert!(err.starts_with("--public-ip-address-types"), "{err}");
             assert!(
@@ -257,7 +270,8 @@ mod tests {
     #[test]
     fn unknown_empty_and_repeated_address_types_are_refused() {
         let err = parse(&["--public-ip-address-types=InternalIp"])
-            .validate()
+            .config()
+            .map_err(|e| e.to_string())
             .expect_err("case matters");
         assert!(
             err.contains("unknown node address type \"InternalIp\""),
@@ -283,7 +297,8 @@ mod tests {
     fn a_backend_type_that_is_not_a_name_is_refused() {
         for bad in ["", "Host-GW", "host gw", "-x"] {
             let err = parse(&[&format!("--backend-type={bad}")])
-                .validate()
+                .config()
+                .map_err(|e| e.to_string())
                 .expect_err("bad backend");
             assert!(err.starts_with("--backend-type"), "{err}");
         }
@@ -292,7 +307,8 @@ mod tests {
     #[test]
     fn a_bad_prefix_is_reported_naming_the_flag() {
         let err = parse(&["--annotation-prefix=a/b/c"])
-            .validate()
+            .config()
+            .map_err(|e| e.to_string())
             .expect_err("bad prefix");
         assert!(err.starts_with("--annotation-prefix"), "{err}");
     }
@@ -350,7 +366,7 @@ mod tests {
             "--annotation-prefix=flannel.alpha.coreos.com",
             "--route-lease-annotation-prefix=example.com",
         ]);
-        let err = f.validate().expect_err("conflict");
+        let err = f.config().expect_err("conflict").to_string();
         assert!(
             err.starts_with("--annotation-prefix \"flannel.alpha.coreos.com\" and --route-lease-annotation-prefix \"example.com\" differ"),
             "{err}"
@@ -364,8 +380,9 @@ mod tests {
     #[test]
     fn a_bad_prefix_given_through_the_deprecated_flag_is_reported_under_that_flag() {
         let err = parse(&["--route-lease-annotation-prefix=a/b/c"])
-            .validate()
-            .expect_err("bad prefix");
+            .config()
+            .expect_err("bad prefix")
+            .to_string();
         assert!(err.starts_with("--route-lease-annotation-prefix"), "{err}");
     }
 

@@ -7,9 +7,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use netcm_manager::{EventRecorder, EventType, Fenced, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
+use netcm_manager::{
+    EventRecorder, EventType, Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer,
+    SyncOutcome,
+};
 use netcm_node::Keys;
-use netcm_workqueue::Queue;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::flags::Config;
@@ -38,6 +41,15 @@ pub enum SyncError {
     /// The PATCH failed.
     #[error("patching lease annotations: {0}")]
     Patch(#[source] kube::Error),
+}
+
+impl netcm_manager::SyncError for SyncError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Get(e) | Self::Conflict(e) | Self::Patch(e) => api_reason(e),
+        }
+    }
 }
 
 /// A write the cache may not have seen yet.
@@ -93,7 +105,6 @@ pub struct Syncer {
     pub(crate) recorder: EventRecorder,
     pub(crate) guard: LeaderGuard,
     pub(crate) metrics: SyncerMetrics,
-    pub(crate) queue: Queue<String>,
     state: Mutex<State>,
 }
 
@@ -106,7 +117,6 @@ impl Syncer {
         recorder: EventRecorder,
         guard: LeaderGuard,
         metrics: SyncerMetrics,
-        queue: Queue<String>,
     ) -> Arc<Self> {
         Arc::new(Self {
             nodes,
@@ -115,7 +125,6 @@ impl Syncer {
             recorder,
             guard,
             metrics,
-            queue,
             state: Mutex::new(State::default()),
         })
     }
@@ -349,6 +358,26 @@ impl Syncer {
     }
 }
 
+impl Reconciler for Syncer {
+    type Error = SyncError;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Pod CIDRs, addresses and the annotations under the lease prefix (the lease and its overwrites).
+    fn node_fields(&self) -> NodeFields {
+        NodeFields::none()
+            .pod_cidrs()
+            .addresses()
+            .annotations(&self.config.keys.prefix)
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
+        self.sync_node(key).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,17 +399,12 @@ mod tests {
             concurrent_node_annotation_syncs: 1,
         };
         Syncer::new(
-            SharedInformer::new(Arc::new(|_: &mut Node| {})),
+            SharedInformer::new(),
             Api::all(client.clone()),
             flags.config().expect("config"),
             EventRecorder::new(client, "netcm", "test"),
             LeaderGuard::disabled(&registry).expect("guard"),
             SyncerMetrics::register(&registry).expect("metrics"),
-            netcm_workqueue::Queue::new(
-                NAME,
-                netcm_workqueue::RateLimiter::default_controller(),
-                None,
-            ),
         )
     }
 

@@ -12,8 +12,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
 use netcm_manager::ttl_cache::TtlCache;
-use netcm_manager::{Fenced, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_manager::{Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome};
 use netcm_workqueue::Queue;
 
 /// How long a condition write may take to show up in the cache before it is written again.
@@ -56,6 +57,15 @@ pub enum ConditionError {
     /// The PATCH failed.
     #[error("patching the NetworkUnavailable condition: {0}")]
     Patch(#[from] kube::Error),
+}
+
+impl netcm_manager::SyncError for ConditionError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Patch(e) => api_reason(e),
+        }
+    }
 }
 
 /// Whether the Node's condition differs from `verdict` in status or reason (the message and times do
@@ -174,6 +184,22 @@ impl ConditionWriter {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(SyncOutcome::Done),
             Err(e) => Err(ConditionError::Patch(e)),
         }
+    }
+}
+
+impl Reconciler for ConditionWriter {
+    type Error = ConditionError;
+
+    fn name(&self) -> &'static str {
+        crate::CONDITIONS_QUEUE
+    }
+
+    fn node_fields(&self) -> NodeFields {
+        NodeFields::none().condition(CONDITION_TYPE)
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, ConditionError> {
+        ConditionWriter::sync(self, key).await
     }
 }
 

@@ -6,12 +6,18 @@
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
+use futures::future::BoxFuture;
 use ipnet::IpNet;
+use netcm_manager::client::ClientOptions;
 use netcm_manager::duration::{format_duration, parse_duration};
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::metrics::VERSION;
+use netcm_manager::{ControllerOptions, InitContext, InitResult, StandbyContext};
 use netcm_node::{Keys, PrefixError};
 
 use crate::ownership::is_default_like;
 use crate::protocols::taken_by;
+use crate::standby::StartupSweep;
 
 /// The only backend so far: the kernel routing table of the host netcm runs on, through rtnetlink.
 pub const BACKEND_NETLINK: &str = "netlink";
@@ -72,6 +78,10 @@ pub struct Flags {
     /// Set the NetworkUnavailable condition on Nodes from the result of their route.
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub set_node_network_unavailable: bool,
+
+    /// Number of Nodes the route-controller syncs concurrently (each sync is a few microseconds of kernel work, pipelined on one netlink socket).
+    #[arg(long, default_value_t = 16)]
+    pub concurrent_route_syncs: usize,
 }
 
 /// A table id from a number or iproute2's names for the two tables pod routes may sensibly go to.
@@ -95,6 +105,8 @@ pub struct Context<'a> {
     /// `--annotation-prefix` (node-annotation-syncer's flag, in effect): gateways are read from the lease
     /// annotations under it, the keys the syncer writes.
     pub annotation_prefix: &'a str,
+    /// The flag the prefix was given with (`--annotation-prefix` or its deprecated alias), for errors.
+    pub annotation_prefix_flag: &'static str,
 }
 
 /// A flag value or combination the route controller refuses; one line naming the flag and the rule.
@@ -192,7 +204,7 @@ impl Flags {
                 self.route_reconciliation_period,
             )));
         }
-        let keys = Keys::new("--annotation-prefix", context.annotation_prefix)?;
+        let keys = Keys::new(context.annotation_prefix_flag, context.annotation_prefix)?;
         let cluster_cidrs = parse_cluster_cidrs(context.cluster_cidr)?;
         match self.route_mode {
             RouteMode::Gateway if cluster_cidrs.is_empty() => return Err(FlagError::NoClusterCidr),
@@ -227,7 +239,71 @@ impl Flags {
                 "--set-node-network-unavailable".into(),
                 self.set_node_network_unavailable.to_string(),
             ),
+            (
+                "--concurrent-route-syncs".into(),
+                self.concurrent_route_syncs.to_string(),
+            ),
         ]
+    }
+}
+
+/// The route controller's flags with what it takes from others: the allocator's `--cluster-cidr`, the
+/// syncer's `--annotation-prefix`, and the startup sweep its standby runs and its init stops.
+pub struct Options {
+    /// Its own flags.
+    pub flags: Flags,
+    /// `--cluster-cidr`.
+    pub cluster_cidr: String,
+    /// `--annotation-prefix` in effect.
+    pub annotation_prefix: String,
+    /// The flag that gave it.
+    pub annotation_prefix_flag: &'static str,
+    /// The sweep of this host's stale routes while standing by.
+    pub sweep: StartupSweep,
+}
+
+impl Options {
+    /// What the controller takes from others' flags, under `leader_elect`.
+    pub fn context(&self, leader_elect: bool) -> Context<'_> {
+        Context {
+            cluster_cidr: &self.cluster_cidr,
+            leader_elect,
+            annotation_prefix: &self.annotation_prefix,
+            annotation_prefix_flag: self.annotation_prefix_flag,
+        }
+    }
+}
+
+impl ControllerOptions for Options {
+    type FlagError = FlagError;
+
+    fn validate(&self, generic: &GenericFlags) -> Result<(), FlagError> {
+        self.flags
+            .config(self.context(generic.leader_elect))
+            .map(|_| ())
+    }
+
+    fn effective_config(&self) -> Vec<(String, String)> {
+        self.flags.effective_config()
+    }
+
+    fn workers(&self) -> usize {
+        self.flags.concurrent_route_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        crate::init(self, ctx)
+    }
+
+    /// A standby never runs the controller, so it removes its routes to Nodes that no longer exist.
+    fn standby(&self, ctx: &StandbyContext) -> Option<BoxFuture<'static, ()>> {
+        let config = self.flags.config(self.context(true)).ok()?;
+        let client = ClientOptions {
+            user_agent: format!("netcm/{VERSION} startup-sweep"),
+            ..ctx.client.clone()
+        };
+        let sweep = self.sweep.clone();
+        Some(Box::pin(sweep.run(client, config, ctx.node_name.clone())))
     }
 }
 
@@ -252,6 +328,7 @@ mod tests {
         cluster_cidr: "10.244.0.0/16,fd00:10:244::/56",
         leader_elect: true,
         annotation_prefix: "flannel.alpha.coreos.com",
+        annotation_prefix_flag: "--annotation-prefix",
     };
 
     fn check(args: &[&str]) -> Result<Config, FlagError> {

@@ -11,7 +11,10 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
-use netcm_manager::{EventRecorder, EventType, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_manager::sync_metrics::{api_reason, REASON_ERROR, REASON_FENCED};
+use netcm_manager::{
+    EventRecorder, EventType, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
+};
 use netcm_node::{PodCidrs, UnparsableCidr};
 use netcm_workqueue::Queue;
 use parking_lot::Mutex;
@@ -58,6 +61,19 @@ pub enum SyncError {
     /// Every CIDR tried was claimed by another Node.
     #[error("{0} CIDRs in a row were claimed by other Nodes; retrying")]
     ClaimsExhausted(usize),
+}
+
+impl netcm_manager::SyncError for SyncError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Patch(e) => api_reason(e),
+            Self::Claim(e) => e.reason(),
+            Self::NoCidrAvailable(_) | Self::Rejected { .. } | Self::ClaimsExhausted(_) => {
+                REASON_ERROR
+            }
+        }
+    }
 }
 
 /// Which Node (name and UID) each ledger record belongs to, and which writes the cache has not shown.
@@ -356,6 +372,23 @@ impl Allocator {
             )
             .await;
         SyncError::NoCidrAvailable(e)
+    }
+}
+
+impl Reconciler for Allocator {
+    type Error = SyncError;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Pod CIDRs, also for [`Allocator::record_all_existing`]; Events name the Node by its identity.
+    fn node_fields(&self) -> NodeFields {
+        NodeFields::none().pod_cidrs()
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
+        self.sync_node(key).await
     }
 }
 

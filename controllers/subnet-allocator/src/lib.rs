@@ -23,25 +23,24 @@ mod startup;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use kube::api::Api;
 use netcm_ipam::Pools;
-use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{run_workers, Controller, InitContext, InitError, InitResult};
+use netcm_manager::{
+    Controller, ControllerDescriptor, InitContext, InitError, InitResult, Prepared,
+};
 use parking_lot::Mutex;
-use tokio_util::sync::CancellationToken;
 
 pub use allocator::{Allocator, NAME};
 pub use flags::Flags;
 
-/// The running controller.
-pub struct SubnetAllocator {
-    allocator: Arc<Allocator>,
-    workers: usize,
+/// The registry entry: the allocator under its name and KCM's.
+pub fn descriptor(flags: Flags) -> ControllerDescriptor {
+    ControllerDescriptor::new(NAME, &["nodeipam", "node-ipam-controller"], flags)
 }
 
-/// The init function: builds the allocator, or `None` with `--allocate-node-cidrs=false`.
-pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
+/// Builds the allocator, or `None` with `--allocate-node-cidrs=false`. Before its workers start it
+/// records every CIDR the cached Nodes hold and reconciles the claims earlier leaders left.
+fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let Some(config) = flags.config().map_err(InitError::new)? else {
         return Ok(None);
     };
@@ -53,7 +52,7 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
         nodes: ctx.nodes.clone(),
         api: Api::all(ctx.client.clone()),
         pools: Mutex::new(pools),
-        queue,
+        queue: queue.clone(),
         recorder: ctx.recorder.clone(),
         guard: ctx.leader.clone(),
         metrics,
@@ -65,35 +64,18 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
         flagged: Mutex::new(BTreeSet::new()),
         record_assigned: flags.record_cidr_assigned_events,
     });
-    Ok(Some(Box::new(SubnetAllocator {
-        allocator,
-        workers: flags.concurrent_node_cidr_syncs.max(1),
-    })))
-}
-
-impl Controller for SubnetAllocator {
-    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let allocator = self.allocator;
-            allocator.record_all_existing().await;
-            if let Some(claims) = allocator.claims.clone() {
-                if !allocator.reconcile_claims(&claims, &shutdown).await {
-                    return;
+    let prepare = allocator.clone();
+    Ok(Some(
+        Controller::new()
+            .prepare(|shutdown| async move {
+                prepare.record_all_existing().await;
+                match &prepare.claims {
+                    Some(claims) if !prepare.reconcile_claims(claims, &shutdown).await => {
+                        Prepared::ShutDown
+                    }
+                    _ => Prepared::Ready,
                 }
-            }
-            let queue = allocator.queue.clone();
-            run_workers(
-                NAME,
-                queue,
-                self.workers,
-                shutdown,
-                CONTROLLER_DRAIN_TIMEOUT,
-                move |key| {
-                    let allocator = allocator.clone();
-                    async move { allocator.sync_node(&key).await }
-                },
-            )
-            .await;
-        })
-    }
+            })
+            .reconciler(allocator, queue, ctx.workers),
+    ))
 }

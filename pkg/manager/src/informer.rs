@@ -63,7 +63,6 @@ struct Shared<K: 'static + Resource<DynamicType = ()> + Clone> {
     synced_tx: watch::Sender<bool>,
     store: Store<K>,
     writer: Mutex<Option<reflector::store::Writer<K>>>,
-    transform: Transform<K>,
 }
 
 /// A cloneable handle to the process-wide informer of kind `K`.
@@ -79,12 +78,21 @@ impl<K: 'static + Resource<DynamicType = ()> + Clone> Clone for SharedInformer<K
     }
 }
 
+impl<K> Default for SharedInformer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<K> SharedInformer<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    /// Creates an informer whose cache keeps only what `transform` leaves of each object.
-    pub fn new(transform: Transform<K>) -> Self {
+    /// Creates an informer; subscribe, then [`SharedInformer::run`] it.
+    pub fn new() -> Self {
         let (store, writer) = reflector::store();
         let (synced_tx, _) = watch::channel(false);
         Self {
@@ -94,7 +102,6 @@ where
                 synced_tx,
                 store,
                 writer: Mutex::new(Some(writer)),
-                transform,
             }),
         }
     }
@@ -139,8 +146,9 @@ where
         }
     }
 
-    /// Lists and watches `api` until `cancel` fires, keeping the cache and notifying subscribers. Runs once.
-    pub async fn run(self, api: Api<K>, cancel: CancellationToken) {
+    /// Lists and watches `api` until `cancel` fires, caching what `transform` leaves of each object and
+    /// notifying subscribers. Runs once.
+    pub async fn run(self, api: Api<K>, transform: Transform<K>, cancel: CancellationToken) {
         if self
             .shared
             .started
@@ -153,7 +161,6 @@ where
             return;
         };
         let handlers: Vec<Handler<K>> = self.shared.handlers.lock().clone();
-        let transform = self.shared.transform.clone();
         let kind = K::kind(&()).to_string();
         let strategy = initial_list::decide(initial_list::probe(&api).await);
         match &strategy {
@@ -297,45 +304,11 @@ pub fn watch_backoff() -> watcher::ExponentialBackoff {
         .into()
 }
 
-/// Trims a Node to what netcm's controllers read: name, uid, annotations, deletion timestamp,
-/// `spec.podCIDR(s)`, `status.addresses` and the `NetworkUnavailable` condition. At 5,000 Nodes this keeps
-/// the cache a small fraction of a full Node list.
-pub fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
-    let meta = &mut node.metadata;
-    meta.managed_fields = None;
-    meta.labels = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints = None;
-        spec.config_source = None;
-        spec.provider_id = None;
-    }
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.node_info = None;
-        status.capacity = None;
-        status.allocatable = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-        status.daemon_endpoints = None;
-        status.config = None;
-        status.features = None;
-        status.runtime_handlers = None;
-        if let Some(conds) = status.conditions.as_mut() {
-            conds.retain(|c| c.type_ == "NetworkUnavailable");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn node(name: &str, uid: &str) -> Arc<Node> {
         Arc::new(Node {
@@ -405,40 +378,5 @@ mod tests {
         assert!(delays[19] >= Duration::from_secs(4));
         b.reset();
         assert!(b.next().is_some_and(|d| d < Duration::from_millis(500)));
-    }
-
-    #[test]
-    fn trimming_a_node_keeps_what_controllers_read_and_drops_the_rest() {
-        let cond = |t: &str| NodeCondition {
-            type_: t.into(),
-            status: "False".into(),
-            ..Default::default()
-        };
-        let mut node = Node {
-            metadata: ObjectMeta {
-                name: Some("n1".into()),
-                annotations: Some([("a/b".to_string(), "c".to_string())].into()),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                pod_cidr: Some("10.0.0.0/24".into()),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                conditions: Some(vec![cond("Ready"), cond("NetworkUnavailable")]),
-                ..Default::default()
-            }),
-        };
-        trim_node(&mut node);
-        assert!(node.metadata.managed_fields.is_none());
-        assert_eq!(node.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
-        assert_eq!(
-            node.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()),
-            Some("10.0.0.0/24")
-        );
-        let conds = node.status.and_then(|s| s.conditions).unwrap_or_default();
-        assert_eq!(conds.len(), 1);
-        assert_eq!(conds[0].type_, "NetworkUnavailable");
     }
 }

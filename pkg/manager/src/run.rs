@@ -25,9 +25,10 @@ use crate::duration::format_duration;
 use crate::events::EventRecorder;
 use crate::flags::GenericFlags;
 use crate::http;
-use crate::informer::{trim_node, SharedInformer};
+use crate::informer::SharedInformer;
 use crate::leader::{default_identity, LeaderElectionConfig, LeaderElector, LeaderGuard, TermEnd};
 use crate::metrics::{ManagerMetrics, VERSION};
+use crate::node_fields::NodeFields;
 use crate::registry::{Registry as ControllerRegistry, RegistryError};
 
 mod health;
@@ -119,7 +120,7 @@ struct Manager {
 }
 
 /// The controllers an init phase built, by name, not yet running.
-type Initialized = Vec<(&'static str, Box<dyn Controller>)>;
+type Initialized = Vec<(&'static str, Controller)>;
 
 impl Manager {
     /// Logs the effective configuration and builds what the phases share; no API call yet.
@@ -259,9 +260,13 @@ impl Manager {
         let Some(mut term) = self.elect().await? else {
             return Ok(());
         };
-        let nodes: SharedInformer<Node> = SharedInformer::new(Arc::new(trim_node));
+        let nodes: SharedInformer<Node> = SharedInformer::new();
         let initialized = self.init(&nodes).await?;
-        let informer = Informer::start(&nodes, &self.client);
+        // The cache keeps only what the initialized controllers' reconcilers declared they read.
+        let fields = initialized
+            .iter()
+            .fold(NodeFields::none(), |all, (_, c)| all.union(c.node_fields()));
+        let informer = Informer::start(&nodes, &self.client, fields);
         let mut running = Running::none();
         let end = match self.sync(&nodes, &mut term).await {
             Some(end) => end,
@@ -311,6 +316,7 @@ impl Manager {
             leader: self.guard.clone(),
             node_name: own_node_name(&self.client).await,
             leader_elected: flags.leader_elect,
+            workers: 1,
         };
         let mut initialized: Initialized = Vec::new();
         for d in self.controllers.descriptors() {
@@ -325,7 +331,11 @@ impl Manager {
                 let jitter = rand::rng().random_range(0.0..1.0);
                 tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
             }
-            match (d.init)(&ctx).map_err(|source| RunError::Init {
+            let ctx = InitContext {
+                workers: d.workers(),
+                ..ctx.clone()
+            };
+            match d.init(&ctx).map_err(|source| RunError::Init {
                 name: d.name,
                 source,
             })? {
@@ -497,9 +507,6 @@ async fn wait_for_apiserver(client: &kube::Client, shutdown: &CancellationToken)
         delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
-
-/// Re-exported so controller crates can size their drain.
-pub const CONTROLLER_DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! The tasks the main sequence starts and stops: the leader's renew loop ([`Term`]), the running
 //! controllers ([`Running`]) and the shared informer ([`Informer`]).
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use tokio::task::{JoinHandle, JoinSet};
@@ -10,6 +12,7 @@ use super::DRAIN_TIMEOUT;
 use crate::controller::Controller;
 use crate::informer::SharedInformer;
 use crate::leader::{LeaderElector, TermEnd};
+use crate::node_fields::NodeFields;
 
 /// A leader's term: the renew loop on its own task, from the lease won until it is lost or stopped.
 /// Without leader election there is no lease, and the term ends only by shutdown.
@@ -85,8 +88,9 @@ impl Running {
     }
 
     /// Runs `controller` until [`Running::stop`].
-    pub(super) fn spawn(&mut self, controller: Box<dyn Controller>) {
-        self.tasks.spawn(controller.run(self.cancel.child_token()));
+    pub(super) fn spawn(&mut self, controller: Controller) {
+        self.tasks
+            .spawn(controller.run(self.cancel.child_token(), DRAIN_TIMEOUT));
     }
 
     /// Stops every controller and waits for their drains, bounded; a controller that overruns is aborted.
@@ -110,14 +114,18 @@ pub(super) struct Informer {
 }
 
 impl Informer {
-    /// Starts the list+watch; subscriptions are closed from here on.
-    pub(super) fn start(nodes: &SharedInformer<Node>, client: &kube::Client) -> Self {
+    /// Starts the list+watch, caching only `fields` of each Node; subscriptions are closed from here on.
+    pub(super) fn start(
+        nodes: &SharedInformer<Node>,
+        client: &kube::Client,
+        fields: NodeFields,
+    ) -> Self {
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(
-            nodes
-                .clone()
-                .run(Api::<Node>::all(client.clone()), cancel.clone()),
-        );
+        let task = tokio::spawn(nodes.clone().run(
+            Api::<Node>::all(client.clone()),
+            Arc::new(move |node: &mut Node| fields.trim(node)),
+            cancel.clone(),
+        ));
         Self { cancel, task }
     }
 
