@@ -8,7 +8,9 @@
 //! bench's watch on the set delivers the Node with `spec.podCIDRs`. The figure thus holds the create's
 //! round trip, the allocator's watch delivery, its work and writes, and the bench's watch delivery: what
 //! a kubelet registering a Node would wait. "ADDED → CIDR" subtracts the create and the watch's
-//! delivery (both ends seen by the same watch). The PATCH round trip is a merge PATCH of an annotation
+//! delivery (both ends seen by the same watch). A third figure needs no watch at all: from the API
+//! server receiving the create to the contender's Node write completing, both from the audit log on
+//! the API server's clock. The PATCH round trip is a merge PATCH of an annotation
 //! of one ~8 KB Node of the set (a real write: the value changes every time), every 250 ms during churn.
 
 use std::collections::VecDeque;
@@ -42,6 +44,8 @@ pub struct ChurnResult {
     pub create_to_cidr: Vec<Duration>,
     /// ADDED seen → CIDR seen, sorted.
     pub added_to_cidr: Vec<Duration>,
+    /// Create received → the contender's Node write complete, from the audit log, sorted.
+    pub server_create_to_write: Vec<Duration>,
     /// Churned Nodes never seen with a CIDR (not counting those deleted first).
     pub unallocated: usize,
     /// One PATCH round trip, sorted.
@@ -116,9 +120,10 @@ pub async fn churn_run(
         let name = node_name(&set, i);
         fifo.push_back(name.clone());
         let (client2, set2, sent2) = (client.clone(), set.clone(), sent.clone());
-        let permit = inflight.clone().acquire_owned();
+        // Permits are taken here, not in the task, so the drain below waits for every request sent.
+        let permit = inflight.clone().acquire_owned().await;
         tokio::spawn(async move {
-            let _permit = permit.await;
+            let _permit = permit;
             let t0 = Instant::now();
             create_node(&client2, &set2, i, &name).await;
             sent2.lock().unwrap().push((name, t0));
@@ -126,11 +131,12 @@ pub async fn churn_run(
         if delete {
             if let Some(victim) = fifo.pop_front() {
                 let (api2, deleted2) = (api.clone(), deleted.clone());
-                let permit = inflight.clone().acquire_owned();
+                let permit = inflight.clone().acquire_owned().await;
                 tokio::spawn(async move {
-                    let _permit = permit.await;
-                    if api2.delete(&victim, &DeleteParams::default()).await.is_ok() {
-                        deleted2.lock().unwrap().push(victim);
+                    let _permit = permit;
+                    match api2.delete(&victim, &DeleteParams::default()).await {
+                        Ok(_) => deleted2.lock().unwrap().push(victim),
+                        Err(e) => eprintln!("[bench] delete {victim}: {e}"),
                     }
                 });
             }
@@ -167,6 +173,7 @@ pub async fn churn_run(
     stop(child);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = mark.writes(c.ua, "");
+    let server_create_to_write = mark.create_to_write(&set, c.ua);
     let mut create_to_cidr = Vec::new();
     let mut added_to_cidr = Vec::new();
     let mut unallocated = 0;
@@ -196,6 +203,7 @@ pub async fn churn_run(
         deleted: deleted.len(),
         create_to_cidr,
         added_to_cidr,
+        server_create_to_write,
         unallocated,
         patch_rtt,
         samples,
@@ -261,6 +269,13 @@ pub fn print(cfg: &Config, results: &[ChurnResult]) {
         let l = &r.added_to_cidr;
         format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
     });
+    row(
+        "API server: create received → Node write done p50 / p99",
+        &|r| {
+            let l = &r.server_create_to_write;
+            format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
+        },
+    );
     row("one PATCH round trip p50 / p99", &|r| {
         let l = &r.patch_rtt;
         format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))

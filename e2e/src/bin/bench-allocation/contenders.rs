@@ -121,7 +121,7 @@ pub async fn reset(client: &kube::Client, max_index: usize) {
     delete_everything(client, max_index).await;
     match crate::fixtures::compact_etcd() {
         Some((before, after)) => {
-            eprintln!("[bench] etcd compacted and defragmented: {before:.0} → {after:.0} MiB")
+            eprintln!("[bench] etcd compacted and defragmented: {before:.1} → {after:.1} MiB")
         }
         None => eprintln!("[bench] etcd compaction skipped (etcd's HTTP gateway did not answer)"),
     }

@@ -1,6 +1,7 @@
 //! What a run reads off the machine: a process's memory and CPU from /proc, and the writes a contender
 //! made from the API server's audit log.
 
+use std::collections::HashMap;
 use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -106,6 +107,56 @@ impl AuditMark {
             }
         }
         w
+    }
+}
+
+impl AuditMark {
+    /// For each Node of `set` created since the mark: from the API server receiving its create to the
+    /// contender's (`ua`) first successful Node write completing, on the API server's clock (audit
+    /// timestamps are in microseconds), so neither the bench's watch nor its client enters.
+    pub fn create_to_write(&self, set: &str, ua: &str) -> Vec<Duration> {
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return Vec::new();
+        };
+        if file.seek(std::io::SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut created: HashMap<String, jiff::Timestamp> = HashMap::new();
+        let mut written: HashMap<String, jiff::Timestamp> = HashMap::new();
+        for line in std::io::BufReader::new(file).lines() {
+            let Ok(line) = line else { break };
+            let Ok(e) = serde_json::from_str::<AuditEvent>(&line) else {
+                continue;
+            };
+            let Some(name) = e.object_ref.as_ref().map(|o| o.name.clone()) else {
+                continue;
+            };
+            if e.stage != "ResponseComplete" || !e.succeeded() || !name.starts_with(set) {
+                continue;
+            }
+            match (e.verb.as_str(), e.resource().as_str()) {
+                ("create", "nodes") => {
+                    if let Some(t) = e.received() {
+                        created.insert(name, t);
+                    }
+                }
+                ("patch" | "update", "nodes" | "nodes/status") if e.user_agent.contains(ua) => {
+                    if let Ok(t) = e.stage_timestamp.parse::<jiff::Timestamp>() {
+                        written.entry(name).or_insert(t);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out: Vec<Duration> = created
+            .iter()
+            .filter_map(|(name, t0)| {
+                let t1 = written.get(name)?;
+                Duration::try_from(t1.duration_since(*t0)).ok()
+            })
+            .collect();
+        out.sort();
+        out
     }
 }
 
