@@ -1,0 +1,226 @@
+//! The contenders and how one backlog run goes: a fresh set of N Nodes without pod CIDRs, the allocator
+//! started, the time until the bench's watch has seen every Node with a CIDR, then its idle cost.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::fixtures::{create_nodes, delete_everything, node_name, SetWatch};
+use crate::measure::{proc_stats, AuditMark, ProcStats, Writes};
+use crate::Config;
+use netcm_e2e::{control_plane, tool, LEASE_NAMESPACE};
+
+/// One line of a backlog table.
+pub struct Row {
+    pub contender: String,
+    pub seconds: f64,
+    pub writes: Writes,
+    /// Peak RSS (over allocation and the idle window) and CPU seconds until the last allocation.
+    pub stats: Option<ProcStats>,
+    pub idle_cpu_pct: Option<f64>,
+}
+
+/// A controller to start as a child process.
+pub struct Contender {
+    pub label: String,
+    pub cmd: Command,
+    /// What its requests' user agent contains, to find its writes in the audit log.
+    pub ua: &'static str,
+}
+
+/// netcm with only the subnet allocator, the bench's cluster CIDR, `extra` args and then NETCM_EXTRA_ARGS.
+pub fn netcm(cfg: &Config, label: &str, extra: &[&str]) -> Contender {
+    let mut cmd = Command::new(netcm_e2e::netcm::netcm_binary());
+    cmd.args([
+        &format!("--kubeconfig={}", control_plane().kubeconfig.display()),
+        "--controllers=subnet-allocator",
+        &format!("--cluster-cidr={}", cfg.cluster_cidr),
+        &format!("--leader-elect-resource-namespace={LEASE_NAMESPACE}"),
+        "--port=0",
+    ]);
+    cmd.args(extra);
+    cmd.args(cfg.netcm_extra_args.split_whitespace());
+    Contender {
+        label: label.to_string(),
+        cmd,
+        ua: "netcm/",
+    }
+}
+
+/// kube-controller-manager running nodeipam alone, at `qps`/`burst`.
+pub fn kcm(cfg: &Config, label: &str, qps: u32, burst: u32) -> Contender {
+    let mut cmd = Command::new(tool("kube-controller-manager"));
+    cmd.args([
+        &format!("--kubeconfig={}", control_plane().kubeconfig.display()),
+        "--controllers=nodeipam",
+        "--allocate-node-cidrs=true",
+        &format!("--cluster-cidr={}", cfg.cluster_cidr),
+        "--node-cidr-mask-size=24",
+        "--leader-elect=false",
+        "--secure-port=0",
+        "--use-service-account-credentials=false",
+        &format!("--kube-api-qps={qps}"),
+        &format!("--kube-api-burst={burst}"),
+    ]);
+    Contender {
+        label: label.to_string(),
+        cmd,
+        ua: "kube-controller-manager",
+    }
+}
+
+/// A set name unique to this run and contender: `bench-<slug>-<seconds>`.
+pub fn set_name(label: &str) -> String {
+    let slug: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|p| !p.is_empty())
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("-");
+    format!(
+        "bench-{slug}-{}",
+        jiff::Timestamp::now().as_second() % 100_000
+    )
+}
+
+/// Spawns the contender with its output in /tmp/<set>.log.
+pub fn spawn(c: &mut Contender, set: &str) -> Child {
+    let log_path = format!("/tmp/{set}.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    eprintln!("[bench] starting {} (log: {log_path})", c.label);
+    c.cmd
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", c.label))
+}
+
+/// Stops a contender and reaps it.
+pub fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Between contenders: every Node, claim and Lease deleted, etcd compacted.
+/// `max_index`: the highest Node index any set of the run used, so every chunk label is covered.
+pub async fn reset(client: &kube::Client, max_index: usize) {
+    delete_everything(client, max_index).await;
+    match crate::fixtures::compact_etcd() {
+        Some((before, after)) => {
+            eprintln!("[bench] etcd compacted and defragmented: {before:.1} → {after:.1} MiB")
+        }
+        None => eprintln!("[bench] etcd compaction skipped (etcd's HTTP gateway did not answer)"),
+    }
+}
+
+/// Runs one contender on a fresh backlog of `cfg.nodes` Nodes.
+pub async fn run_backlog(client: &kube::Client, cfg: &Config, mut c: Contender) -> Row {
+    let n = cfg.nodes;
+    let set = set_name(&c.label);
+    create_nodes(client, &set, n, cfg.creators).await;
+    let watch = SetWatch::start(client, &set).await;
+    let mark = AuditMark::now(&control_plane().audit_log);
+    let start = Instant::now();
+    let child = spawn(&mut c, &set);
+    let Some(finished) = watch.wait_allocated(n, cfg.timeout).await else {
+        let done = watch.allocated();
+        stop(child);
+        panic!(
+            "{}: only {done} of {n} Nodes allocated after {:?}",
+            c.label, cfg.timeout
+        );
+    };
+    let at_finish = proc_stats(child.id());
+    // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
+    tokio::time::sleep(cfg.idle).await;
+    let after_idle = proc_stats(child.id());
+    stop(child);
+    let seconds = finished.duration_since(start).as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = mark.writes(c.ua, "");
+    drop(watch);
+    let stats = ProcStats {
+        peak_rss_mib: after_idle.peak_rss_mib,
+        ..at_finish
+    };
+    let idle_cpu_pct =
+        (after_idle.cpu_seconds - at_finish.cpu_seconds) / cfg.idle.as_secs_f64() * 100.0;
+    eprintln!(
+        "[bench] {}: {seconds:.1} s, {} node writes, {} claim writes ({} refused), peak RSS {:.1} MiB, \
+         CPU {:.1} s, idle CPU {idle_cpu_pct:.2} %",
+        c.label, writes.node, writes.claim, writes.failed, stats.peak_rss_mib, stats.cpu_seconds
+    );
+    reset(client, cfg.nodes).await;
+    Row {
+        contender: c.label,
+        seconds,
+        writes,
+        stats: Some(stats),
+        idle_cpu_pct: Some(idle_cpu_pct),
+    }
+}
+
+/// The `i`-th /24 of 10.0.0.0/8, the ceiling's stand-in for an allocator's choice.
+fn ceiling_cidr(i: usize) -> String {
+    format!("10.{}.{}.0/24", (i / 256) % 256, i % 256)
+}
+
+/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller.
+pub async fn api_ceiling(client: &kube::Client, cfg: &Config) -> Row {
+    let n = cfg.nodes;
+    let set = "bench-ceiling";
+    create_nodes(client, set, n, cfg.creators).await;
+    let api: Api<Node> = Api::all(client.clone());
+    let mark = AuditMark::now(&control_plane().audit_log);
+    let start = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let cidr = ceiling_cidr(i);
+                let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                api.patch(
+                    &node_name(set, i),
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(cfg.ceiling_clients)
+        .collect::<Vec<_>>()
+        .await;
+    let seconds = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = mark.writes("", set);
+    eprintln!(
+        "[bench] ceiling: {seconds:.1} s, {} node writes",
+        writes.node
+    );
+    reset(client, cfg.nodes).await;
+    Row {
+        contender: format!(
+            "API ceiling ({} concurrent PATCHes, no controller)",
+            cfg.ceiling_clients
+        ),
+        seconds,
+        writes,
+        stats: None,
+        idle_cpu_pct: None,
+    }
+}

@@ -1,0 +1,378 @@
+//! The Nodes a run works on: realistic ~8 KB Nodes created concurrently in one POST each, a slim view of
+//! them for the bench's own watches, and a clean-up that survives tens of thousands of Nodes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::watcher;
+use serde::{Deserialize, Deserializer};
+use serde_json::json;
+
+use netcm_e2e::LEASE_NAMESPACE;
+
+/// The label naming the set a Node belongs to (one set per contender), so a watch sees only its set.
+pub const SET_LABEL: &str = "bench.netcm.io/set";
+/// The label grouping Nodes by thousands, so clean-up deletes in chunks that each finish well inside
+/// the API server's request timeout (one delete-collection of 50,000 Nodes does not).
+pub const CHUNK_LABEL: &str = "bench.netcm.io/chunk";
+const CHUNK: usize = 1000;
+
+/// Images a Node reports (kubelet reports up to 50): 28 bring a Node created in one POST to ~8 KB as
+/// the API server returns it (JSON with managedFields; the run prints the size it measured). Earlier
+/// runs made Nodes in two requests (create, then status) with 12 images: ~6.3 KB.
+const IMAGES: usize = 28;
+
+/// A Node status of realistic size: conditions, addresses, capacity, nodeInfo and images.
+pub fn realistic_status(i: usize) -> serde_json::Value {
+    let now = jiff::Timestamp::now().to_string();
+    let cond = |t: &str, s: &str, reason: &str, msg: &str| {
+        json!({"type": t, "status": s, "reason": reason, "message": msg,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let images: Vec<_> = (0..IMAGES)
+        .map(|k| {
+            json!({"names": [
+                format!("registry.example.com/team-{k}/service-{k}@sha256:{:064x}", k * 7919 + i),
+                format!("registry.example.com/team-{k}/service-{k}:v1.{k}.{i}")
+            ], "sizeBytes": 100_000_000 + k * 1_000_003})
+        })
+        .collect();
+    json!({
+        "conditions": [
+            cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": format!("198.51.{}.{}", (i / 250) % 250, i % 250 + 1)},
+            {"type": "Hostname", "address": format!("bench-host-{i}.example.com")}
+        ],
+        "capacity": {"cpu": "16", "memory": "65843856Ki", "pods": "110", "ephemeral-storage": "203056560Ki",
+                     "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
+        "allocatable": {"cpu": "15800m", "memory": "63644816Ki", "pods": "110",
+                        "ephemeral-storage": "187136900936", "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"machineID": format!("{:032x}", i * 104_729), "systemUUID": format!("ec2{:029x}", i),
+                     "bootID": format!("{:08x}-0000-4000-8000-{:012x}", i, i), "kernelVersion": "6.1.0-28-cloud-amd64",
+                     "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://1.7.24",
+                     "kubeletVersion": "v1.36.3", "kubeProxyVersion": "", "operatingSystem": "linux",
+                     "architecture": "amd64"},
+        "images": images,
+    })
+}
+
+/// The name of Node `i` of `set`.
+pub fn node_name(set: &str, i: usize) -> String {
+    format!("{set}-{i:05}")
+}
+
+/// Creates Node `name` (index `i` of `set`) with its status in the same POST, as a kubelet registers:
+/// the API server keeps a created Node's status, so one request per Node instead of two.
+pub async fn create_node(client: &kube::Client, set: &str, i: usize, name: &str) {
+    let body = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": "m5.4xlarge", "topology.kubernetes.io/zone": "zone-a",
+            SET_LABEL: set, CHUNK_LABEL: (i / CHUNK).to_string()}},
+        "status": realistic_status(i),
+    });
+    let body = serde_json::to_vec(&body).unwrap();
+    // Under a backlog of tens of thousands the API server may shed load (429) or time out: retry, and
+    // take AlreadyExists as the earlier attempt having landed.
+    for attempt in 0..8u32 {
+        let req = http::Request::post("/api/v1/nodes?fieldManager=bench-allocation")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .unwrap();
+        match client.request_text(req).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => return,
+            Err(e) if attempt == 7 => panic!("create Node {name}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200 << attempt)).await,
+        }
+    }
+}
+
+/// Creates Nodes `0..n` of `set`, `concurrency` POSTs at a time.
+pub async fn create_nodes(client: &kube::Client, set: &str, n: usize, concurrency: usize) {
+    let start = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| async move { create_node(client, set, i, &node_name(set, i)).await })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await;
+    let secs = start.elapsed().as_secs_f64();
+    if n > 0 && NODE_BYTES.load(Ordering::Relaxed) == 0 {
+        NODE_BYTES.store(
+            stored_size(client, &node_name(set, 0)).await,
+            Ordering::Relaxed,
+        );
+    }
+    eprintln!(
+        "[bench] created {n} Nodes of set {set} in {secs:.1} s ({:.0}/s)",
+        n as f64 / secs
+    );
+}
+
+static NODE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The size in bytes of the run's first Node as the API server returned it (JSON with managedFields).
+pub fn node_bytes() -> usize {
+    NODE_BYTES.load(Ordering::Relaxed)
+}
+
+async fn stored_size(client: &kube::Client, name: &str) -> usize {
+    let req = http::Request::get(format!("/api/v1/nodes/{name}"))
+        .body(Vec::new())
+        .unwrap();
+    client.request_text(req).await.map(|t| t.len()).unwrap_or(0)
+}
+
+async fn count_nodes(api: &Api<k8s_openapi::api::core::v1::Node>) -> Option<usize> {
+    let page = api
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .ok()?;
+    Some(if page.items.is_empty() {
+        0
+    } else {
+        page.metadata.remaining_item_count.unwrap_or(0).max(0) as usize + 1
+    })
+}
+
+/// Deletes every Node, PodCIDRClaim and netcm Lease, however many. Nodes go by chunk label, 8 chunks at a
+/// time, then whatever is left unlabeled; every step is retried until the list is empty, since a
+/// delete-collection that outlives its request timeout stops part-way.
+pub async fn delete_everything(client: &kube::Client, max_nodes: usize) {
+    let start = Instant::now();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let dp = DeleteParams::default();
+    for round in 0..20 {
+        let Some(left) = count_nodes(&nodes).await else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        if left == 0 {
+            break;
+        }
+        if round > 0 {
+            eprintln!("[bench] clean-up round {round}: {left} Nodes left");
+        }
+        let chunks = max_nodes.max(left).div_ceil(CHUNK);
+        futures::stream::iter(0..chunks)
+            .map(|c| {
+                let nodes = nodes.clone();
+                let dp = dp.clone();
+                async move {
+                    let lp = ListParams::default().labels(&format!("{CHUNK_LABEL}={c}"));
+                    let _ = nodes.delete_collection(&dp, &lp).await;
+                }
+            })
+            .buffer_unordered(8)
+            .collect::<Vec<_>>()
+            .await;
+        let _ = nodes.delete_collection(&dp, &ListParams::default()).await;
+    }
+    let claims = netcm_e2e::pod_cidr_claims(client);
+    for _ in 0..20 {
+        match claims.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(l) if l.items.is_empty() => break,
+            _ => {
+                let _ = claims.delete_collection(&dp, &ListParams::default()).await;
+            }
+        }
+    }
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let _ = leases
+        .delete_collection(
+            &dp,
+            &ListParams::default().labels("!apiserver.kubernetes.io/identity"),
+        )
+        .await;
+    if count_nodes(&nodes).await != Some(0) {
+        panic!("Nodes are left after 20 clean-up rounds");
+    }
+    eprintln!(
+        "[bench] clean-up done in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// A Node as the bench's watches see it: its name and pod CIDRs, nothing else decoded, so watching
+/// 50,000 Nodes of ~8 KB costs the bench (which shares the cores with the contender) little.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimNode {
+    #[serde(deserialize_with = "slim_meta")]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: SlimSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct SlimSpec {
+    #[serde(default, rename = "podCIDRs")]
+    pod_cidrs: Vec<String>,
+}
+
+fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        name: Option<String>,
+        resource_version: Option<String>,
+    }
+    let m = Meta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        resource_version: m.resource_version,
+        ..Default::default()
+    })
+}
+
+impl k8s_openapi::Resource for SlimNode {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Node";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "nodes";
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::Metadata for SlimNode {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// When the bench's watch first saw each Node of a set, and first saw it with a pod CIDR, on the
+/// bench's own monotonic clock.
+#[derive(Default)]
+pub struct Seen {
+    /// First event of any kind for the Node (normally its ADDED).
+    pub added: HashMap<String, Instant>,
+    /// First event showing `spec.podCIDRs`.
+    pub allocated: HashMap<String, Instant>,
+}
+
+/// A running watch over one set of Nodes.
+pub struct SetWatch {
+    /// What the watch has seen so far.
+    pub seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SetWatch {
+    /// Starts watching the Nodes labelled with `set` and returns once the initial list is through, so
+    /// the bench's own list does not overlap the contender's start.
+    pub async fn start(client: &kube::Client, set: &str) -> SetWatch {
+        let api: Api<SlimNode> = Api::all(client.clone());
+        let config = watcher::Config::default().labels(&format!("{SET_LABEL}={set}"));
+        let seen: Arc<Mutex<Seen>> = Default::default();
+        let recorder = seen.clone();
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut synced_tx = Some(synced_tx);
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(ev) = stream.next().await {
+                let node = match ev {
+                    Ok(watcher::Event::Apply(n)) | Ok(watcher::Event::InitApply(n)) => n,
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = synced_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let now = Instant::now();
+                let name = node.metadata.name.unwrap_or_default();
+                let mut seen = recorder.lock().unwrap();
+                if !node.spec.pod_cidrs.is_empty() && !seen.allocated.contains_key(&name) {
+                    seen.allocated.insert(name.clone(), now);
+                }
+                seen.added.entry(name).or_insert(now);
+            }
+        });
+        synced_rx.await.expect("the set's watch lists its Nodes");
+        SetWatch { seen, task }
+    }
+
+    /// How many Nodes of the set have been seen with a pod CIDR.
+    pub fn allocated(&self) -> usize {
+        self.seen.lock().unwrap().allocated.len()
+    }
+
+    /// Waits until `n` Nodes have a pod CIDR, polling every 20 ms; returns when the watch saw the last
+    /// one, or None after `timeout`.
+    pub async fn wait_allocated(&self, n: usize, timeout: Duration) -> Option<Instant> {
+        let start = Instant::now();
+        loop {
+            {
+                let seen = self.seen.lock().unwrap();
+                if seen.allocated.len() >= n {
+                    return seen.allocated.values().max().copied();
+                }
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for SetWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Compacts etcd to its current revision and defragments it, between contenders: deleted Nodes of
+/// ~8 KB otherwise pile up in etcd's history until the API server's next compaction (every 5 min), and
+/// three sets of 50,000 would pass etcd's 2 GiB quota. Returns the database size before and after, MiB.
+pub fn compact_etcd() -> Option<(f64, f64)> {
+    let env = std::process::Command::new("bash")
+        .arg(netcm_e2e::repo_root().join("hack/controlplane.sh"))
+        .arg("env")
+        .output()
+        .ok()?;
+    let env = String::from_utf8_lossy(&env.stdout).into_owned();
+    let port = env.lines().find_map(|l| l.strip_prefix("ETCD_PORT="))?;
+    let post = |path: &str, body: serde_json::Value| -> Option<serde_json::Value> {
+        let out = std::process::Command::new("curl")
+            .args(["-sf", "-X", "POST", "--max-time", "120"])
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .arg("-d")
+            .arg(body.to_string())
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    };
+    let size = |status: &serde_json::Value| -> Option<f64> {
+        Some(status["dbSize"].as_str()?.parse::<f64>().ok()? / 1_048_576.0)
+    };
+    let status = post("/v3/maintenance/status", json!({}))?;
+    let before = size(&status)?;
+    let revision = status["header"]["revision"].as_str()?.to_string();
+    // The API server compacts on its own schedule too; a compaction to an older revision than ours then
+    // fails harmlessly on its side.
+    post(
+        "/v3/kv/compaction",
+        json!({"revision": revision, "physical": true}),
+    )?;
+    post("/v3/maintenance/defragment", json!({}))?;
+    let after = size(&post("/v3/maintenance/status", json!({}))?)?;
+    Some((before, after))
+}
