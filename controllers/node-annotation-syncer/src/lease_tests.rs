@@ -2,44 +2,18 @@
 
 use super::*;
 use crate::flags::Flags;
-use clap::Parser;
-use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus};
 
 const P: &str = "flannel.alpha.coreos.com/";
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    flags: Flags,
-}
-
 fn cfg(args: &[&str]) -> Config {
-    let mut argv = vec!["netcm"];
-    argv.extend_from_slice(args);
-    Cli::parse_from(argv).flags.config().expect("valid flags")
+    netcm_manager::test_support::parse_flags::<Flags>(args)
+        .expect("flags parse")
+        .config()
+        .expect("valid flags")
 }
 
 fn node(cidrs: &[&str], addrs: &[(&str, &str)]) -> Node {
-    Node {
-        spec: Some(NodeSpec {
-            pod_cidr: cidrs.first().map(|s| s.to_string()),
-            pod_cidrs: Some(cidrs.iter().map(|s| s.to_string()).collect()),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            addresses: Some(
-                addrs
-                    .iter()
-                    .map(|(t, a)| NodeAddress {
-                        type_: t.to_string(),
-                        address: a.to_string(),
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    netcm_node::test_support::node("n1", cidrs, addrs, &[])
 }
 
 fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

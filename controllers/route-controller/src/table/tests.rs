@@ -3,7 +3,7 @@
 use super::*;
 use crate::backend::fake::FakeRoutes;
 use crate::backend::TableChange;
-use crate::desired::tests::{keys, node};
+use netcm_node::test_support::{flannel_keys as keys, node};
 
 /// The cluster CIDRs of every test here.
 const CLUSTER_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/8"];
