@@ -23,6 +23,11 @@ fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// What `plan` writes under the lease key `key` (flannel's prefix), if anything.
+fn change<'a>(plan: &'a Plan, key: &str) -> Option<&'a str> {
+    plan.changes.get(&format!("{P}{key}")).map(String::as_str)
+}
+
 #[test]
 fn an_ipv4_node_gets_the_full_host_gw_lease() {
     let p = plan(
@@ -52,22 +57,9 @@ fn a_dual_stack_node_also_gets_the_ipv6_public_ip_and_v6_backend_data() {
         ),
         &BTreeMap::new(),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}public-ipv6"))
-            .map(String::as_str),
-        Some("2001:db8::a")
-    );
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}backend-v6-data"))
-            .map(String::as_str),
-        Some("null")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
+    assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::a"));
+    assert_eq!(change(&p, "backend-v6-data"), Some("null"));
 }
 
 #[test]
@@ -80,13 +72,8 @@ fn an_ipv6_only_node_gets_no_ipv4_public_ip() {
         ),
         &BTreeMap::new(),
     );
-    assert!(!p.changes.contains_key(&format!("{P}public-ip")));
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}public-ipv6"))
-            .map(String::as_str),
-        Some("2001:db8::a")
-    );
+    assert_eq!(change(&p, "public-ip"), None);
+    assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::a"));
 }
 
 #[test]
@@ -96,25 +83,13 @@ fn address_types_are_tried_in_flag_order_not_node_order() {
         &[("ExternalIP", "198.51.100.1"), ("InternalIP", "192.0.2.10")],
     );
     let default = plan(&cfg(&[]), &n, &BTreeMap::new());
-    assert_eq!(
-        default
-            .changes
-            .get(&format!("{P}public-ip"))
-            .map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&default, "public-ip"), Some("192.0.2.10"));
     let external_first = plan(
         &cfg(&["--public-ip-address-types=ExternalIP,InternalIP"]),
         &n,
         &BTreeMap::new(),
     );
-    assert_eq!(
-        external_first
-            .changes
-            .get(&format!("{P}public-ip"))
-            .map(String::as_str),
-        Some("198.51.100.1")
-    );
+    assert_eq!(change(&external_first, "public-ip"), Some("198.51.100.1"));
 }
 
 #[test]
@@ -131,10 +106,7 @@ fn a_type_that_has_no_address_of_the_family_falls_through_to_the_next_type() {
         ),
         &BTreeMap::new(),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("198.51.100.1")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("198.51.100.1"));
 }
 
 #[test]
@@ -151,16 +123,8 @@ fn a_valid_overwrite_wins_and_is_written_in_canonical_form() {
         ),
         &current,
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("203.0.113.5")
-    );
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}public-ipv6"))
-            .map(String::as_str),
-        Some("2001:db8::1")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("203.0.113.5"));
+    assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::1"));
     assert!(p.invalid.is_empty());
 }
 
@@ -171,10 +135,7 @@ fn an_empty_overwrite_counts_as_unset() {
         &node(&["10.244.1.0/24"], &[("InternalIP", "192.0.2.10")]),
         &ann(&[("public-ip-overwrite", "")]),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
     assert!(p.invalid.is_empty());
 }
 
@@ -206,10 +167,7 @@ fn an_invalid_overwrite_on_a_fresh_lease_uses_the_address() {
         &node(&["10.244.1.0/24"], &[("InternalIP", "192.0.2.10")]),
         &ann(&[("public-ip-overwrite", "2001:db8::1")]),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
     assert_eq!(
         p.invalid[0].instead,
         Instead::FromAddresses("192.0.2.10".into())
@@ -224,10 +182,7 @@ fn an_invalid_overwrite_replaces_a_broken_lease_value_with_the_address() {
         &node(&["10.244.1.0/24"], &[("InternalIP", "192.0.2.10")]),
         &ann(&[("public-ip-overwrite", "x"), ("public-ip", "garbage")]),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
 }
 
 #[test]
@@ -346,18 +301,12 @@ fn a_vxlan_lease_never_writes_backend_data_and_keeps_the_agents() {
         &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
     );
     let fresh = plan(&vxlan, &n, &BTreeMap::new());
-    assert_eq!(
-        fresh
-            .changes
-            .get(&format!("{P}backend-type"))
-            .map(String::as_str),
-        Some("vxlan")
-    );
-    assert!(!fresh.changes.contains_key(&format!("{P}backend-data")));
-    assert!(!fresh.changes.contains_key(&format!("{P}backend-v6-data")));
+    assert_eq!(change(&fresh, "backend-type"), Some("vxlan"));
+    assert_eq!(change(&fresh, "backend-data"), None);
+    assert_eq!(change(&fresh, "backend-v6-data"), None);
     let agent = ann(&[("backend-data", r#"{"VNI":1,"VtepMAC":"12:c6:65:8e:3a:01"}"#)]);
     let kept = plan(&vxlan, &n, &agent);
-    assert!(!kept.changes.contains_key(&format!("{P}backend-data")));
+    assert_eq!(change(&kept, "backend-data"), None);
 }
 
 #[test]
@@ -372,15 +321,8 @@ fn a_custom_prefix_is_used_for_every_key_and_other_annotations_are_never_written
         .changes
         .keys()
         .all(|k| k.starts_with("netcm.example.com/lease-")));
-    let owned = [
-        &c.keys.kube_subnet_manager,
-        &c.keys.backend_type,
-        &c.keys.backend_data,
-        &c.keys.backend_v6_data,
-        &c.keys.public_ip,
-        &c.keys.public_ipv6,
-    ];
-    assert!(p.changes.keys().all(|k| owned.contains(&k)));
+    let owned = c.keys.lease();
+    assert!(p.changes.keys().all(|k| owned.contains(&k.as_str())));
 }
 
 #[test]
