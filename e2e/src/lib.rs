@@ -51,19 +51,12 @@ pub struct ControlPlane {
 }
 
 fn controlplane_sh(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/controlplane.sh"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running hack/controlplane.sh {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "hack/controlplane.sh {args:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    command_output(
+        Command::new("bash")
+            .arg(repo_root().join("hack/controlplane.sh"))
+            .args(args),
+        None,
+    )
 }
 
 /// The control plane for this test run: started once (idempotently), never skipped.

@@ -16,6 +16,14 @@ fn node(cidrs: &[&str], addrs: &[(&str, &str)]) -> Node {
     netcm_node::test_support::node("n1", cidrs, addrs, &[])
 }
 
+/// A dual-stack Node with an InternalIP of each family.
+fn dual_stack() -> Node {
+    node(
+        &["10.244.1.0/24", "fd00::/64"],
+        &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
+    )
+}
+
 fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -115,14 +123,7 @@ fn a_valid_overwrite_wins_and_is_written_in_canonical_form() {
         ("public-ipv6-overwrite", "2001:DB8:0::0001"),
         ("public-ip-overwrite", "203.0.113.5"),
     ]);
-    let p = plan(
-        &cfg(&[]),
-        &node(
-            &["10.244.1.0/24", "fd00::/64"],
-            &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
-        ),
-        &current,
-    );
+    let p = plan(&cfg(&[]), &dual_stack(), &current);
     assert_eq!(change(&p, "public-ip"), Some("203.0.113.5"));
     assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::1"));
     assert!(p.invalid.is_empty());
@@ -282,24 +283,14 @@ fn a_node_that_already_carries_the_lease_needs_no_write() {
         ("public-ip", "192.0.2.10"),
         ("public-ipv6", "2001:db8::a"),
     ]);
-    let p = plan(
-        &cfg(&[]),
-        &node(
-            &["10.244.1.0/24", "fd00::/64"],
-            &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
-        ),
-        &current,
-    );
+    let p = plan(&cfg(&[]), &dual_stack(), &current);
     assert_eq!(p, Plan::default());
 }
 
 #[test]
 fn a_vxlan_lease_never_writes_backend_data_and_keeps_the_agents() {
     let vxlan = cfg(&["--backend-type=vxlan"]);
-    let n = node(
-        &["10.244.1.0/24", "fd00::/64"],
-        &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
-    );
+    let n = dual_stack();
     let fresh = plan(&vxlan, &n, &BTreeMap::new());
     assert_eq!(change(&fresh, "backend-type"), Some("vxlan"));
     assert_eq!(change(&fresh, "backend-data"), None);
