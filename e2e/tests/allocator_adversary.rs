@@ -308,7 +308,7 @@ async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_
         ],
         None,
     );
-    let nodes = wait_all_allocated(&env.client, 1, TIMEOUT).await;
+    let nodes = wait_all_allocated(&env.client, 4, TIMEOUT).await;
     assert_no_overlaps(&nodes);
     let cluster = "{clusterCIDR=\"10.202.0.0/16\"}";
     let allocations = netcm
