@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::netcm::print_log_tail;
+use crate::netcm::stop;
 use crate::netns::{Forwarder, NetNs};
 use crate::wait_for;
 
@@ -223,12 +223,6 @@ impl Flanneld {
 
 impl Drop for Flanneld {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            print_log_tail(&self.label, &self.log_path);
-        }
+        stop(self.child.take(), &self.label, &self.log_path);
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod apiservers;
 pub mod audit;
+pub mod chart;
 pub mod flannel;
 pub mod flanneld;
 pub mod netcm;
@@ -19,8 +20,9 @@ pub mod realnode;
 pub mod route_lab;
 pub mod webhook;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -49,19 +51,12 @@ pub struct ControlPlane {
 }
 
 fn controlplane_sh(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/controlplane.sh"))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running hack/controlplane.sh {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "hack/controlplane.sh {args:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    command_output(
+        Command::new("bash")
+            .arg(repo_root().join("hack/controlplane.sh"))
+            .args(args),
+        None,
+    )
 }
 
 /// The control plane for this test run: started once (idempotently), never skipped.
@@ -167,6 +162,38 @@ fn kill(pid: &str, sig: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -s {sig} {pid} failed");
+}
+
+/// Runs `cmd` to completion with `stdin` as its input: its stdout, or a panic naming the command with
+/// its output.
+pub fn command_output(cmd: &mut Command, stdin: Option<&str>) -> String {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {what}: {e}"));
+    let mut pipe = child.stdin.take().expect("stdin");
+    pipe.write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write stdin");
+    drop(pipe);
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// kubectl against `kubeconfig`.
+pub fn kubectl(kubeconfig: &Path) -> Command {
+    let mut cmd = Command::new(tool("kubectl"));
+    cmd.env("KUBECONFIG", kubeconfig);
+    cmd
 }
 
 /// A path of a built tool (kubectl, kube-controller-manager, …).

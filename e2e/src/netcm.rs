@@ -189,13 +189,7 @@ impl NetcmProcess {
 
 impl Drop for NetcmProcess {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            print_log_tail(&self.label, &self.log_path);
-        }
+        stop(self.child.take(), &self.label, &self.log_path);
     }
 }
 
@@ -421,6 +415,17 @@ pub async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
         })
         .filter_map(|(_, v)| v.parse::<f64>().ok())
         .sum()
+}
+
+/// Kills and reaps a test's process; when the test is failing, prints the end of its log.
+pub fn stop(child: Option<std::process::Child>, label: &str, log_path: &Path) {
+    if let Some(mut child) = child {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    if std::thread::panicking() {
+        print_log_tail(label, log_path);
+    }
 }
 
 /// Prints the end of a process's log; called when a test fails.

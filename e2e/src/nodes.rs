@@ -1,6 +1,7 @@
 //! Node fixtures: create Nodes with addresses, pod CIDRs and annotations; read them back.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -127,6 +128,24 @@ pub async fn all_nodes(client: &kube::Client) -> Vec<Node> {
         .await
         .expect("list nodes")
         .items
+}
+
+/// Waits until the cluster has exactly `expected` Nodes, each with pod CIDRs; returns them.
+pub async fn wait_all_allocated(
+    client: &kube::Client,
+    expected: usize,
+    timeout: Duration,
+) -> Vec<Node> {
+    crate::wait_for(
+        &format!("all {expected} nodes to have pod CIDRs"),
+        timeout,
+        || async {
+            let nodes = all_nodes(client).await;
+            (nodes.len() == expected && nodes.iter().all(|n| !pod_cidrs(n).is_empty()))
+                .then_some(nodes)
+        },
+    )
+    .await
 }
 
 /// Panics if any two CIDRs held by different Nodes overlap, naming both.

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::netns::{Forwarder, NetNs, NetnsNetcm};
+use crate::nodes::NodeFixture;
 use crate::{audit, wait_for, TestEnv};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
@@ -165,6 +166,38 @@ impl Lab {
         )
         .await
     }
+}
+
+/// Nodes `{prefix}1` to `{prefix}{count}`: Node i has InternalIP 192.0.2.i0, on the first host's LAN,
+/// and pod CIDR 10.244.i.0/24.
+pub fn on_link_nodes(prefix: &str, count: u32) -> Vec<NodeFixture> {
+    (1..=count)
+        .map(|i| {
+            NodeFixture::named(format!("{prefix}{i}"))
+                .internal_ip(&format!("192.0.2.{i}0"))
+                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
+        })
+        .collect()
+}
+
+/// The routes [`on_link_nodes`] want: 10.244.i.0/24 via 192.0.2.i0.
+pub fn on_link_routes(count: u32) -> BTreeMap<IpNet, IpAddr> {
+    (1..=count)
+        .map(|i| {
+            (
+                net(&format!("10.244.{i}.0/24")),
+                ip(&format!("192.0.2.{i}0")),
+            )
+        })
+        .collect()
+}
+
+/// A Node whose InternalIP, 203.0.113.5, is on no link of the first host, so the kernel refuses it as
+/// a gateway; pod CIDR 10.244.9.0/24.
+pub fn off_link_node(name: &str) -> NodeFixture {
+    NodeFixture::named(name)
+        .internal_ip("203.0.113.5")
+        .pod_cidrs(&["10.244.9.0/24"])
 }
 
 pub fn net(s: &str) -> IpNet {

@@ -9,9 +9,10 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use netcm_e2e::nodes::{
-    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, set_addresses, NodeFixture,
+    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, set_addresses,
+    wait_all_allocated, NodeFixture,
 };
-use netcm_e2e::{audit, pod_cidr_claims, restart_apiserver, tool, wait_for, Netcm, TestEnv};
+use netcm_e2e::{audit, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -143,14 +144,7 @@ async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs
         .collect();
     create_nodes(&env.client, new, 8).await;
     netcm.signal("CONT");
-    let nodes = wait_for("all re-created nodes to get pod CIDRs", TIMEOUT, || async {
-        let nodes = all_nodes(&env.client).await;
-        nodes
-            .iter()
-            .all(|n| !pod_cidrs(n).is_empty())
-            .then_some(nodes)
-    })
-    .await;
+    let nodes = wait_all_allocated(&env.client, 40, TIMEOUT).await;
     let cluster: IpNet = "10.200.0.0/16".parse().expect("cidr");
     let inherited: Vec<String> = cidrs_of(&nodes)
         .into_iter()
@@ -184,11 +178,7 @@ async fn a_cidr_claimed_for_another_node_is_never_handed_out_and_a_stale_claim_i
         "claims",
         &["--cluster-cidr=10.201.0.0/24", "--node-cidr-mask-size=27"],
     );
-    let nodes = wait_for("all four nodes to get pod CIDRs", TIMEOUT, || async {
-        let nodes = all_nodes(&env.client).await;
-        (nodes.len() == 4 && nodes.iter().all(|n| !pod_cidrs(n).is_empty())).then_some(nodes)
-    })
-    .await;
+    let nodes = wait_all_allocated(&env.client, 4, TIMEOUT).await;
     let got = cidrs_of(&nodes);
     assert_eq!(
         got["inflight"],
@@ -262,30 +252,7 @@ spec:
 "#;
 
 fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(tool("kubectl"))
-        .arg(format!("--kubeconfig={}", env.cp.kubeconfig.display()))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("write stdin");
-    }
-    let out = child.wait_with_output().expect("kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    netcm_e2e::command_output(netcm_e2e::kubectl(&env.cp.kubeconfig).args(args), stdin);
 }
 
 #[tokio::test]
@@ -341,14 +308,7 @@ async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_
         ],
         None,
     );
-    let nodes = wait_for("every node to get a pod CIDR", TIMEOUT, || async {
-        let nodes = all_nodes(&env.client).await;
-        nodes
-            .iter()
-            .all(|n| !pod_cidrs(n).is_empty())
-            .then_some(nodes)
-    })
-    .await;
+    let nodes = wait_all_allocated(&env.client, 4, TIMEOUT).await;
     assert_no_overlaps(&nodes);
     let cluster = "{clusterCIDR=\"10.202.0.0/16\"}";
     let allocations = netcm
@@ -401,11 +361,7 @@ async fn a_node_whose_addresses_change_before_the_cache_shows_its_cidr_is_writte
         }
     }))
     .await;
-    let nodes = wait_for("all 150 nodes to get pod CIDRs", TIMEOUT, || async {
-        let nodes = all_nodes(&env.client).await;
-        (nodes.len() == 150 && nodes.iter().all(|n| !pod_cidrs(n).is_empty())).then_some(nodes)
-    })
-    .await;
+    let nodes = wait_all_allocated(&env.client, 150, TIMEOUT).await;
     assert_no_overlaps(&nodes);
     // The audit log is written when a request completes: give the last ones a moment.
     tokio::time::sleep(Duration::from_secs(2)).await;

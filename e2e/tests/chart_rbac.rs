@@ -8,8 +8,7 @@
 //! - every argument the chart passes (default and all-on values, Deployment and DaemonSet) is a flag
 //!   netcm accepts with a value it accepts.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -20,10 +19,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use netcm_e2e::nodes::{create_node, NodeFixture};
-use netcm_e2e::{
-    control_plane, repo_root, serviceaccount_kubeconfig, tool, wait_for, Netcm, TestEnv,
-};
-use serde_json::{json, Value};
+use netcm_e2e::{control_plane, serviceaccount_kubeconfig, wait_for, Netcm, TestEnv};
+use serde_json::Value;
 
 /// The namespace the chart is installed in.
 const NAMESPACE: &str = "netcm-system";

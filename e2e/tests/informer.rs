@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::audit::{self, AuditEvent};
-use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::nodes::{create_nodes, wait_all_allocated, NodeFixture};
 use netcm_e2e::{client_for, wait_for, Netcm, TestEnv};
 
 const PROBE: &str = "streaming-list-probe";
@@ -37,15 +37,7 @@ async fn node_reads_of_an_allocator(
         ],
     );
     let id = n.identity().await;
-    wait_for(
-        "every Node to get a pod CIDR",
-        Duration::from_secs(60),
-        || async {
-            let all = all_nodes(&client).await;
-            (all.len() == nodes && all.iter().all(|n| !pod_cidrs(n).is_empty())).then_some(())
-        },
-    )
-    .await;
+    wait_all_allocated(&client, nodes, Duration::from_secs(60)).await;
     // A watch is audited when it ends: stop netcm, then read every request once, at completion.
     drop(n);
     wait_for(

@@ -162,22 +162,9 @@ async fn fifty_nodes_get_exactly_one_route_each_and_route_created_and_foreign_ro
 async fn routes_follow_address_changes_and_deletions_and_come_back_after_a_manual_delete() {
     let lab = lab().await;
     let netcm = lab.start(&[], &[]);
-    let fixtures: Vec<NodeFixture> = (1..=3)
-        .map(|i| {
-            NodeFixture::named(format!("n{i}"))
-                .internal_ip(&format!("192.0.2.{i}0"))
-                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
-        })
-        .collect();
+    let fixtures = on_link_nodes("n", 3);
     create_nodes(&lab.env.client, fixtures, 3).await;
-    let mut want: BTreeMap<IpNet, IpAddr> = (1..=3)
-        .map(|i| {
-            (
-                net(&format!("10.244.{i}.0/24")),
-                ip(&format!("192.0.2.{i}0")),
-            )
-        })
-        .collect();
+    let mut want = on_link_routes(3);
     lab.wait_routes(&want, Duration::from_secs(30)).await;
 
     // A changed InternalIP: the gateway follows.
@@ -216,29 +203,11 @@ async fn routes_follow_address_changes_and_deletions_and_come_back_after_a_manua
 async fn an_unreachable_gateway_gives_no_route_created_and_an_event_and_spares_the_others() {
     let lab = lab().await;
     let netcm = lab.start(&[], &[]);
-    let mut fixtures: Vec<NodeFixture> = (1..=3)
-        .map(|i| {
-            NodeFixture::named(format!("good-{i}"))
-                .internal_ip(&format!("192.0.2.{i}0"))
-                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
-        })
-        .collect();
-    // 203.0.113.0/24 is not on any link of the namespace: the kernel refuses the gateway.
-    fixtures.push(
-        NodeFixture::named("bad")
-            .internal_ip("203.0.113.5")
-            .pod_cidrs(&["10.244.9.0/24"]),
-    );
+    let mut fixtures = on_link_nodes("good-", 3);
+    fixtures.push(off_link_node("bad"));
     create_nodes(&lab.env.client, fixtures, 4).await;
 
-    let mut want: BTreeMap<IpNet, IpAddr> = (1..=3)
-        .map(|i| {
-            (
-                net(&format!("10.244.{i}.0/24")),
-                ip(&format!("192.0.2.{i}0")),
-            )
-        })
-        .collect();
+    let mut want = on_link_routes(3);
     lab.wait_routes(&want, Duration::from_secs(30)).await;
     wait_for(
         "bad to get NoRouteCreated and the others RouteCreated",
@@ -251,22 +220,7 @@ async fn an_unreachable_gateway_gives_no_route_created_and_an_event_and_spares_t
         },
     )
     .await;
-    let events = wait_for(
-        "a FailedToCreateRoute event on bad",
-        Duration::from_secs(30),
-        || async {
-            let ev = lab.env.node_events("bad").await;
-            ev.iter()
-                .any(|(t, r, _)| t == "Warning" && r == "FailedToCreateRoute")
-                .then_some(ev)
-        },
-    )
-    .await;
-    let note = &events
-        .iter()
-        .find(|(_, r, _)| r == "FailedToCreateRoute")
-        .expect("event")
-        .2;
+    let note = lab.failed_route_event("bad", Duration::from_secs(30)).await;
     assert!(
         note.contains("10.244.9.0/24") && note.contains("203.0.113.5"),
         "{note}"

@@ -7,30 +7,13 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use netcm_e2e::nodes::{
-    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, NodeFixture,
+    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, wait_all_allocated,
+    NodeFixture,
 };
 use netcm_e2e::{audit, lease_holder, wait_for, Netcm, TestEnv};
 
 fn name(n: &Node) -> String {
     n.metadata.name.clone().unwrap_or_default()
-}
-
-/// Waits until every Node has pod CIDRs; returns them.
-async fn wait_all_allocated(
-    client: &kube::Client,
-    expected: usize,
-    timeout: Duration,
-) -> Vec<Node> {
-    wait_for(
-        &format!("all {expected} nodes to have pod CIDRs"),
-        timeout,
-        || async {
-            let nodes = all_nodes(client).await;
-            (nodes.len() == expected && nodes.iter().all(|n| !pod_cidrs(n).is_empty()))
-                .then_some(nodes)
-        },
-    )
-    .await
 }
 
 fn fixtures(prefix: &str, n: usize) -> Vec<NodeFixture> {

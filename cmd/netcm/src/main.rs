@@ -27,6 +27,14 @@ struct Cli {
 /// Exit code for bad flags, as clap and KCM use.
 const EXIT_USAGE: u8 = 2;
 
+/// Builds the async runtime, or says on stderr why it could not (logging may not be installed yet).
+fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("error: starting the async runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn main() -> ExitCode {
     // `check` is a separate, read-only command line; the controller's flags do not apply to it.
     let mut args = std::env::args().skip(1).peekable();
@@ -45,15 +53,9 @@ fn main() -> ExitCode {
     for warning in controllers::deprecation_warnings(&cli.controllers) {
         tracing::warn!("{warning}");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     // The manager starts controllers only on the leader; what a standby does starts here.
     if cli.generic.leader_elect {

@@ -221,18 +221,9 @@ impl ControllerOptions for Flags {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        flags: Flags,
-    }
 
     fn parse(args: &[&str]) -> Flags {
-        let mut argv = vec!["netcm"];
-        argv.extend_from_slice(args);
-        Cli::parse_from(argv).flags
+        netcm_manager::test_support::parse_flags(args).expect("flags parse")
     }
 
     #[test]
@@ -388,8 +379,9 @@ mod tests {
 
     #[test]
     fn the_deprecated_flag_is_hidden_from_help() {
-        use clap::CommandFactory;
-        let help = Cli::command().render_long_help().to_string();
+        let help = Flags::augment_args(clap::Command::new("netcm"))
+            .render_long_help()
+            .to_string();
         assert!(help.contains("--annotation-prefix"), "{help}");
         assert!(!help.contains("--route-lease-annotation-prefix"), "{help}");
     }

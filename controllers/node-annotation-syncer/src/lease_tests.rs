@@ -2,44 +2,26 @@
 
 use super::*;
 use crate::flags::Flags;
-use clap::Parser;
-use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus};
 
 const P: &str = "flannel.alpha.coreos.com/";
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    flags: Flags,
-}
-
 fn cfg(args: &[&str]) -> Config {
-    let mut argv = vec!["netcm"];
-    argv.extend_from_slice(args);
-    Cli::parse_from(argv).flags.config().expect("valid flags")
+    netcm_manager::test_support::parse_flags::<Flags>(args)
+        .expect("flags parse")
+        .config()
+        .expect("valid flags")
 }
 
 fn node(cidrs: &[&str], addrs: &[(&str, &str)]) -> Node {
-    Node {
-        spec: Some(NodeSpec {
-            pod_cidr: cidrs.first().map(|s| s.to_string()),
-            pod_cidrs: Some(cidrs.iter().map(|s| s.to_string()).collect()),
-            ..Default::default()
-        }),
-        status: Some(NodeStatus {
-            addresses: Some(
-                addrs
-                    .iter()
-                    .map(|(t, a)| NodeAddress {
-                        type_: t.to_string(),
-                        address: a.to_string(),
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    netcm_node::test_support::node("n1", cidrs, addrs, &[])
+}
+
+/// A dual-stack Node with an InternalIP of each family.
+fn dual_stack() -> Node {
+    node(
+        &["10.244.1.0/24", "fd00::/64"],
+        &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
+    )
 }
 
 fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -47,6 +29,11 @@ fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| (format!("{P}{k}"), v.to_string()))
         .collect()
+}
+
+/// What `plan` writes under the lease key `key` (flannel's prefix), if anything.
+fn change<'a>(plan: &'a Plan, key: &str) -> Option<&'a str> {
+    plan.changes.get(&format!("{P}{key}")).map(String::as_str)
 }
 
 #[test]
@@ -78,22 +65,9 @@ fn a_dual_stack_node_also_gets_the_ipv6_public_ip_and_v6_backend_data() {
         ),
         &BTreeMap::new(),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}public-ipv6"))
-            .map(String::as_str),
-        Some("2001:db8::a")
-    );
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}backend-v6-data"))
-            .map(String::as_str),
-        Some("null")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
+    assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::a"));
+    assert_eq!(change(&p, "backend-v6-data"), Some("null"));
 }
 
 #[test]
@@ -106,13 +80,8 @@ fn an_ipv6_only_node_gets_no_ipv4_public_ip() {
         ),
         &BTreeMap::new(),
     );
-    assert!(!p.changes.contains_key(&format!("{P}public-ip")));
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}public-ipv6"))
-            .map(String::as_str),
-        Some("2001:db8::a")
-    );
+    assert_eq!(change(&p, "public-ip"), None);
+    assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::a"));
 }
 
 #[test]
@@ -122,25 +91,13 @@ fn address_types_are_tried_in_flag_order_not_node_order() {
         &[("ExternalIP", "198.51.100.1"), ("InternalIP", "192.0.2.10")],
     );
     let default = plan(&cfg(&[]), &n, &BTreeMap::new());
-    assert_eq!(
-        default
-            .changes
-            .get(&format!("{P}public-ip"))
-            .map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&default, "public-ip"), Some("192.0.2.10"));
     let external_first = plan(
         &cfg(&["--public-ip-address-types=ExternalIP,InternalIP"]),
         &n,
         &BTreeMap::new(),
     );
-    assert_eq!(
-        external_first
-            .changes
-            .get(&format!("{P}public-ip"))
-            .map(String::as_str),
-        Some("198.51.100.1")
-    );
+    assert_eq!(change(&external_first, "public-ip"), Some("198.51.100.1"));
 }
 
 #[test]
@@ -157,10 +114,7 @@ fn a_type_that_has_no_address_of_the_family_falls_through_to_the_next_type() {
         ),
         &BTreeMap::new(),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("198.51.100.1")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("198.51.100.1"));
 }
 
 #[test]
@@ -169,24 +123,9 @@ fn a_valid_overwrite_wins_and_is_written_in_canonical_form() {
         ("public-ipv6-overwrite", "2001:DB8:0::0001"),
         ("public-ip-overwrite", "203.0.113.5"),
     ]);
-    let p = plan(
-        &cfg(&[]),
-        &node(
-            &["10.244.1.0/24", "fd00::/64"],
-            &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
-        ),
-        &current,
-    );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("203.0.113.5")
-    );
-    assert_eq!(
-        p.changes
-            .get(&format!("{P}public-ipv6"))
-            .map(String::as_str),
-        Some("2001:db8::1")
-    );
+    let p = plan(&cfg(&[]), &dual_stack(), &current);
+    assert_eq!(change(&p, "public-ip"), Some("203.0.113.5"));
+    assert_eq!(change(&p, "public-ipv6"), Some("2001:db8::1"));
     assert!(p.invalid.is_empty());
 }
 
@@ -197,10 +136,7 @@ fn an_empty_overwrite_counts_as_unset() {
         &node(&["10.244.1.0/24"], &[("InternalIP", "192.0.2.10")]),
         &ann(&[("public-ip-overwrite", "")]),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
     assert!(p.invalid.is_empty());
 }
 
@@ -232,10 +168,7 @@ fn an_invalid_overwrite_on_a_fresh_lease_uses_the_address() {
         &node(&["10.244.1.0/24"], &[("InternalIP", "192.0.2.10")]),
         &ann(&[("public-ip-overwrite", "2001:db8::1")]),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
     assert_eq!(
         p.invalid[0].instead,
         Instead::FromAddresses("192.0.2.10".into())
@@ -250,10 +183,7 @@ fn an_invalid_overwrite_replaces_a_broken_lease_value_with_the_address() {
         &node(&["10.244.1.0/24"], &[("InternalIP", "192.0.2.10")]),
         &ann(&[("public-ip-overwrite", "x"), ("public-ip", "garbage")]),
     );
-    assert_eq!(
-        p.changes.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
-    );
+    assert_eq!(change(&p, "public-ip"), Some("192.0.2.10"));
 }
 
 #[test]
@@ -353,37 +283,21 @@ fn a_node_that_already_carries_the_lease_needs_no_write() {
         ("public-ip", "192.0.2.10"),
         ("public-ipv6", "2001:db8::a"),
     ]);
-    let p = plan(
-        &cfg(&[]),
-        &node(
-            &["10.244.1.0/24", "fd00::/64"],
-            &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
-        ),
-        &current,
-    );
+    let p = plan(&cfg(&[]), &dual_stack(), &current);
     assert_eq!(p, Plan::default());
 }
 
 #[test]
 fn a_vxlan_lease_never_writes_backend_data_and_keeps_the_agents() {
     let vxlan = cfg(&["--backend-type=vxlan"]);
-    let n = node(
-        &["10.244.1.0/24", "fd00::/64"],
-        &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
-    );
+    let n = dual_stack();
     let fresh = plan(&vxlan, &n, &BTreeMap::new());
-    assert_eq!(
-        fresh
-            .changes
-            .get(&format!("{P}backend-type"))
-            .map(String::as_str),
-        Some("vxlan")
-    );
-    assert!(!fresh.changes.contains_key(&format!("{P}backend-data")));
-    assert!(!fresh.changes.contains_key(&format!("{P}backend-v6-data")));
+    assert_eq!(change(&fresh, "backend-type"), Some("vxlan"));
+    assert_eq!(change(&fresh, "backend-data"), None);
+    assert_eq!(change(&fresh, "backend-v6-data"), None);
     let agent = ann(&[("backend-data", r#"{"VNI":1,"VtepMAC":"12:c6:65:8e:3a:01"}"#)]);
     let kept = plan(&vxlan, &n, &agent);
-    assert!(!kept.changes.contains_key(&format!("{P}backend-data")));
+    assert_eq!(change(&kept, "backend-data"), None);
 }
 
 #[test]
@@ -398,15 +312,8 @@ fn a_custom_prefix_is_used_for_every_key_and_other_annotations_are_never_written
         .changes
         .keys()
         .all(|k| k.starts_with("netcm.example.com/lease-")));
-    let owned = [
-        &c.keys.kube_subnet_manager,
-        &c.keys.backend_type,
-        &c.keys.backend_data,
-        &c.keys.backend_v6_data,
-        &c.keys.public_ip,
-        &c.keys.public_ipv6,
-    ];
-    assert!(p.changes.keys().all(|k| owned.contains(&k)));
+    let owned = c.keys.lease();
+    assert!(p.changes.keys().all(|k| owned.contains(&k.as_str())));
 }
 
 #[test]

@@ -77,9 +77,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 
-    fn keys() -> Keys {
-        Keys::new("--annotation-prefix", "flannel.alpha.coreos.com").expect("valid prefix")
-    }
+    use netcm_node::test_support::flannel_keys as keys;
 
     /// A managed-fields entry as the API server writes it for an Update of these annotations.
     fn entry(manager: &str, subresource: Option<&str>, annotations: &[&str]) -> ManagedFieldsEntry {

@@ -162,52 +162,9 @@ pub fn node_routes(node: &Node, keys: &Keys) -> NodeRoutes {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    /// A Node fixture: name, pod CIDRs, addresses as (type, ip), annotations as (key, value).
-    pub(crate) fn node(
-        name: &str,
-        cidrs: &[&str],
-        addresses: &[(&str, &str)],
-        annotations: &[(&str, &str)],
-    ) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                pod_cidr: cidrs.first().map(|s| s.to_string()),
-                pod_cidrs: Some(cidrs.iter().map(|s| s.to_string()).collect()),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                addresses: Some(
-                    addresses
-                        .iter()
-                        .map(|(t, a)| NodeAddress {
-                            type_: t.to_string(),
-                            address: a.to_string(),
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-        }
-    }
-
-    pub(crate) fn keys() -> Keys {
-        Keys::new("--annotation-prefix", "flannel.alpha.coreos.com").expect("default prefix")
-    }
+    use netcm_node::test_support::{flannel_keys as keys, node};
 
     fn route(dst: &str, gw: &str) -> Route {
         Route {

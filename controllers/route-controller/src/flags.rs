@@ -310,18 +310,9 @@ impl ControllerOptions for Options {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        flags: Flags,
-    }
 
     fn parse(args: &[&str]) -> Flags {
-        let mut argv = vec!["netcm"];
-        argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).expect("flags parse").flags
+        netcm_manager::test_support::parse_flags(args).expect("flags parse")
     }
 
     const CLUSTER: Context<'static> = Context {

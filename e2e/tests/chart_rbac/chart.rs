@@ -1,46 +1,7 @@
 //! Rendering the chart with helm and applying what it renders, for the RBAC tests.
 
 use super::*;
-
-pub fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {what}: {e}"));
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(stdin.unwrap_or_default().as_bytes())
-        .expect("write stdin");
-    drop(pipe);
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// helm, built from its Go module by hack/verify-chart.sh.
-pub fn helm() -> PathBuf {
-    let out = run(
-        Command::new("bash")
-            .arg(repo_root().join("hack/verify-chart.sh"))
-            .arg("helm"),
-        None,
-    );
-    PathBuf::from(out.trim())
-}
-
-pub fn kubectl(kubeconfig: &Path) -> Command {
-    let mut cmd = Command::new(tool("kubectl"));
-    cmd.env("KUBECONFIG", kubeconfig);
-    cmd
-}
+use netcm_e2e::chart::{chart_dir, render};
 
 /// The chart rendered by `helm template` into `NAMESPACE`, as JSON objects (kubectl does the YAML).
 pub struct Rendering {
@@ -49,30 +10,11 @@ pub struct Rendering {
 
 impl Rendering {
     pub fn new(value_files: &[&str]) -> Rendering {
-        let chart = repo_root().join("charts/netcm");
-        let mut cmd = Command::new(helm());
-        cmd.args(["template", RELEASE])
-            .arg(&chart)
-            .args(["--namespace", NAMESPACE]);
-        for f in value_files {
-            cmd.arg("-f").arg(chart.join(f));
-        }
-        let yaml = run(&mut cmd, None);
-        let json = run(
-            kubectl(&control_plane().kubeconfig).args([
-                "create",
-                "--dry-run=client",
-                "-o",
-                "json",
-                "-f",
-                "-",
-            ]),
-            Some(&yaml),
-        );
-        let objects = serde_json::Deserializer::from_str(&json)
-            .into_iter::<Value>()
-            .collect::<Result<Vec<_>, _>>()
-            .expect("kubectl printed JSON objects");
+        let args: Vec<String> = value_files
+            .iter()
+            .flat_map(|f| ["-f".to_string(), chart_dir().join(f).display().to_string()])
+            .collect();
+        let objects = render(&control_plane().kubeconfig, RELEASE, NAMESPACE, &args);
         Rendering { objects }
     }
 
@@ -120,20 +62,9 @@ impl Rendering {
     }
 }
 
-/// Server-side applies `objects` as one List, as an operator's `kubectl apply --server-side` would.
+/// Server-side applies `objects` under the tests' field manager.
 pub fn apply(kubeconfig: &Path, objects: Vec<Value>) {
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    run(
-        kubectl(kubeconfig).args([
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            &format!("--field-manager={FIELD_MANAGER}"),
-            "-f",
-            "-",
-        ]),
-        Some(&list.to_string()),
-    );
+    netcm_e2e::chart::apply(kubeconfig, FIELD_MANAGER, objects);
 }
 
 /// The chart's args for the harness's `Netcm::start`: its own listener and verbosity flags dropped (the

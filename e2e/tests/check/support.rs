@@ -2,15 +2,14 @@
 //! ServiceAccount (optionally without one verb), Nodes registered with labels as a kubelet does (so the
 //! API server tracks their fields), kube-controller-manager's allocator.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ObjectMeta, PostParams};
 use netcm_e2e::netcm::netcm_binary;
 use netcm_e2e::nodes::set_addresses;
-use netcm_e2e::{repo_root, tool};
+use netcm_e2e::{chart, tool};
 use serde_json::Value;
 
 /// What one `netcm check` run printed and returned.
@@ -119,38 +118,6 @@ pub async fn register_node(
     set_addresses(client, name, &[("InternalIP".into(), ip.into())]).await
 }
 
-fn command_output(cmd: &mut Command, stdin: Option<&str>) -> String {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {what}: {e}"));
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(stdin.unwrap_or_default().as_bytes())
-        .expect("stdin");
-    drop(pipe);
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn helm() -> PathBuf {
-    let out = command_output(
-        Command::new("bash")
-            .arg(repo_root().join("hack/verify-chart.sh"))
-            .arg("helm"),
-        None,
-    );
-    PathBuf::from(out.trim())
-}
-
 /// The chart's ServiceAccount, ClusterRole(Binding) and Role(Binding) for release `release` in
 /// `namespace`, applied server-side; `without` = (resource, verb) is taken out of its rule first.
 pub fn apply_chart_rbac(
@@ -159,27 +126,11 @@ pub fn apply_chart_rbac(
     namespace: &str,
     without: Option<(&str, &str)>,
 ) {
-    let mut cmd = Command::new(helm());
-    cmd.args(["template", release])
-        .arg(repo_root().join("charts/netcm"))
-        .args(["--namespace", namespace]);
+    let mut args = Vec::new();
     for t in ["serviceaccount", "clusterrole", "role"] {
-        cmd.args(["--show-only", &format!("templates/{t}.yaml")]);
+        args.extend(["--show-only".to_string(), format!("templates/{t}.yaml")]);
     }
-    let yaml = command_output(&mut cmd, None);
-    let kubectl = || {
-        let mut c = Command::new(tool("kubectl"));
-        c.env("KUBECONFIG", kubeconfig);
-        c
-    };
-    let json = command_output(
-        kubectl().args(["create", "--dry-run=client", "-o", "json", "-f", "-"]),
-        Some(&yaml),
-    );
-    let mut objects: Vec<Value> = serde_json::Deserializer::from_str(&json)
-        .into_iter::<Value>()
-        .collect::<Result<_, _>>()
-        .expect("kubectl printed JSON");
+    let mut objects = chart::render(kubeconfig, release, namespace, &args);
     if let Some((resource, verb)) = without {
         for o in objects
             .iter_mut()
@@ -201,18 +152,7 @@ pub fn apply_chart_rbac(
             }
         }
     }
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    command_output(
-        kubectl().args([
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=netcm-e2e-check",
-            "-f",
-            "-",
-        ]),
-        Some(&list.to_string()),
-    );
+    chart::apply(kubeconfig, "netcm-e2e-check", objects);
 }
 
 /// kube-controller-manager running only its node IPAM allocator, as a cluster that forgot to turn it

@@ -2,10 +2,8 @@
 //! leader election is on; node mode reports only its own Node, and a bad peer is reported on the peer.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::time::Duration;
 
-use ipnet::IpNet;
 use netcm_e2e::nodes::{create_nodes, NodeFixture};
 use netcm_e2e::wait_for;
 
@@ -17,28 +15,11 @@ async fn gateway_mode_without_leader_election_writes_every_nodes_condition() {
     let since = jiff::Timestamp::now();
     // One central replica, as kube-controller-manager runs in small clusters: no Lease, no NODE_NAME.
     let _netcm = lab.start(&["--route-mode=gateway", "--leader-elect=false"], &[]);
-    let mut fixtures: Vec<NodeFixture> = (1..=3)
-        .map(|i| {
-            NodeFixture::named(format!("gw-{i}"))
-                .internal_ip(&format!("192.0.2.{i}0"))
-                .pod_cidrs(&[&format!("10.244.{i}.0/24")])
-        })
-        .collect();
+    let mut fixtures = on_link_nodes("gw-", 3);
     // Off-link from this host: its route fails, so it must be reported NoRouteCreated.
-    fixtures.push(
-        NodeFixture::named("gw-bad")
-            .internal_ip("203.0.113.5")
-            .pod_cidrs(&["10.244.9.0/24"]),
-    );
+    fixtures.push(off_link_node("gw-bad"));
     create_nodes(&lab.env.client, fixtures, 4).await;
-    let want: BTreeMap<IpNet, IpAddr> = (1..=3)
-        .map(|i| {
-            (
-                net(&format!("10.244.{i}.0/24")),
-                ip(&format!("192.0.2.{i}0")),
-            )
-        })
-        .collect();
+    let want = on_link_routes(3);
     lab.wait_routes(&want, Duration::from_secs(30)).await;
     wait_for(
         "every Node's NetworkUnavailable condition",

@@ -169,20 +169,9 @@ impl GenericFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        g: GenericFlags,
-    }
 
     fn parse(args: &[&str]) -> Result<GenericFlags, String> {
-        let mut all = vec!["netcm"];
-        all.extend_from_slice(args);
-        Cli::try_parse_from(all)
-            .map(|c| c.g)
-            .map_err(|e| e.to_string())
+        crate::test_support::parse_flags(args).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub mod registry;
 pub mod run;
 pub mod secure;
 pub mod sync_metrics;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 pub mod ttl_cache;
 
 pub use controller::{

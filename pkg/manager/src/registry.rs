@@ -178,7 +178,6 @@ mod tests {
     use super::*;
     use crate::controller::{InitContext, InitResult};
     use crate::descriptor::ControllerOptions;
-    use clap::Parser;
 
     /// A controller that refuses its flags when told to.
     struct Options {
@@ -309,14 +308,9 @@ mod tests {
         assert_eq!(r.canonical("nope"), None);
     }
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        generic: GenericFlags,
-    }
-
     fn generic(controllers: &str) -> GenericFlags {
-        Cli::parse_from(["netcm", &format!("--controllers={controllers}")]).generic
+        crate::test_support::parse_flags(&[&format!("--controllers={controllers}")])
+            .expect("valid flags")
     }
 
     #[test]

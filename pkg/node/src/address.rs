@@ -116,24 +116,10 @@ pub fn first_address<T: AsRef<str>>(node: &Node, types: &[T], family: Family) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+    use crate::test_support;
 
     fn node(addresses: &[(&str, &str)]) -> Node {
-        Node {
-            status: Some(NodeStatus {
-                addresses: Some(
-                    addresses
-                        .iter()
-                        .map(|(t, a)| NodeAddress {
-                            type_: t.to_string(),
-                            address: a.to_string(),
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        test_support::node("n", &[], addresses, &[])
     }
 
     #[test]

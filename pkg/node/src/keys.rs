@@ -139,18 +139,12 @@ impl Keys {
         ]
     }
 
-    /// Every key netcm reads or writes.
-    pub fn all(&self) -> [&str; 8] {
-        [
-            &self.kube_subnet_manager,
-            &self.backend_type,
-            &self.backend_data,
-            &self.backend_v6_data,
-            &self.public_ip,
-            &self.public_ipv6,
-            &self.public_ip_overwrite,
-            &self.public_ipv6_overwrite,
-        ]
+    /// Every key netcm reads or writes: the lease's and the users' overwrites.
+    pub fn all(&self) -> impl Iterator<Item = &str> {
+        let overwrites = [&self.public_ip_overwrite, &self.public_ipv6_overwrite];
+        self.lease()
+            .into_iter()
+            .chain(overwrites.map(String::as_str))
     }
 }
 

@@ -8,6 +8,8 @@
 pub mod address;
 pub mod keys;
 pub mod pod_cidrs;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use address::{first_address, public_ip, Unusable};
 pub use keys::{Keys, PrefixError};

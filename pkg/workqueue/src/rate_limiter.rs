@@ -188,16 +188,7 @@ fn backoff(base: Duration, max: Duration, exponent: u32) -> Duration {
 mod tests {
     use super::*;
 
-    const MS: Duration = Duration::from_millis(1);
-
-    /// Asserts two durations differ by at most a microsecond (float rounding).
-    fn assert_close(actual: Duration, expected: Duration) {
-        let diff = actual.abs_diff(expected);
-        assert!(
-            diff <= Duration::from_micros(1),
-            "{actual:?} != {expected:?}"
-        );
-    }
+    use crate::token_bucket::tests::{assert_close, MS};
 
     #[test]
     fn exponential_delay_doubles_per_failure_and_caps_at_max() {

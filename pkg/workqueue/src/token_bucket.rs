@@ -91,13 +91,14 @@ impl fmt::Debug for TokenBucket {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MS: Duration = Duration::from_millis(1);
+    /// A millisecond, the unit of the delays the tests here and in `rate_limiter` expect.
+    pub(crate) const MS: Duration = Duration::from_millis(1);
 
     /// Asserts two durations differ by at most a microsecond (float rounding).
-    fn assert_close(actual: Duration, expected: Duration) {
+    pub(crate) fn assert_close(actual: Duration, expected: Duration) {
         let diff = actual.abs_diff(expected);
         assert!(
             diff <= Duration::from_micros(1),

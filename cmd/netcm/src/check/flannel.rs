@@ -174,19 +174,6 @@ mod tests {
     use super::super::snapshot::fixtures::*;
     use super::*;
 
-    fn leased(mut n: Node, ip: &str) -> Node {
-        let a = n.metadata.annotations.get_or_insert_with(Default::default);
-        for (k, v) in [
-            ("kube-subnet-manager", "true"),
-            ("backend-type", "host-gw"),
-            ("backend-data", "null"),
-            ("public-ip", ip),
-        ] {
-            a.insert(format!("flannel.alpha.coreos.com/{k}"), v.into());
-        }
-        n
-    }
-
     #[test]
     fn current_leases_on_every_node_with_a_pod_cidr_are_fine() {
         let s = snapshot(

@@ -103,15 +103,9 @@ enum Output {
 /// Runs `netcm check` with `args` (the words after `check`).
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let cli = CheckCli::parse_from(std::iter::once("netcm check".to_string()).chain(args));
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let target = gather::Target {
         kubeconfig: cli.kubeconfig.clone(),
@@ -228,16 +222,7 @@ mod tests {
     #[test]
     fn a_healthy_cluster_passes_every_check() {
         use snapshot::fixtures::*;
-        let mut n = node("a", "192.0.2.1", &["10.244.0.0/24"]);
-        let ann = n.metadata.annotations.get_or_insert_with(Default::default);
-        for (k, v) in [
-            ("kube-subnet-manager", "true"),
-            ("backend-type", "host-gw"),
-            ("backend-data", "null"),
-            ("public-ip", "192.0.2.1"),
-        ] {
-            ann.insert(format!("flannel.alpha.coreos.com/{k}"), v.into());
-        }
+        let n = leased(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
         let mut s = snapshot("10.244.0.0/16", vec![n]);
         s.claims = snapshot::ClaimsState::Listed(vec![snapshot::ClaimRecord {
             name: "10-244-0-0-24".into(),

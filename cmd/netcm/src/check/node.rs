@@ -234,16 +234,7 @@ mod tests {
 
     #[test]
     fn a_healthy_node_lists_its_cidrs_and_is_called_healthy() {
-        let mut n = node("a", "192.0.2.1", &["10.244.0.0/24"]);
-        let ann = n.metadata.annotations.get_or_insert_with(Default::default);
-        for (k, v) in [
-            ("kube-subnet-manager", "true"),
-            ("backend-type", "host-gw"),
-            ("backend-data", "null"),
-            ("public-ip", "192.0.2.1"),
-        ] {
-            ann.insert(format!("flannel.alpha.coreos.com/{k}"), v.into());
-        }
+        let n = leased(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
         let s = snapshot("10.244.0.0/16", vec![n]);
         let a = pools::analyse(&s);
         let (f, verdict) = check(&s, a.as_ref(), "a");

@@ -325,6 +325,20 @@ pub mod fixtures {
         }
     }
 
+    /// `n` carrying a complete host-gw lease under flannel's prefix with `public_ip`.
+    pub fn leased(mut n: Node, public_ip: &str) -> Node {
+        let a = n.metadata.annotations.get_or_insert_with(Default::default);
+        for (k, v) in [
+            ("kube-subnet-manager", "true"),
+            ("backend-type", "host-gw"),
+            ("backend-data", "null"),
+            ("public-ip", public_ip),
+        ] {
+            a.insert(format!("flannel.alpha.coreos.com/{k}"), v.into());
+        }
+        n
+    }
+
     /// A Lease held by `holder`, renewed `renewed_ago` seconds ago.
     pub fn lease(holder: &str, renewed_ago: i64, transitions: i32) -> Lease {
         Lease {

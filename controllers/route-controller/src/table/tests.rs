@@ -3,7 +3,7 @@
 use super::*;
 use crate::backend::fake::FakeRoutes;
 use crate::backend::TableChange;
-use crate::desired::tests::{keys, node};
+use netcm_node::test_support::{flannel_keys as keys, node};
 
 /// The cluster CIDRs of every test here.
 const CLUSTER_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/8"];
@@ -43,6 +43,21 @@ fn n(name: &str, cidr: &str, ip: &str) -> Node {
     node(name, &[cidr], &[("InternalIP", ip)], &[])
 }
 
+/// Syncs the Node [`n`] builds from `name`, `cidr` and `ip`.
+async fn sync(s: &RouteSyncer, name: &str, cidr: &str, ip: &str) -> NodeSync {
+    s.sync_node(name, Some(&n(name, cidr, ip)))
+        .await
+        .expect("sync")
+}
+
+/// The failures of `outcome`; panics on any other outcome.
+fn failures(outcome: NodeOutcome) -> Vec<Failure> {
+    match outcome {
+        NodeOutcome::Failed(f) => f,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_new_node_gets_its_route_and_a_second_sync_calls_nothing() {
     let (backend, s) = syncer(None);
@@ -58,12 +73,8 @@ async fn a_new_node_gets_its_route_and_a_second_sync_calls_nothing() {
 #[tokio::test]
 async fn a_changed_address_replaces_the_gateway_and_a_deleted_node_loses_its_route() {
     let (backend, s) = syncer(None);
-    s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-        .await
-        .expect("sync");
-    s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.9")))
-        .await
-        .expect("sync");
+    sync(&s, "a", "10.244.1.0/24", "192.0.2.1").await;
+    sync(&s, "a", "10.244.1.0/24", "192.0.2.9").await;
     assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.9")]);
     let r = s.sync_node("a", None).await.expect("sync");
     assert_eq!(r.outcome, NodeOutcome::NotApplicable);
@@ -73,10 +84,7 @@ async fn a_changed_address_replaces_the_gateway_and_a_deleted_node_loses_its_rou
 #[tokio::test]
 async fn the_node_netcm_runs_on_gets_no_route() {
     let (backend, s) = syncer(Some("self"));
-    let r = s
-        .sync_node("self", Some(&n("self", "10.244.1.0/24", "192.0.2.1")))
-        .await
-        .expect("sync");
+    let r = sync(&s, "self", "10.244.1.0/24", "192.0.2.1").await;
     assert_eq!(r.outcome, NodeOutcome::NotApplicable);
     assert!(backend.table().is_empty());
 }
@@ -89,18 +97,10 @@ async fn an_unreachable_gateway_fails_that_node_only() {
         .lock()
         .expect("lock")
         .insert("203.0.113.5".parse().expect("ip"));
-    let bad = s
-        .sync_node("bad", Some(&n("bad", "10.244.1.0/24", "203.0.113.5")))
-        .await
-        .expect("sync");
-    let good = s
-        .sync_node("good", Some(&n("good", "10.244.2.0/24", "192.0.2.2")))
-        .await
-        .expect("sync");
-    match bad.outcome {
-        NodeOutcome::Failed(f) => assert!(f[0].reason.contains("invalid gateway"), "{f:?}"),
-        other => panic!("expected a failure, got {other:?}"),
-    }
+    let bad = sync(&s, "bad", "10.244.1.0/24", "203.0.113.5").await;
+    let good = sync(&s, "good", "10.244.2.0/24", "192.0.2.2").await;
+    let f = failures(bad.outcome);
+    assert!(f[0].reason.contains("invalid gateway"), "{f:?}");
     assert_eq!(good.outcome, NodeOutcome::Routed);
     assert_eq!(backend.table(), [route("10.244.2.0/24", "192.0.2.2")]);
 }
@@ -113,14 +113,9 @@ async fn someone_elses_route_to_the_same_destination_is_left_alone_and_reported(
         .lock()
         .expect("lock")
         .insert("10.244.1.0/24".parse().expect("net"));
-    let r = s
-        .sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-        .await
-        .expect("sync");
-    match r.outcome {
-        NodeOutcome::Failed(f) => assert!(f[0].reason.contains("does not own"), "{f:?}"),
-        other => panic!("expected a failure, got {other:?}"),
-    }
+    let r = sync(&s, "a", "10.244.1.0/24", "192.0.2.1").await;
+    let f = failures(r.outcome);
+    assert!(f[0].reason.contains("does not own"), "{f:?}");
     assert!(backend.table().is_empty());
 }
 
@@ -131,10 +126,7 @@ async fn a_route_netcm_made_before_a_restart_is_adopted_not_duplicated() {
         "10.244.1.0/24".parse().expect("net"),
         "192.0.2.7".parse().expect("ip"),
     );
-    let r = s
-        .sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-        .await
-        .expect("sync");
+    let r = sync(&s, "a", "10.244.1.0/24", "192.0.2.1").await;
     assert_eq!(r.outcome, NodeOutcome::Routed);
     assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
 }
@@ -177,21 +169,13 @@ async fn reconcile_deletes_routes_no_node_wants_and_requeues_nodes_whose_route_w
 #[tokio::test]
 async fn two_nodes_claiming_one_pod_cidr_do_not_fight_over_the_route() {
     let (backend, s) = syncer(None);
-    s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-        .await
-        .expect("sync");
-    let r = s
-        .sync_node("b", Some(&n("b", "10.244.1.0/24", "192.0.2.2")))
-        .await
-        .expect("sync");
+    sync(&s, "a", "10.244.1.0/24", "192.0.2.1").await;
+    let r = sync(&s, "b", "10.244.1.0/24", "192.0.2.2").await;
     assert!(matches!(r.outcome, NodeOutcome::Failed(_)), "{r:?}");
     assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.1")]);
     // Once a is gone, b takes the destination over.
     s.sync_node("a", None).await.expect("sync");
-    let r = s
-        .sync_node("b", Some(&n("b", "10.244.1.0/24", "192.0.2.2")))
-        .await
-        .expect("sync");
+    let r = sync(&s, "b", "10.244.1.0/24", "192.0.2.2").await;
     assert_eq!(r.outcome, NodeOutcome::Routed);
     assert_eq!(backend.table(), [route("10.244.1.0/24", "192.0.2.2")]);
 }
@@ -249,18 +233,11 @@ async fn a_default_like_outside_or_lan_pod_cidr_gets_no_route_and_a_failure_sayi
         ("172.16.0.0/24", "outside every --cluster-cidr"),
         ("10.99.3.0/24", "directly connected"),
     ] {
-        let r = s
-            .sync_node("bad", Some(&n("bad", cidr, "192.0.2.5")))
-            .await
-            .expect("sync");
-        match r.outcome {
-            NodeOutcome::Failed(f) => {
-                assert!(f[0].reason.contains(why), "{cidr}: {f:?}");
-                assert_eq!(f[0].gateway, Some("192.0.2.5".parse().expect("ip")));
-                assert!(!f[0].on_this_host);
-            }
-            other => panic!("{cidr}: expected a failure, got {other:?}"),
-        }
+        let r = sync(&s, "bad", cidr, "192.0.2.5").await;
+        let f = failures(r.outcome);
+        assert!(f[0].reason.contains(why), "{cidr}: {f:?}");
+        assert_eq!(f[0].gateway, Some("192.0.2.5".parse().expect("ip")));
+        assert!(!f[0].on_this_host);
     }
     assert!(backend.table().is_empty());
     assert!(backend
@@ -337,9 +314,7 @@ async fn a_route_someone_deletes_leaves_the_view_and_its_node_is_synced_again_wh
 #[tokio::test]
 async fn netcms_own_changes_reported_back_cost_no_sync() {
     let (backend, s) = syncer(None);
-    s.sync_node("a", Some(&n("a", "10.244.1.0/24", "192.0.2.1")))
-        .await
-        .expect("sync");
+    sync(&s, "a", "10.244.1.0/24", "192.0.2.1").await;
     let added = TableChange::Added {
         destination: net("10.244.1.0/24"),
         gateway: Some("192.0.2.1".parse().expect("ip")),
@@ -423,10 +398,7 @@ async fn a_bad_peer_is_not_a_host_fault_but_a_host_that_may_not_route_is() {
         .lock()
         .expect("lock")
         .insert("203.0.113.5".parse().expect("ip"));
-    let bad = s
-        .sync_node("bad", Some(&n("bad", "10.244.9.0/24", "203.0.113.5")))
-        .await
-        .expect("sync");
+    let bad = sync(&s, "bad", "10.244.9.0/24", "203.0.113.5").await;
     assert!(matches!(bad.outcome, NodeOutcome::Failed(_)));
     assert!(!bad.host_fault());
     let report = s.reconcile(&[]).await.expect("reconcile");
@@ -435,10 +407,7 @@ async fn a_bad_peer_is_not_a_host_fault_but_a_host_that_may_not_route_is() {
     backend
         .host_fails
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let good = s
-        .sync_node("good", Some(&n("good", "10.244.2.0/24", "192.0.2.2")))
-        .await
-        .expect("sync");
+    let good = sync(&s, "good", "10.244.2.0/24", "192.0.2.2").await;
     assert!(good.host_fault(), "{good:?}");
     let report = s.reconcile(&[]).await.expect("reconcile");
     assert_eq!(report.host_faults, 1);

@@ -78,6 +78,11 @@ fn election(lease: Duration, renew: Duration) -> LeaderElectionConfig {
     }
 }
 
+/// KCM's default election: a 15 s lease renewed within 10 s.
+fn default_election() -> LeaderElectionConfig {
+    election(Duration::from_secs(15), Duration::from_secs(10))
+}
+
 /// The process's client against `base`, fenced by a guard that renewed its lease just now.
 fn client(base: &str, cfg: &LeaderElectionConfig) -> (kube::Client, LeaderGuard) {
     let registry = Registry::new();
@@ -115,7 +120,7 @@ fn timeout_ms(line: &str) -> Option<u64> {
 #[tokio::test]
 async fn a_fenced_write_tells_the_api_server_a_deadline_that_ends_before_the_lease_could_pass() {
     let (base, seen, _stop) = stand_in(|_, _| async { status(200) }).await;
-    let cfg = election(Duration::from_secs(15), Duration::from_secs(10));
+    let cfg = default_election();
     let (client, _guard) = client(&base, &cfg);
     client
         .send(patch("/api/v1/nodes/n1?fieldManager=netcm"))
@@ -133,10 +138,7 @@ async fn a_fenced_write_tells_the_api_server_a_deadline_that_ends_before_the_lea
 #[tokio::test]
 async fn a_read_carries_no_deadline_of_ours() {
     let (base, seen, _stop) = stand_in(|_, _| async { status(200) }).await;
-    let (client, _guard) = client(
-        &base,
-        &election(Duration::from_secs(15), Duration::from_secs(10)),
-    );
+    let (client, _guard) = client(&base, &default_election());
     let get = Request::builder()
         .uri("/api/v1/nodes")
         .body(Body::empty())
@@ -195,10 +197,7 @@ async fn a_write_retried_after_a_429_passes_the_fence_again() {
 #[tokio::test]
 async fn a_write_the_api_server_answered_no_longer_keeps_the_lease_from_being_released() {
     let (base, _seen, _stop) = stand_in(|_, _| async { status(409) }).await;
-    let (client, guard) = client(
-        &base,
-        &election(Duration::from_secs(15), Duration::from_secs(10)),
-    );
+    let (client, guard) = client(&base, &default_election());
     client
         .send(patch("/api/v1/nodes/n1"))
         .await
@@ -214,10 +213,7 @@ async fn a_write_the_api_server_answered_no_longer_keeps_the_lease_from_being_re
 #[tokio::test]
 async fn a_write_answered_with_a_server_error_may_still_land_so_the_lease_is_kept() {
     let (base, _seen, _stop) = stand_in(|_, _| async { status(500) }).await;
-    let (client, guard) = client(
-        &base,
-        &election(Duration::from_secs(15), Duration::from_secs(10)),
-    );
+    let (client, guard) = client(&base, &default_election());
     client
         .send(patch("/api/v1/nodes/n1"))
         .await
@@ -237,10 +233,7 @@ async fn a_write_abandoned_by_its_caller_keeps_the_lease_until_its_deadline() {
         status(200)
     })
     .await;
-    let (client, guard) = client(
-        &base,
-        &election(Duration::from_secs(15), Duration::from_secs(10)),
-    );
+    let (client, guard) = client(&base, &default_election());
     // The caller gives up once the request is out, as a drained sync is aborted on shutdown.
     let sending = tokio::spawn(async move { client.send(patch("/api/v1/nodes/n1")).await });
     while seen.lock().expect("seen").is_empty() {
