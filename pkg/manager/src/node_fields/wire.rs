@@ -253,7 +253,8 @@ mod tests {
     #[test]
     fn kubes_watch_events_and_list_pages_decode_into_wire_nodes() {
         let node = kubelet_node();
-        let line = json!({"type": "MODIFIED", "object": node}).to_string();
+        // "type" first, as the API server writes it (serde then decodes the object without buffering it).
+        let line = format!(r#"{{"type":"MODIFIED","object":{node}}}"#);
         match serde_json::from_str::<WatchEvent<WireNode>>(&line).expect("a watch event") {
             WatchEvent::Modified(w) => assert_eq!(w.meta().resource_version.as_deref(), Some("7")),
             other => panic!("not a MODIFIED event: {other:?}"),
