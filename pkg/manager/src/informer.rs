@@ -6,6 +6,10 @@
 //! list is diffed against the cache, so an object deleted during a watch gap is reported as deleted and an
 //! object changed during the gap as updated. Events are delivered only after the store holds the new state,
 //! so a handler that enqueues a key and a worker that re-reads the cache always agree.
+//!
+//! The watcher decodes a wire type that names only what can be cached (for Nodes,
+//! [`crate::node_fields::WireNode`]), and each object is converted to the cached type before the store
+//! sees it: a full object is never built.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
