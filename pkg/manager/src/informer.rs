@@ -6,13 +6,17 @@
 //! list is diffed against the cache, so an object deleted during a watch gap is reported as deleted and an
 //! object changed during the gap as updated. Events are delivered only after the store holds the new state,
 //! so a handler that enqueues a key and a worker that re-reads the cache always agree.
+//!
+//! The watcher decodes a wire type that names only what can be cached (for Nodes,
+//! [`crate::node_fields::WireNode`]), and each object is converted to the cached type before the store
+//! sees it: a full object is never built.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher, Event};
@@ -49,8 +53,9 @@ impl<K: Resource> InformerEvent<K> {
 /// An event handler; it must only enqueue keys (it runs on the informer task).
 pub type Handler<K> = Arc<dyn Fn(&InformerEvent<K>) + Send + Sync>;
 
-/// A function that trims an object before it is cached (drop what no controller reads).
-pub type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
+/// What the cache holds for one decoded object of the wire type `W` (e.g. [`crate::node_fields::WireNode`]
+/// → the trimmed `Node`): the informer lists and watches `W`, so only what `W` names is ever decoded.
+pub type Convert<W, K> = Arc<dyn Fn(W) -> K + Send + Sync>;
 
 /// Subscribing after the informer started is a programming error the manager reports.
 #[derive(Debug, thiserror::Error)]
@@ -146,9 +151,12 @@ where
         }
     }
 
-    /// Lists and watches `api` until `cancel` fires, caching what `transform` leaves of each object and
-    /// notifying subscribers. Runs once.
-    pub async fn run(self, api: Api<K>, transform: Transform<K>, cancel: CancellationToken) {
+    /// Lists and watches `api` until `cancel` fires, caching what `convert` makes of each decoded object
+    /// and notifying subscribers. Runs once.
+    pub async fn run<W>(self, api: Api<W>, convert: Convert<W, K>, cancel: CancellationToken)
+    where
+        W: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
         if self
             .shared
             .started
@@ -177,7 +185,7 @@ where
         }
         let stream = watcher(api, strategy.watcher_config())
             .backoff(watch_backoff())
-            .modify(move |obj: &mut K| transform(obj));
+            .map_ok(move |event| convert_event(event, convert.as_ref()));
         let mut stream = std::pin::pin!(stream);
         let mut before_relist: HashMap<String, Arc<K>> = HashMap::new();
         loop {
@@ -238,6 +246,17 @@ where
                 }
             }
         }
+    }
+}
+
+/// The watcher's event with its object converted to what the cache holds.
+fn convert_event<W, K>(event: Event<W>, convert: &(dyn Fn(W) -> K + Send + Sync)) -> Event<K> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(convert(o)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(o) => Event::Apply(convert(o)),
+        Event::Delete(o) => Event::Delete(convert(o)),
     }
 }
 

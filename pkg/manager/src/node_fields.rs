@@ -4,11 +4,17 @@
 //! says so, instead of finding it silently dropped.
 //!
 //! Identity is always kept: name, uid, resourceVersion, creation and deletion timestamps.
+//!
+//! The informer never builds the rest: it decodes each Node as a [`WireNode`] (only the fields a
+//! declaration can keep) and caches what [`NodeFields::keep`] leaves of it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+mod wire;
+pub use wire::WireNode;
 
 /// The parts of a Node a reconciler reads from the cache, beyond its identity.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -87,6 +93,13 @@ impl NodeFields {
         self.label_prefixes
             .extend(other.label_prefixes.iter().cloned());
         self
+    }
+
+    /// The Node the cache holds for a decoded [`WireNode`]: what [`NodeFields::trim`] leaves of it.
+    pub fn keep(&self, wire: WireNode) -> Node {
+        let mut node = wire.into_node();
+        self.trim(&mut node);
+        node
     }
 
     /// Keeps the Node's identity and the declared fields, drops the rest. A keep-list, not a drop-list:

@@ -12,7 +12,7 @@ use super::DRAIN_TIMEOUT;
 use crate::controller::Controller;
 use crate::informer::SharedInformer;
 use crate::leader::{LeaderElector, TermEnd};
-use crate::node_fields::NodeFields;
+use crate::node_fields::{NodeFields, WireNode};
 
 /// A leader's term: the renew loop on its own task, from the lease won until it is lost or stopped.
 /// Without leader election there is no lease, and the term ends only by shutdown.
@@ -114,7 +114,8 @@ pub(super) struct Informer {
 }
 
 impl Informer {
-    /// Starts the list+watch, caching only `fields` of each Node; subscriptions are closed from here on.
+    /// Starts the list+watch, decoding each Node as a [`WireNode`] and caching only `fields` of it;
+    /// subscriptions are closed from here on.
     pub(super) fn start(
         nodes: &SharedInformer<Node>,
         client: &kube::Client,
@@ -122,8 +123,8 @@ impl Informer {
     ) -> Self {
         let cancel = CancellationToken::new();
         let task = tokio::spawn(nodes.clone().run(
-            Api::<Node>::all(client.clone()),
-            Arc::new(move |node: &mut Node| fields.trim(node)),
+            Api::<WireNode>::all(client.clone()),
+            Arc::new(move |wire: WireNode| fields.keep(wire)),
             cancel.clone(),
         ));
         Self { cancel, task }

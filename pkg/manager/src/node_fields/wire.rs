@@ -1,0 +1,291 @@
+//! [`WireNode`]: a Node decoded straight from the API server's JSON, reading only the fields a
+//! [`NodeFields`](super::NodeFields) declaration can keep. serde skips everything else
+//! (`managedFields`, `images`, `nodeInfo`, `capacity`, …) without building it, so a list page or watch
+//! event costs a few dozen allocations per Node instead of hundreds; the informer then trims the result to
+//! the enabled controllers' declaration and caches a plain `k8s_openapi` [`Node`].
+//!
+//! When [`NodeFields`](super::NodeFields) learns a new field, the wire structs below must name it too;
+//! the tests below compare both decodings for every declaration, so a forgotten one fails there.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::ClusterResourceScope;
+use kube::Resource;
+use serde::Deserialize;
+
+/// A Node decoded with only the fields [`NodeFields`](super::NodeFields) can keep; the informer's wire type.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "WireObject")]
+pub struct WireNode(pub Node);
+
+impl WireNode {
+    /// The decoded Node (every field the wire type does not read is `None`).
+    pub fn into_node(self) -> Node {
+        self.0
+    }
+}
+
+// Same kind, version and path as `Node`: the watcher and the probe build their URLs from these.
+impl Resource for WireNode {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Node::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Node::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Node::version(&())
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Node::api_version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Node::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+// The wire structs: serde ignores every key they do not name (no `deny_unknown_fields`), and an
+// ignored value is only scanned, never allocated.
+
+#[derive(Deserialize)]
+struct WireObject {
+    metadata: Option<WireMeta>,
+    spec: Option<WireSpec>,
+    status: Option<WireStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    annotations: Option<BTreeMap<String, String>>,
+    labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct WireSpec {
+    #[serde(rename = "podCIDR")]
+    pod_cidr: Option<String>,
+    #[serde(rename = "podCIDRs")]
+    pod_cidrs: Option<Vec<String>>,
+    taints: Option<Vec<Taint>>,
+    unschedulable: Option<bool>,
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireStatus {
+    addresses: Option<Vec<NodeAddress>>,
+    conditions: Option<Vec<NodeCondition>>,
+}
+
+impl From<WireObject> for WireNode {
+    fn from(w: WireObject) -> Self {
+        let metadata = w
+            .metadata
+            .map(|m| ObjectMeta {
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                creation_timestamp: m.creation_timestamp,
+                deletion_timestamp: m.deletion_timestamp,
+                annotations: m.annotations,
+                labels: m.labels,
+                ..ObjectMeta::default()
+            })
+            .unwrap_or_default();
+        let spec = w.spec.map(|s| NodeSpec {
+            pod_cidr: s.pod_cidr,
+            pod_cidrs: s.pod_cidrs,
+            taints: s.taints,
+            unschedulable: s.unschedulable,
+            provider_id: s.provider_id,
+            ..NodeSpec::default()
+        });
+        let status = w.status.map(|s| NodeStatus {
+            addresses: s.addresses,
+            conditions: s.conditions,
+            ..NodeStatus::default()
+        });
+        Self(Node {
+            metadata,
+            spec,
+            status,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_fields::NodeFields;
+    use kube::core::{ObjectList, WatchEvent};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// A Node as a kubelet leaves it, with every field `NodeFields` can keep and much it cannot.
+    fn kubelet_node() -> serde_json::Value {
+        let now = "2025-01-02T03:04:05Z";
+        let cond = |t: &str, s: &str| {
+            json!({"type": t, "status": s, "reason": format!("{t}Reason"), "message": "a \"quoted\" message",
+                   "lastHeartbeatTime": now, "lastTransitionTime": now})
+        };
+        json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n1", "uid": "u1", "resourceVersion": "7", "generation": 3,
+                "creationTimestamp": now, "deletionTimestamp": now, "deletionGracePeriodSeconds": 0,
+                "finalizers": ["example.io/f"],
+                "annotations": {
+                    "flannel.alpha.coreos.com/public-ip": "192.0.2.1",
+                    "flannel.alpha.coreos.com/backend-data": "{\"VNI\":1}",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "volumes.kubernetes.io/controller-managed-attach-detach": "true"
+                },
+                "labels": {"kubernetes.io/hostname": "n1", "example.io/a": "1", "topology.kubernetes.io/zone": "z\u{e9}"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "ou"}],
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": now,
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
+            },
+            "spec": {
+                "podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24", "fd00::/64"],
+                "taints": [{"key": "k", "value": "v", "effect": "NoSchedule", "timeAdded": now}],
+                "unschedulable": true, "providerID": "aws:///zone/i-1", "externalID": "legacy",
+                "configSource": {"configMap": {"name": "c", "namespace": "kube-system", "kubeletConfigKey": "k"}}
+            },
+            "status": {
+                "conditions": [cond("Ready", "True"), cond("NetworkUnavailable", "False"), cond("MemoryPressure", "False")],
+                "addresses": [{"type": "InternalIP", "address": "192.0.2.1"}, {"type": "Hostname", "address": "n1"}],
+                "capacity": {"cpu": "16", "pods": "110"}, "allocatable": {"cpu": "15800m"},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1",
+                             "osImage": "Debian", "containerRuntimeVersion": "containerd://1.7",
+                             "kubeletVersion": "v1.33.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+                             "architecture": "amd64"},
+                "images": [{"names": ["registry.example.com/a@sha256:00", "registry.example.com/a:v1"], "sizeBytes": 1}],
+                "volumesInUse": ["v"], "phase": "Running"
+            }
+        })
+    }
+
+    /// The cache's Node the old way: the full Node, then the trim.
+    fn via_full_node(json: &str, fields: &NodeFields) -> Node {
+        let mut node: Node = serde_json::from_str(json).expect("a full Node");
+        fields.trim(&mut node);
+        node
+    }
+
+    fn via_wire(json: &str, fields: &NodeFields) -> Node {
+        fields.keep(serde_json::from_str(json).expect("a wire Node"))
+    }
+
+    fn everything() -> NodeFields {
+        let mut f = NodeFields::none().pod_cidrs().taints().addresses();
+        f.unschedulable = true;
+        f.provider_id = true;
+        ["Ready", "NetworkUnavailable", "MemoryPressure"]
+            .into_iter()
+            .fold(f, |f, t| f.condition(t))
+            .annotations("")
+            .labels("")
+    }
+
+    #[test]
+    fn declaring_everything_a_wire_node_caches_exactly_what_the_trimmed_full_node_did() {
+        let json = kubelet_node().to_string();
+        let wire = via_wire(&json, &everything());
+        assert_eq!(wire, via_full_node(&json, &everything()));
+        // Not vacuous: every keepable field is there.
+        let spec = wire.spec.expect("spec");
+        assert!(spec.pod_cidrs.is_some() && spec.taints.is_some() && spec.provider_id.is_some());
+        assert_eq!(spec.unschedulable, Some(true));
+        let status = wire.status.expect("status");
+        assert_eq!(status.conditions.map(|c| c.len()), Some(3));
+        assert_eq!(wire.metadata.annotations.map(|a| a.len()), Some(4));
+        assert!(wire.metadata.creation_timestamp.is_some());
+    }
+
+    #[test]
+    fn a_wire_node_reads_nothing_a_declaration_cannot_keep() {
+        let node = serde_json::from_str::<WireNode>(&kubelet_node().to_string())
+            .expect("a wire Node")
+            .into_node();
+        assert!(node.metadata.managed_fields.is_none() && node.metadata.finalizers.is_none());
+        let spec = node.spec.expect("spec");
+        assert!(spec.external_id.is_none() && spec.config_source.is_none());
+        let status = node.status.expect("status");
+        assert!(status.images.is_none() && status.node_info.is_none() && status.capacity.is_none());
+    }
+
+    #[test]
+    fn missing_and_null_parts_decode_as_they_do_for_a_full_node() {
+        for json in [
+            json!({"metadata": {"name": "bare"}}),
+            json!({"metadata": {"name": "n", "annotations": null, "labels": {}}, "spec": null, "status": {}}),
+            json!({"metadata": {"name": "n"}, "spec": {"podCIDRs": null}, "status": {"conditions": []}}),
+        ] {
+            let json = json.to_string();
+            assert_eq!(
+                via_wire(&json, &everything()),
+                via_full_node(&json, &everything()),
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn kubes_watch_events_and_list_pages_decode_into_wire_nodes() {
+        let node = kubelet_node();
+        // "type" first, as the API server writes it (serde then decodes the object without buffering it).
+        let line = format!(r#"{{"type":"MODIFIED","object":{node}}}"#);
+        match serde_json::from_str::<WatchEvent<WireNode>>(&line).expect("a watch event") {
+            WatchEvent::Modified(w) => assert_eq!(w.meta().resource_version.as_deref(), Some("7")),
+            other => panic!("not a MODIFIED event: {other:?}"),
+        }
+        let page = json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"resourceVersion": "9", "continue": "c"},
+                          "items": [node.clone(), node]})
+        .to_string();
+        let list: ObjectList<WireNode> = serde_json::from_str(&page).expect("a list page");
+        assert_eq!(list.items.len(), 2);
+        assert_eq!(list.metadata.continue_.as_deref(), Some("c"));
+    }
+
+    fn some_of(options: &'static [&'static str]) -> impl Strategy<Value = Vec<&'static str>> {
+        proptest::sample::subsequence(options, 0..=options.len())
+    }
+
+    proptest! {
+        #[test]
+        fn for_any_declaration_the_wire_node_caches_what_the_trimmed_full_node_did(
+            flags in proptest::array::uniform5(any::<bool>()),
+            conditions in some_of(&["Ready", "NetworkUnavailable", "DiskPressure"]),
+            annotations in some_of(&["", "flannel.alpha.coreos.com/", "node.alpha.", "absent/"]),
+            labels in some_of(&["", "example.io/", "topology.", "absent/"]),
+        ) {
+            let mut fields = NodeFields::none();
+            [fields.pod_cidrs, fields.taints, fields.unschedulable, fields.provider_id, fields.addresses] = flags;
+            let fields = conditions.into_iter().fold(fields, |f, c| f.condition(c));
+            let fields = annotations.into_iter().fold(fields, |f, p| f.annotations(p));
+            let fields = labels.into_iter().fold(fields, |f, p| f.labels(p));
+            let json = kubelet_node().to_string();
+            prop_assert_eq!(via_wire(&json, &fields), via_full_node(&json, &fields));
+        }
+    }
+}
