@@ -34,6 +34,9 @@ pub(crate) struct Pool {
     pub(crate) asked: Vec<IpNet>,
 }
 
+/// A candidate's sort key: fallback last, more matches first, then capacity, host bits, name; and its index.
+type Rank<'a> = (bool, std::cmp::Reverse<usize>, u64, u8, &'a str, usize);
+
 /// Every pool's [`CidrSet`]s plus who holds what.
 #[derive(Debug)]
 pub struct Pools {
@@ -212,7 +215,7 @@ impl Pools {
     /// selector before the fallback ones, then more matching requirements, fewer node CIDRs in all,
     /// fewer addresses per node, and the name.
     pub fn candidates(&self, node: &NodeView<'_>) -> Vec<usize> {
-        let mut ranked: Vec<(bool, std::cmp::Reverse<usize>, u64, u8, &str, usize)> = self
+        let mut ranked: Vec<Rank<'_>> = self
             .pools
             .iter()
             .enumerate()
