@@ -116,6 +116,8 @@ pub struct Allocator {
     /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts`).
     pub(crate) flagged: Mutex<BTreeSet<String>>,
     pub(crate) record_assigned: bool,
+    /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
+    pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
 }
 
 /// Parses pod CIDR strings; returns the parsed ones and the unparsable ones.
@@ -159,11 +161,11 @@ impl Allocator {
         self.metrics.conflicts.set(set.len() as i64);
     }
 
-    /// Counts `released` CIDRs in the metrics of the cluster CIDRs they came from.
+    /// Counts `released` CIDRs in the metrics of the pools and cluster CIDRs they came from.
     pub(crate) fn count_released(&self, pools: &Pools, released: &[IpNet]) {
         for cidr in released {
-            if let Some(set) = pools.sets().iter().find(|s| s.contains(*cidr)) {
-                self.metrics.released(&set.cluster().to_string());
+            if let Some((pool, cluster)) = pools.pool_of(*cidr) {
+                self.metrics.released(pool, &cluster.to_string());
             }
         }
         self.publish_usage(pools);
@@ -196,6 +198,10 @@ impl Allocator {
         }
         tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released the pod CIDRs of a deleted node");
         self.wake_waiting();
+        // A draining ClusterCIDR may have lost its last holder: its finalizer can go now.
+        if let Some(cc) = &self.cluster_cidrs {
+            cc.changed.notify_one();
+        }
         Ok(())
     }
 

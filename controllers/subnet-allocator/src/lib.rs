@@ -10,11 +10,16 @@
 //! data (unparsable, out-of-range or overlapping pod CIDRs) becomes a Warning Event and a metric, never a
 //! crash, and nothing overlapping it is ever handed out. The CIDR arithmetic lives in `netcm-ipam`.
 //!
+//! Pools: `--cluster-cidr` is the flag pool (`default-cluster-cidr`); ClusterCIDR objects
+//! (`networking.x-k8s.io/v1`, node-ipam-controller's API) add pools with node selectors and masks of their
+//! own, at runtime ([`cluster_cidrs`]).
+//!
 //! Start reading at [`allocator::Allocator::sync_node`].
 
 pub mod allocator;
 mod assign;
 pub mod claims;
+pub mod cluster_cidrs;
 mod decision;
 pub mod flags;
 pub mod metrics;
@@ -63,6 +68,9 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
         waiting: Mutex::new(BTreeSet::new()),
         flagged: Mutex::new(BTreeSet::new()),
         record_assigned: flags.record_cidr_assigned_events,
+        cluster_cidrs: flags
+            .cluster_cidr_objects
+            .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone()))),
     });
     Ok(Some(Box::new(SubnetAllocator {
         allocator,
@@ -74,6 +82,26 @@ impl Controller for SubnetAllocator {
     fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let allocator = self.allocator;
+            let pools_task = allocator.cluster_cidrs.clone().map(|cc| {
+                let (ready, mut is_ready) = tokio::sync::watch::channel(false);
+                let a = allocator.clone();
+                let stop = shutdown.clone();
+                let task =
+                    tokio::spawn(async move { a.watch_cluster_cidrs(&cc, ready, stop).await });
+                (task, async move { is_ready.wait_for(|r| *r).await.is_ok() })
+            });
+            let pools_task = match pools_task {
+                Some((task, ready)) => {
+                    // The first list of ClusterCIDRs comes before any allocation: else a Node a pool
+                    // selects could get a CIDR from the flag pool.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = ready => {}
+                    }
+                    Some(task)
+                }
+                None => None,
+            };
             allocator.record_all_existing().await;
             if let Some(claims) = allocator.claims.clone() {
                 if !allocator.reconcile_claims(&claims, &shutdown).await {
@@ -93,6 +121,9 @@ impl Controller for SubnetAllocator {
                 },
             )
             .await;
+            if let Some(task) = pools_task {
+                let _ = task.await;
+            }
         })
     }
 }

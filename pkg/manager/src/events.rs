@@ -1,4 +1,4 @@
-//! Kubernetes Events (events.k8s.io/v1) on Nodes, reported by controller `netcm`.
+//! Kubernetes Events (events.k8s.io/v1) on Nodes (and other cluster-scoped objects), reported by controller `netcm`.
 //!
 //! The same event (node, reason, note) is recorded at most once per [`DEDUP_WINDOW`], so a Node that fails
 //! on every retry does not flood the API; the log line and the metric still count every occurrence.
@@ -83,7 +83,27 @@ impl EventRecorder {
         action: &str,
         note: String,
     ) {
-        let name = node.meta().name.clone().unwrap_or_default();
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: node.meta().name.clone(),
+            uid: node.meta().uid.clone(),
+            ..Default::default()
+        };
+        self.publish_about(regarding, kind, reason, action, note)
+            .await;
+    }
+
+    /// Records an event about any cluster-scoped object (deduplicated as [`EventRecorder::publish`]).
+    pub async fn publish_about(
+        &self,
+        regarding: ObjectReference,
+        kind: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let name = regarding.name.clone().unwrap_or_default();
         if self.is_duplicate((name.clone(), reason.to_string(), note.clone())) {
             return;
         }
@@ -103,13 +123,7 @@ impl EventRecorder {
             note: Some(note.chars().take(1024).collect()),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.chars().take(128).collect()),
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(name.clone()),
-                uid: node.meta().uid.clone(),
-                ..Default::default()
-            }),
+            regarding: Some(regarding),
             ..Default::default()
         };
         if let Err(e) = self.api.create(&PostParams::default(), &event).await {

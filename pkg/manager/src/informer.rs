@@ -317,13 +317,13 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
-/// Trims a Node to what netcm's controllers read: name, uid, annotations, deletion timestamp,
+/// Trims a Node to what netcm's controllers read: name, uid, labels (ClusterCIDR node selectors),
+/// annotations, deletion timestamp,
 /// `spec.podCIDR(s)`, `status.addresses` and the `NetworkUnavailable` condition. At 5,000 Nodes this keeps
 /// the cache a small fraction of a full Node list.
 pub fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
     let meta = &mut node.metadata;
     meta.managed_fields = None;
-    meta.labels = None;
     meta.owner_references = None;
     meta.finalizers = None;
     if let Some(a) = meta.annotations.as_mut() {
