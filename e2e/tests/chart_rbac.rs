@@ -32,6 +32,8 @@ const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The Pod netcm reads its Node from (POD_NAME), as the Deployment's pods do.
 const POD: &str = "netcm-chart-e2e";
 const POD_NODE: &str = "chart-node-0";
+/// A ClusterCIDR each run finds, so the ClusterCIDR rules are exercised.
+const POOL: &str = "chart-pool";
 const NODES: [&str; 3] = [POD_NODE, "chart-node-1", "chart-node-2"];
 const TIMEOUT: Duration = Duration::from_secs(30);
 const FIELD_MANAGER: &str = "netcm-e2e-chart";
@@ -62,6 +64,10 @@ struct Probe(
 /// Asks the API server's authorizer whether `user` (a ServiceAccount) may make the request.
 async fn allowed(env: &TestEnv, user: &str, p: Probe) -> bool {
     let Probe(verb, group, resource, namespace, name) = p;
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, sub)) => (r, Some(sub.to_string())),
+        None => (resource, None),
+    };
     let sar = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.to_string()),
@@ -74,6 +80,7 @@ async fn allowed(env: &TestEnv, user: &str, p: Probe) -> bool {
                 verb: Some(verb.into()),
                 group: Some(group.into()),
                 resource: Some(resource.into()),
+                subresource,
                 namespace: namespace.map(Into::into),
                 name: name.map(Into::into),
                 ..Default::default()
@@ -106,7 +113,7 @@ struct Case {
 
 const COORDINATION: &str = "coordination.k8s.io";
 
-static CASES: [Case; 9] = [
+static CASES: [Case; 11] = [
     Case {
         role: "ClusterRole",
         resource: "tokenreviews",
@@ -163,6 +170,30 @@ static CASES: [Case; 9] = [
         probe: Probe("list", "ipam.netcm.io", "podcidrclaims", None, None),
         message: "listing PodCIDRClaims failed",
         error: "cannot list resource \"podcidrclaims\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "clustercidrs",
+        verbs: &["get", "list", "patch", "watch"],
+        feature: "ClusterCIDR pools (watched; their finalizer set and released)",
+        probe: Probe("list", "networking.x-k8s.io", "clustercidrs", None, None),
+        message: "watching ClusterCIDRs failed",
+        error: "cannot list resource \"clustercidrs\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "clustercidrs/status",
+        verbs: &["patch"],
+        feature: "ClusterCIDR status (allocated, capacity, waiting)",
+        probe: Probe(
+            "patch",
+            "networking.x-k8s.io",
+            "clustercidrs/status",
+            None,
+            None,
+        ),
+        message: "could not update a ClusterCIDR's status",
+        error: "cannot patch resource \"clustercidrs/status\"",
     },
     Case {
         role: "ClusterRole",
@@ -255,6 +286,33 @@ async fn stage(env: &TestEnv) {
         )
         .await;
     }
+    // A ClusterCIDR without status, so a run writes its finalizer (first run) and its status (every run).
+    let pools = netcm_e2e::cluster_cidrs(&env.client);
+    if pools
+        .get_opt(POOL)
+        .await
+        .expect("get ClusterCIDR")
+        .is_none()
+    {
+        let pool: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "networking.x-k8s.io/v1",
+            "kind": "ClusterCIDR",
+            "metadata": {"name": POOL},
+            "spec": {"perNodeHostBits": 8, "ipv4": "10.245.0.0/16"}
+        }))
+        .expect("ClusterCIDR");
+        pools
+            .create(&PostParams::default(), &pool)
+            .await
+            .expect("create ClusterCIDR");
+    }
+    let _ = pools
+        .patch_status(
+            POOL,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": null})),
+        )
+        .await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
     if pods.get_opt(POD).await.expect("get pod").is_none() {
         let pod = Pod {

@@ -285,10 +285,14 @@ impl Allocator {
             .await
         {
             Ok(updated) => cc.put(updated),
-            Err(kube::Error::Api(s)) if s.code == 404 && lock(&cc.store).contains_key(name) => {
+            // 404 from the status subresource of an object that exists: the CRD has none.
+            Err(kube::Error::Api(s))
+                if s.code == 404 && matches!(cc.api.get_opt(name).await, Ok(Some(_))) =>
+            {
                 cc.status_supported.store(false, Ordering::Relaxed);
                 tracing::info!(controller = NAME, "the installed ClusterCIDR CRD has no status subresource (node-ipam-controller's); writing no status");
             }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
                 tracing::warn!(controller = NAME, pool = %name, error = %e, "could not update a ClusterCIDR's status; retrying");
             }

@@ -91,6 +91,8 @@ impl PoolSpec {
 pub struct ObjectPool {
     /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`: an object re-created under its name is a new pool.
+    pub uid: String,
     /// The spec, or why it could not be read (an unknown operator, a CIDR that does not parse).
     pub spec: Result<PoolSpec, String>,
     /// `metadata.deletionTimestamp` is set.

@@ -32,6 +32,8 @@ pub(crate) struct Pool {
     pub(crate) is_object: bool,
     /// The ranges it asked for, reported even when refused.
     pub(crate) asked: Vec<IpNet>,
+    /// The object's UID (empty for the flag pool).
+    pub(crate) uid: String,
 }
 
 /// A candidate's sort key: fallback last, more matches first, then capacity, host bits, name; and its index.
@@ -78,6 +80,7 @@ impl Pools {
                     .iter()
                     .flat_map(|f| f.cluster_cidrs.iter().copied())
                     .collect(),
+                uid: String::new(),
             }],
             services,
             ledger: Ledger::new(),

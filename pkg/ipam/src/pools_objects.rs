@@ -20,11 +20,14 @@ impl Pools {
     /// A pool once active stays active until its object is deleted.
     pub fn sync_objects(&mut self, objects: &[ObjectPool]) -> SyncReport {
         let mut report = SyncReport::default();
-        let present: HashSet<&str> = objects.iter().map(|o| o.name.as_str()).collect();
+        let present: HashSet<(&str, &str)> = objects
+            .iter()
+            .map(|o| (o.name.as_str(), o.uid.as_str()))
+            .collect();
         let gone: Vec<String> = self
             .pools
             .iter()
-            .filter(|p| p.is_object && !present.contains(p.name.as_str()))
+            .filter(|p| p.is_object && !present.contains(&(p.name.as_str(), p.uid.as_str())))
             .map(|p| p.name.clone())
             .collect();
         for name in gone {
@@ -85,7 +88,7 @@ impl Pools {
                     PoolState::Active
                 };
                 let active = state == PoolState::Active;
-                self.install(&obj.name, selector, &ranges, state);
+                self.install(obj, selector, &ranges, state);
                 active
             }
             Err(refusal) => {
@@ -96,6 +99,7 @@ impl Pools {
                     state: PoolState::Refused(refusal),
                     is_object: true,
                     asked,
+                    uid: obj.uid.clone(),
                 });
                 false
             }
@@ -148,7 +152,7 @@ impl Pools {
     /// Adds a pool with one set per range, marking what the ledger and the service ranges already use.
     fn install(
         &mut self,
-        name: &str,
+        obj: &ObjectPool,
         selector: crate::selector::NodeSelector,
         ranges: &[PoolRange],
         state: PoolState,
@@ -175,12 +179,13 @@ impl Pools {
             families.push((r.family, at..at + 1));
         }
         self.pools.push(Pool {
-            name: name.to_string(),
+            name: obj.name.clone(),
             selector,
             families,
             state,
             is_object: true,
             asked: ranges.iter().map(|r| r.cidr).collect(),
+            uid: obj.uid.clone(),
         });
     }
 

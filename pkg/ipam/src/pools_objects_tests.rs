@@ -35,6 +35,7 @@ fn exists(key: &str) -> NodeSelector {
 fn obj(name: &str, selector: NodeSelector, bits: i64, v4: &str, v6: &str) -> ObjectPool {
     ObjectPool {
         name: name.into(),
+        uid: format!("uid-{name}"),
         spec: Ok(PoolSpec {
             selector,
             per_node_host_bits: bits,
@@ -127,6 +128,24 @@ fn a_deleted_pool_drains_gives_nothing_new_and_is_released_when_its_last_holder_
     let r = p.sync_objects(&[]);
     assert_eq!(r.removed, ["big"]);
     assert_eq!(p.reports().len(), 1);
+}
+
+#[test]
+fn an_object_recreated_under_its_name_is_a_new_pool() {
+    let mut p = pools("10.244.0.0/16", "");
+    let mut o = obj("x", exists("x"), 8, "10.50.0.0/16", "");
+    p.sync_objects(std::slice::from_ref(&o));
+    o.deleting = true;
+    p.sync_objects(std::slice::from_ref(&o));
+    assert_eq!(state(&p, "x"), PoolState::Draining);
+    let mut again = obj("x", exists("x"), 8, "10.50.0.0/16", "");
+    again.uid = "uid-x2".into();
+    let r = p.sync_objects(&[again]);
+    assert_eq!(
+        (r.removed, r.activated),
+        (vec!["x".to_string()], vec!["x".to_string()])
+    );
+    assert_eq!(state(&p, "x"), PoolState::Active);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 pub(crate) fn object_pool(obj: &DynamicObject) -> ObjectPool {
     ObjectPool {
         name: obj.metadata.name.clone().unwrap_or_default(),
+        uid: obj.metadata.uid.clone().unwrap_or_default(),
         spec: spec(&obj.data["spec"]),
         deleting: obj.metadata.deletion_timestamp.is_some(),
         modified: obj.metadata.generation.unwrap_or(1) > 1,
