@@ -286,7 +286,8 @@ async fn stage(env: &TestEnv) {
         )
         .await;
     }
-    // A ClusterCIDR without status, so a run writes its finalizer (first run) and its status (every run).
+    // A ClusterCIDR without status, so a run writes its finalizer (first run) and its status (every run);
+    // it selects no Node, so the Nodes still get CIDRs from the chart's --cluster-cidr.
     let pools = netcm_e2e::cluster_cidrs(&env.client);
     if pools
         .get_opt(POOL)
@@ -298,7 +299,8 @@ async fn stage(env: &TestEnv) {
             "apiVersion": "networking.x-k8s.io/v1",
             "kind": "ClusterCIDR",
             "metadata": {"name": POOL},
-            "spec": {"perNodeHostBits": 8, "ipv4": "10.245.0.0/16"}
+            "spec": {"perNodeHostBits": 8, "ipv4": "10.245.0.0/16", "nodeSelector": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "netcm.io/chart-pool", "operator": "Exists"}]}]}}
         }))
         .expect("ClusterCIDR");
         pools
@@ -533,7 +535,11 @@ async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly
         )
         .await;
         stage(&env).await;
-        let label = format!("without-{}-{}", case.resource, case.verbs.join("-"));
+        let label = format!(
+            "without-{}-{}",
+            case.resource.replace('/', "-"),
+            case.verbs.join("-")
+        );
         let mut netcm = start_netcm(&label, &kubeconfig, &chart, "subnet-allocator");
         wait_started(&mut netcm).await;
         wait_for(
