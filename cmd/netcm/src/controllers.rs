@@ -65,6 +65,10 @@ pub fn effective_config(cli: &Cli) -> Vec<(String, String)> {
             a.service_cluster_ip_range.clone(),
         ),
         ("--pod-cidr-claims".into(), a.pod_cidr_claims.to_string()),
+        (
+            "--cluster-cidr-objects".into(),
+            a.cluster_cidr_objects.to_string(),
+        ),
     ];
     out.extend(cli.annotations.effective_config());
     out.extend(cli.routes.effective_config());
