@@ -8,8 +8,10 @@
 #   hack/controlplane.sh restart-etcd       stop and start etcd, keeping data
 #   hack/controlplane.sh stop-apiserver     stop kube-apiserver only (start it again with start-apiserver)
 #   hack/controlplane.sh start-apiserver    start a stopped kube-apiserver with the same flags and ports
-#   hack/controlplane.sh start-apiserver2   start a second kube-apiserver on the same etcd (own port, audit2.log,
-#                                           kubeconfig2, same certificates and keys); last line: KUBECONFIG=<path>
+#   hack/controlplane.sh start-apiserver2 [FLAG...]
+#                                           start a second kube-apiserver on the same etcd (own port, audit2.log,
+#                                           kubeconfig2, same certificates and keys, FLAGs appended, e.g.
+#                                           --feature-gates=WatchList=false); last line: KUBECONFIG=<path>
 #   hack/controlplane.sh stop-apiserver2    stop the second kube-apiserver (`down` stops it too)
 #   hack/controlplane.sh freeze-apiserver N SIGSTOP kube-apiserver N (1 or 2): its sockets stay open, nothing answers
 #   hack/controlplane.sh thaw-apiserver N   SIGCONT kube-apiserver N
@@ -151,8 +153,22 @@ bin_path() {
   esac
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# free_ports N [TAKEN...]: N distinct free ports, none of them in TAKEN. The sockets are held together
+# until all are chosen; one at a time, the kernel may hand out the same port twice.
+free_ports() {
+  python3 - "$@" <<'PY'
+import socket, sys
+n, taken = int(sys.argv[1]), set(sys.argv[2:])
+held, ports = [], []
+while len(ports) < n:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    held.append(s)
+    p = str(s.getsockname()[1])
+    if p not in taken:
+        ports.append(p)
+print(" ".join(ports))
+PY
 }
 
 alive() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
@@ -212,6 +228,12 @@ rules:
         resources: ["events"]
       - group: "ipam.netcm.io"
         resources: ["podcidrclaims"]
+  # How informers list Nodes: paged LISTs or one streaming watch (sendInitialEvents=true).
+  - level: Metadata
+    verbs: ["list", "watch"]
+    resources:
+      - group: ""
+        resources: ["nodes"]
   - level: None
 EOF
 }
@@ -278,6 +300,8 @@ start_etcd() {
 start_apiserver() {
   load_env
   local apiserver d=$state/pki name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT} audit=${3:-$state/audit.log}
+  shift $(($# < 3 ? $# : 3))
+  local extra=("$@")
   apiserver=$(bin_path kube-apiserver)
   local mode=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --authorization-mode RBAC
     --disable-admission-plugins ServiceAccount)
@@ -306,6 +330,7 @@ start_apiserver() {
     --audit-log-format json \
     --max-requests-inflight 800 \
     --max-mutating-requests-inflight 400 \
+    "${extra[@]}" \
     >>"$state/$name.log" 2>&1 </dev/null &
   echo $! >"$state/$name.pid"
   wait_ready "$name" "$port"
@@ -329,13 +354,13 @@ wait_ready() {
 start_apiserver2() {
   load_env
   if [ -z "${APISERVER2_PORT:-}" ]; then
-    echo "APISERVER2_PORT=$(free_port)" >>"$state/env"
+    echo "APISERVER2_PORT=$(free_ports 1 "$ETCD_PORT" "$ETCD_PEER_PORT" "$ETCD_METRICS_PORT" "$APISERVER_PORT")" >>"$state/env"
     load_env
   fi
   write_kubeconfig "$state/kubeconfig2" "$APISERVER2_PORT"
   if ! alive kube-apiserver2; then
     log "starting a second kube-apiserver $KUBE_VERSION on $API_HOST:$APISERVER2_PORT"
-    start_apiserver kube-apiserver2 "$APISERVER2_PORT" "$state/audit2.log"
+    start_apiserver kube-apiserver2 "$APISERVER2_PORT" "$state/audit2.log" "$@"
   fi
   echo "KUBECONFIG=$state/kubeconfig2"
 }
@@ -385,11 +410,13 @@ cmd_up() {
   bin_path etcd >/dev/null
   bin_path kube-apiserver >/dev/null
   if [ ! -f "$state/env" ]; then
+    local ports
+    read -r -a ports <<<"$(free_ports 4)"
     cat >"$state/env" <<EOF
-ETCD_PORT=$(free_port)
-ETCD_PEER_PORT=$(free_port)
-ETCD_METRICS_PORT=$(free_port)
-APISERVER_PORT=$(free_port)
+ETCD_PORT=${ports[0]}
+ETCD_PEER_PORT=${ports[1]}
+ETCD_METRICS_PORT=${ports[2]}
+APISERVER_PORT=${ports[3]}
 NODE_MODE=${NETCM_NODE_MODE:-0}
 API_HOST=${NETCM_API_HOST:-127.0.0.1}
 SERVICE_CIDR=${NETCM_SERVICE_CIDR:-10.0.0.0/24}
@@ -421,7 +448,7 @@ case "${1:-}" in
   restart-apiserver) stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted" ;;
   stop-apiserver) stop_component kube-apiserver 3; log "kube-apiserver stopped" ;;
   start-apiserver) alive kube-apiserver || start_apiserver; log "kube-apiserver started" ;;
-  start-apiserver2) start_apiserver2 ;;
+  start-apiserver2) shift; start_apiserver2 "$@" ;;
   stop-apiserver2) stop_component kube-apiserver2 3; log "second kube-apiserver stopped" ;;
   freeze-apiserver) signal_apiserver STOP "${2:-}" ;;
   thaw-apiserver) signal_apiserver CONT "${2:-}" ;;

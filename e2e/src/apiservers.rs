@@ -68,6 +68,12 @@ impl ApiServers {
     /// cluster is not the one `hack/controlplane.sh` manages in this checkout: a second server on some
     /// other etcd would prove nothing.
     pub fn start() -> ApiServers {
+        Self::start_with_flags(&[])
+    }
+
+    /// [`ApiServers::start`], the second server (re)started with `flags` appended to its command line, so a
+    /// test can have one server that lacks a feature the other serves.
+    pub fn start_with_flags(flags: &[&str]) -> ApiServers {
         let cp = control_plane();
         let env = controlplane_sh(&["env"]);
         let var = |name: &str| -> PathBuf {
@@ -83,7 +89,11 @@ impl ApiServers {
             "the e2e cluster is not the one hack/controlplane.sh runs in {}; a second API server needs its etcd",
             repo_root().display()
         );
-        let out = controlplane_sh(&["start-apiserver2"]);
+        if !flags.is_empty() {
+            // A running second server has the flags of whoever started it.
+            controlplane_sh(&["stop-apiserver2"]);
+        }
+        let out = controlplane_sh(&[&["start-apiserver2"], flags].concat());
         let kubeconfig2 = out
             .lines()
             .last()

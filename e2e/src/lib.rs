@@ -16,6 +16,7 @@ pub mod netcm;
 pub mod netns;
 pub mod nodes;
 pub mod realnode;
+pub mod route_lab;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};
@@ -198,6 +199,9 @@ pub struct TestEnv {
 
 /// The namespace netcm's Lease lives in during tests.
 pub const LEASE_NAMESPACE: &str = "kube-system";
+
+/// The name of netcm's Lease (`--leader-elect-resource-name`'s default).
+pub const LEASE_NAME: &str = "netcm";
 
 impl TestEnv {
     /// Takes the cluster lock and removes every Node, Lease in kube-system, Event in default and PodCIDRClaim.

@@ -17,17 +17,22 @@ pub fn netcm_binary() -> &'static Path {
         if let Some(bin) = std::env::var_os("NETCM_BIN") {
             return PathBuf::from(bin);
         }
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "-p", "netcm", "--bin", "netcm"])
-            .current_dir(repo_root())
-            .status()
-            .expect("run cargo build -p netcm");
-        assert!(status.success(), "cargo build -p netcm failed");
-        let target = std::env::var("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| repo_root().join("target"));
-        target.join("debug/netcm")
+        workspace_binary("netcm", "netcm")
     })
+}
+
+/// A binary of the workspace, built (debug) now.
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .current_dir(repo_root())
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build -p {package}: {e}"));
+    assert!(status.success(), "cargo build -p {package} failed");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"));
+    target.join("debug").join(bin)
 }
 
 fn free_port() -> u16 {
@@ -57,18 +62,30 @@ impl NetcmProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> NetcmProcess {
+        let cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut cmd = Command::new(first);
+                cmd.args(rest).arg(netcm_binary());
+                cmd
+            }
+            None => Command::new(netcm_binary()),
+        };
+        Self::spawn_command(label, cmd, kubeconfig, harness_args, args, env)
+    }
+
+    /// [`NetcmProcess::spawn`] of another program that takes netcm's generic flags (a manager with
+    /// other controllers, such as `netcm-example`).
+    pub fn spawn_command(
+        label: &str,
+        mut cmd: Command,
+        kubeconfig: &Path,
+        harness_args: &[String],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> NetcmProcess {
         let dir = tempfile::tempdir().expect("tempdir");
         let log_path = dir.path().join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
-        let (program, wrapper_args) = match wrapper.split_first() {
-            Some((first, rest)) => (PathBuf::from(first), rest),
-            None => (netcm_binary().to_path_buf(), &[][..]),
-        };
-        let mut cmd = Command::new(program);
-        cmd.args(wrapper_args);
-        if !wrapper.is_empty() {
-            cmd.arg(netcm_binary());
-        }
         cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--bind-address=127.0.0.1")
             .args(harness_args)
@@ -86,7 +103,7 @@ impl NetcmProcess {
             .stderr(log);
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {label} ({wrapper:?} netcm): {e}"));
+            .unwrap_or_else(|e| panic!("spawn {label} ({cmd:?}): {e}"));
         NetcmProcess {
             child: Some(child),
             log_path,
@@ -95,7 +112,8 @@ impl NetcmProcess {
         }
     }
 
-    /// The log so far.
+    /// The log so far: shown when a test fails, and read by the few tests whose subject is the log
+    /// itself. Waits and assertions use the metrics ([`Netcm::wait_metric`]) and the API's state.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -111,23 +129,8 @@ impl NetcmProcess {
         assert!(!exited, "{} exited unexpectedly", self.label);
     }
 
-    /// Waits until the log contains `needle`; fails at once if the process exits first.
-    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        wait_for(
-            &format!("{} to log {needle:?}", self.label),
-            timeout,
-            || async {
-                if self.logs().contains(needle) {
-                    return Some(());
-                }
-                self.assert_running();
-                None
-            },
-        )
-        .await;
-    }
-
-    /// This process's leader-election identity, from its startup log line.
+    /// This process's leader-election identity, from the `identity` field of its startup log record:
+    /// before it leads, the only place a replica shows it (the Lease names only the holder).
     pub async fn identity(&self) -> String {
         let label = self.label.clone();
         wait_for(
@@ -243,6 +246,27 @@ impl Netcm {
         }
     }
 
+    /// Like [`Netcm::start`] for another manager binary (`program`), e.g. [`workspace_binary`].
+    pub fn start_program(label: &str, program: &Path, kubeconfig: &Path, args: &[&str]) -> Netcm {
+        let (port, secure_port) = (free_port(), free_port());
+        let harness = [
+            format!("--port={port}"),
+            format!("--secure-port={secure_port}"),
+        ];
+        Netcm {
+            process: NetcmProcess::spawn_command(
+                label,
+                Command::new(program),
+                kubeconfig,
+                &harness,
+                args,
+                &[],
+            ),
+            port,
+            secure_port,
+        }
+    }
+
     /// Like [`Netcm::start`], run under `wrapper` (e.g. `["prlimit", "--nofile=64:64"]`).
     pub fn start_wrapped(label: &str, wrapper: &[&str], kubeconfig: &Path, args: &[&str]) -> Netcm {
         let (port, secure_port) = (free_port(), free_port());
@@ -305,6 +329,72 @@ impl Netcm {
         let (_, body) = self.http_get("/metrics").await?;
         sample(&body, series)
     }
+
+    /// Waits until the sample `series` satisfies `want` (`what` names the expectation in the failure);
+    /// returns the value. Fails at once if the process exits first.
+    pub async fn wait_metric(
+        &self,
+        series: &str,
+        what: &str,
+        want: impl Fn(f64) -> bool,
+        timeout: Duration,
+    ) -> f64 {
+        wait_for(
+            &format!("{}'s {series} to be {what}", self.label),
+            timeout,
+            || async {
+                let value = self.metric(series).await.filter(|v| want(*v));
+                if value.is_none() {
+                    self.assert_running();
+                }
+                value
+            },
+        )
+        .await
+    }
+
+    /// Waits until this replica leads: `leader_election_master_status` of netcm's Lease is 1.
+    pub async fn wait_leading(&self, timeout: Duration) {
+        self.wait_metric(MASTER_STATUS, "1", |v| v == 1.0, timeout)
+            .await;
+    }
+
+    /// Whether this replica leads now (`leader_election_master_status` is 1).
+    pub async fn is_leading(&self) -> bool {
+        self.metric(MASTER_STATUS).await == Some(1.0)
+    }
+
+    /// Waits until this replica stands by: its elector exists and does not lead
+    /// (`leader_election_master_status` 0, registered just before the first attempt to acquire) while
+    /// another identity holds netcm's Lease. Returns that holder.
+    pub async fn wait_standing_by(&self, client: &kube::Client, timeout: Duration) -> String {
+        wait_for(
+            &format!("{} to stand by behind another holder", self.label),
+            timeout,
+            || async {
+                if self.metric(MASTER_STATUS).await != Some(0.0) {
+                    self.assert_running();
+                    return None;
+                }
+                crate::lease_holder(client, crate::LEASE_NAME).await
+            },
+        )
+        .await
+    }
+
+    /// Waits until the manager runs `controller` (`running_managed_controllers{name=controller}` is 1).
+    pub async fn wait_controller_running(&self, controller: &str, timeout: Duration) {
+        self.wait_metric(&running_controller(controller), "1", |v| v == 1.0, timeout)
+            .await;
+    }
+}
+
+/// The sample saying whether this process leads netcm's Lease.
+pub const MASTER_STATUS: &str = "leader_election_master_status{name=\"netcm\"}";
+
+/// The sample saying whether the manager runs `controller` (labels as the exposition sorts them).
+pub fn running_controller(controller: &str) -> String {
+    format!("running_managed_controllers{{manager=\"netcm\",name=\"{controller}\"}}")
 }
 
 /// The value of one sample in a Prometheus text exposition (`name{labels}` exactly as printed).
@@ -316,6 +406,21 @@ pub fn sample(exposition: &str, series: &str) -> Option<f64> {
             let (name, value) = l.rsplit_once(' ')?;
             (name == series).then(|| value.parse().ok()).flatten()
         })
+}
+
+/// The sum of every sample of `family` on `n`'s /metrics whose labels contain all of `labels`
+/// (`name="value"` each).
+pub async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
+    let (_, body) = n.http_get("/metrics").await.expect("/metrics");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            name == family && labels.iter().all(|want| rest.contains(want))
+        })
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum()
 }
 
 /// Prints the end of a process's log; called when a test fails.

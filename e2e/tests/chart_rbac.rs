@@ -2,7 +2,7 @@
 //! default values are applied (server-side) in namespace `netcm-system`, netcm runs with a token of the
 //! chart's ServiceAccount and nothing else, and
 //! - with the whole RBAC it allocates pod CIDRs, publishes lease annotations, holds its Lease, records Events and looks up its own
-//!   Node through its Pod, without a single "forbidden" in its log;
+//!   Node through its Pod, without a single 403 from the API server (`rest_client_requests_total`);
 //! - without any one rule of the ClusterRole or the Role, the feature that rule is for fails, with a
 //!   clear error in the log (so no rule is there for nothing);
 //! - every argument the chart passes (default and all-on values, Deployment and DaemonSet) is a flag
@@ -370,10 +370,11 @@ fn start_netcm(label: &str, kubeconfig: &Path, chart: &Rendering, controllers: &
     )
 }
 
-/// Waits until netcm got past its flags and client config; a usage error fails the test at once, naming it.
+/// Waits until netcm got past its flags and client config (it serves HTTP only then); a usage error
+/// fails the test at once, naming it.
 async fn wait_started(netcm: &mut Netcm) {
     let start = std::time::Instant::now();
-    while !netcm.logs().contains("API client configured") {
+    while netcm.http_get("/healthz").await.is_none() {
         if let Some(status) = netcm.try_exit() {
             panic!(
                 "{} exited ({status}) before it started:\n{}",
@@ -390,10 +391,13 @@ async fn wait_started(netcm: &mut Netcm) {
     }
 }
 
-fn forbidden_lines(log: &str) -> Vec<&str> {
-    log.lines()
-        .filter(|l| l.to_lowercase().contains("forbidden"))
-        .collect()
+/// Requests the API server refused with 403, by every client of netcm's (`rest_client_requests_total`).
+async fn forbidden_requests(netcm: &Netcm) -> f64 {
+    let (_, body) = netcm.http_get("/metrics").await.expect("/metrics");
+    body.lines()
+        .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::test]
@@ -464,21 +468,20 @@ async fn the_charts_rbac_lets_netcm_allocate_lead_record_events_and_find_its_nod
         },
     )
     .await;
-    netcm.wait_log("caches are synced", TIMEOUT).await;
-    let log = netcm.logs();
-    assert!(
-        log.contains(&holder),
-        "the Lease holder {holder} is not this netcm"
+    for controller in ["subnet-allocator", "node-annotation-syncer"] {
+        netcm.wait_controller_running(controller, TIMEOUT).await;
+    }
+    assert!(netcm.is_leading().await, "this netcm leads");
+    assert_eq!(
+        holder,
+        netcm.identity().await,
+        "the Lease holder is this netcm"
     );
-    assert!(
-        !log.contains("could not look up this pod's node"),
-        "netcm could not find its Node through POD_NAME"
-    );
-    let forbidden = forbidden_lines(&log);
-    assert!(
-        forbidden.is_empty(),
-        "403s with the chart's RBAC:\n{}",
-        forbidden.join("\n")
+    // The Pod lookup (its Node), the Lease, Events, claims and Node writes: none refused.
+    assert_eq!(
+        forbidden_requests(&netcm).await,
+        0.0,
+        "403s with the chart's RBAC"
     );
     drop(netcm);
     remove_pod(&env).await;

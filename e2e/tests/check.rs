@@ -29,6 +29,24 @@ async fn wait_all_allocated(client: &kube::Client, n: usize) -> Vec<Node> {
     .await
 }
 
+/// Waits until one of `nodes` has a Warning Event with `reason`.
+async fn wait_warning(env: &TestEnv, nodes: &[&str], reason: &str) {
+    wait_for(
+        &format!("a {reason} Warning on one of {nodes:?}"),
+        TIMEOUT,
+        || async {
+            for node in nodes {
+                let events = env.node_events(node).await;
+                if events.iter().any(|(t, r, _)| t == "Warning" && r == reason) {
+                    return Some(());
+                }
+            }
+            None
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_healthy_cluster_run_by_the_charts_service_account_passes_every_check() {
     let env = TestEnv::new().await;
@@ -107,7 +125,7 @@ async fn a_healthy_cluster_run_by_the_charts_service_account_passes_every_check(
 #[tokio::test]
 async fn a_full_pool_names_the_waiting_node_and_says_to_append_a_cluster_cidr() {
     let env = TestEnv::new().await;
-    let netcm = Netcm::start(
+    let _netcm = Netcm::start(
         "full",
         &env.cp.kubeconfig,
         &[
@@ -119,7 +137,7 @@ async fn a_full_pool_names_the_waiting_node_and_says_to_append_a_cluster_cidr() 
         register_node(&env.client, name, &format!("192.0.2.{}", 20 + i), &[]).await;
     }
     wait_all_allocated(&env.client, 2).await;
-    netcm.wait_log("no pod CIDR available", TIMEOUT).await;
+    wait_warning(&env, &["full-0", "full-1", "full-2"], "CIDRNotAvailable").await;
     let waiting = Api::<Node>::all(env.client.clone())
         .list(&ListParams::default())
         .await
@@ -175,7 +193,7 @@ async fn overlapping_pod_cidrs_are_named_with_both_nodes_and_the_one_to_recreate
     register_node(&env.client, "overlap-old", "192.0.2.30", &["10.244.7.0/24"]).await;
     tokio::time::sleep(Duration::from_millis(1100)).await; // creation timestamps have second precision
     register_node(&env.client, "overlap-new", "192.0.2.31", &["10.244.7.0/25"]).await;
-    let netcm = Netcm::start(
+    let _netcm = Netcm::start(
         "overlap",
         &env.cp.kubeconfig,
         &[
@@ -183,7 +201,7 @@ async fn overlapping_pod_cidrs_are_named_with_both_nodes_and_the_one_to_recreate
             "--cluster-cidr=10.244.0.0/16",
         ],
     );
-    netcm.wait_log("bad pod CIDR on node", TIMEOUT).await;
+    wait_warning(&env, &["overlap-new", "overlap-old"], "CIDRConflict").await;
 
     let run = netcm_check(&env.cp.kubeconfig, &[]);
     assert_eq!(run.code, 1);
@@ -231,8 +249,11 @@ async fn no_leader_is_named_with_why_missing_expired_or_released() {
         "--leader-elect-retry-period=500ms",
     ];
     let mut killed = Netcm::start("killed", &env.cp.kubeconfig, &fast);
-    killed.wait_log("this replica now leads", TIMEOUT).await;
-    let identity = killed.identity().await;
+    killed.wait_leading(TIMEOUT).await;
+    let identity = wait_for("the killed replica to hold the Lease", TIMEOUT, || {
+        netcm_e2e::lease_holder(&env.client, netcm_e2e::LEASE_NAME)
+    })
+    .await;
     killed.signal("KILL");
     killed.wait_exit(TIMEOUT).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -248,7 +269,7 @@ async fn no_leader_is_named_with_why_missing_expired_or_released() {
     );
 
     let mut stopped = Netcm::start("stopped", &env.cp.kubeconfig, &fast);
-    stopped.wait_log("this replica now leads", TIMEOUT).await;
+    stopped.wait_leading(TIMEOUT).await;
     stopped.signal("TERM");
     stopped.wait_exit(TIMEOUT).await;
     let run = netcm_check(&env.cp.kubeconfig, &[]);

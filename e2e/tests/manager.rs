@@ -1,10 +1,17 @@
 //! The manager core on the real control plane: leader election and hand-over, fencing of a frozen leader,
-//! API server outages, metrics and health, and `--controllers`.
+//! API server outages, metrics and health, and `--controllers` (its usage errors are CLI transcripts in
+//! `cmd/netcm/tests/cmd/`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use netcm_e2e::netcm::running_controller;
 use netcm_e2e::nodes::{create_node, create_nodes, pod_cidrs, NodeFixture};
-use netcm_e2e::{audit, lease_holder, start_apiserver, stop_apiserver, wait_for, Netcm, TestEnv};
+use netcm_e2e::{
+    audit, lease_holder, start_apiserver, stop_apiserver, wait_for, Netcm, TestEnv, LEASE_NAME,
+    LEASE_NAMESPACE,
+};
 
 /// Fast leader-election settings so failover tests take seconds (client-go's rules still hold).
 const FAST_LEASE: [&str; 3] = [
@@ -22,32 +29,87 @@ fn allocator_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
+/// Starts replica-a, waits until it leads, then replica-b, waits until it stands by; returns both and
+/// replica-a's identity (the Lease's holder).
 async fn start_pair(env: &TestEnv, extra: &[&str]) -> (Netcm, Netcm, String) {
     let a = Netcm::start("replica-a", &env.cp.kubeconfig, &allocator_args(extra));
-    let a_id = a.identity().await;
-    wait_for("replica-a to lead", Duration::from_secs(30), || async {
-        (lease_holder(&env.client, "netcm").await.as_deref() == Some(a_id.as_str())).then_some(())
-    })
-    .await;
-    let b = Netcm::start("replica-b", &env.cp.kubeconfig, &allocator_args(extra));
-    b.wait_log(
-        "standing by: the lease is held by another replica",
-        Duration::from_secs(30),
+    a.wait_leading(Duration::from_secs(30)).await;
+    let a_id = wait_for(
+        "replica-a to hold the Lease",
+        Duration::from_secs(10),
+        || lease_holder(&env.client, LEASE_NAME),
     )
     .await;
-    let b_id = b.identity().await;
-    (a, b, b_id)
+    let b = Netcm::start("replica-b", &env.cp.kubeconfig, &allocator_args(extra));
+    let holder = b
+        .wait_standing_by(&env.client, Duration::from_secs(30))
+        .await;
+    assert_eq!(holder, a_id, "replica-b stands by behind replica-a");
+    (a, b, a_id)
+}
+
+/// Waits until `b` leads and holds the Lease after `a_id` (the previous holder); on every poll at most
+/// one of the two replicas reports that it leads. Returns the new holder.
+async fn wait_takeover_with_one_leader(
+    env: &TestEnv,
+    a: &Netcm,
+    b: &Netcm,
+    a_id: &str,
+    timeout: Duration,
+) -> String {
+    wait_for("replica-b to take the Lease", timeout, || async {
+        let (a_leads, b_leads) = (a.is_leading().await, b.is_leading().await);
+        assert!(!(a_leads && b_leads), "both replicas report that they lead");
+        let holder = lease_holder(&env.client, LEASE_NAME).await?;
+        (b_leads && holder != a_id).then_some(holder)
+    })
+    .await
+}
+
+/// When `identity` last wrote netcm's Lease successfully, per the API server's audit log.
+fn last_lease_write(env: &TestEnv, identity: &str) -> jiff::Timestamp {
+    audit::read(&env.cp.audit_log)
+        .iter()
+        .filter(|e| e.user_agent.contains(identity) && e.resource() == "leases")
+        .filter(|e| e.succeeded() && e.verb != "get")
+        .filter_map(|e| e.received())
+        .max()
+        .unwrap_or_else(|| panic!("{identity} wrote its Lease at least once"))
+}
+
+/// When the Lease's current holder acquired it (its own clock: the same machine's as the audit log's).
+async fn acquired_at(env: &TestEnv) -> jiff::Timestamp {
+    Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
+        .get(LEASE_NAME)
+        .await
+        .expect("get the netcm Lease")
+        .spec
+        .and_then(|s| s.acquire_time)
+        .map(|t| t.0)
+        .expect("a held Lease has an acquireTime")
 }
 
 #[tokio::test]
 async fn two_replicas_elect_exactly_one_leader_and_the_standby_reports_ready() {
     let env = TestEnv::new().await;
-    let (a, b, _) = start_pair(&env, &[]).await;
-    a.wait_log("this replica now leads", Duration::from_secs(10))
-        .await;
-    assert!(
-        !b.logs().contains("this replica now leads"),
-        "the standby must not lead"
+    let (a, b, a_id) = start_pair(&env, &[]).await;
+    // Over several of the standby's retry periods (2 s), the holder stays and the standby never leads.
+    for _ in 0..30 {
+        assert!(!b.is_leading().await, "the standby must not lead");
+        assert_eq!(
+            lease_holder(&env.client, LEASE_NAME).await.as_deref(),
+            Some(a_id.as_str())
+        );
+        b.assert_running();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        a.metric(&running_controller("subnet-allocator")).await,
+        Some(1.0)
+    );
+    assert_ne!(
+        b.metric(&running_controller("subnet-allocator")).await,
+        Some(1.0)
     );
     let (code, body) = b
         .http_get("/readyz?verbose")
@@ -66,73 +128,58 @@ async fn two_replicas_elect_exactly_one_leader_and_the_standby_reports_ready() {
     );
 }
 
+/// The hand-over's speed is a benchmark (`hack/bench-handover.sh`); this proves what it does: the old
+/// leader releases the Lease (the standby takes it within the term the old leader held, not after it
+/// expired), exits 0, and never do both lead at once.
 #[tokio::test]
-async fn sigterm_on_the_leader_hands_the_lease_to_the_standby_in_under_three_seconds() {
+async fn sigterm_on_the_leader_releases_the_lease_to_the_standby_and_never_two_lead() {
     let env = TestEnv::new().await;
-    let mut handovers = Vec::new();
-    for round in 0..5 {
-        let (mut a, b, b_id) = start_pair(&env, &[]).await;
-        let t0 = Instant::now();
+    for round in 0..3 {
+        let (mut a, b, a_id) = start_pair(&env, &[]).await;
         a.signal("TERM");
-        wait_for(
-            "the standby to take the lease",
-            Duration::from_secs(20),
-            || async {
-                (lease_holder(&env.client, "netcm").await.as_deref() == Some(b_id.as_str()))
-                    .then_some(())
-            },
-        )
-        .await;
-        handovers.push(t0.elapsed());
+        let b_id =
+            wait_takeover_with_one_leader(&env, &a, &b, &a_id, Duration::from_secs(30)).await;
         let status = a.wait_exit(Duration::from_secs(20)).await;
         assert!(
             status.success(),
             "round {round}: the old leader must exit 0 on SIGTERM, got {status}"
         );
-        b.wait_log("this replica now leads", Duration::from_secs(5))
+        // Released, not expired: the standby acquired before the old leader's last term (15 s) ran out.
+        let term_end = last_lease_write(&env, &a_id) + jiff::SignedDuration::from_secs(15);
+        let acquired = acquired_at(&env).await;
+        assert!(
+            acquired < term_end,
+            "round {round}: {b_id} acquired at {acquired}, after {a_id}'s term ended ({term_end}): not a release"
+        );
+        b.wait_controller_running("subnet-allocator", Duration::from_secs(30))
             .await;
         drop(b);
         env.clean().await;
     }
-    handovers.sort();
-    let median = handovers[2];
-    eprintln!("SIGTERM hand-over times: {handovers:?}; median {median:?}");
-    assert!(
-        median < Duration::from_secs(3),
-        "median hand-over {median:?} must be under 3 s"
-    );
 }
 
+/// How fast the standby takes over is a benchmark (`hack/bench-handover.sh`); this proves the rule:
+/// it takes over, and never before the dead leader's lease expired (last renewal + lease duration).
 #[tokio::test]
-async fn after_kill_9_the_standby_leads_within_lease_duration_plus_retry_period() {
+async fn after_kill_9_the_standby_leads_but_only_once_the_dead_leaders_lease_expired() {
     let env = TestEnv::new().await;
-    let (a, b, b_id) = start_pair(&env, &FAST_LEASE).await;
-    let t0 = Instant::now();
+    let (a, b, a_id) = start_pair(&env, &FAST_LEASE).await;
     a.signal("KILL");
-    wait_for(
-        "the standby to take the lease",
-        Duration::from_secs(30),
-        || async {
-            (lease_holder(&env.client, "netcm").await.as_deref() == Some(b_id.as_str()))
-                .then_some(())
-        },
-    )
-    .await;
-    let took = t0.elapsed();
-    eprintln!("kill -9 takeover: {took:?}");
-    // lease 4 s + retry 1 s with client-go's jitter (up to 2.2 s) + one request.
+    let b_id = wait_takeover_with_one_leader(&env, &a, &b, &a_id, Duration::from_secs(30)).await;
+    let expired = last_lease_write(&env, &a_id) + jiff::SignedDuration::from_secs(4);
+    let acquired = acquired_at(&env).await;
     assert!(
-        took < Duration::from_millis(4000 + 2200 + 1000),
-        "takeover took {took:?}"
+        acquired >= expired,
+        "{b_id} acquired at {acquired}, before {a_id}'s lease expired at {expired}"
     );
-    drop(b);
+    b.wait_controller_running("subnet-allocator", Duration::from_secs(30))
+        .await;
 }
 
 #[tokio::test]
 async fn a_frozen_leader_writes_nothing_after_its_lease_expired_and_exits_non_zero() {
     let env = TestEnv::new().await;
-    let (mut a, b, _) = start_pair(&env, &FAST_LEASE).await;
-    let a_id = a.identity().await;
+    let (mut a, b, a_id) = start_pair(&env, &FAST_LEASE).await;
     a.signal("STOP");
     // While it is frozen: Nodes arrive; the standby takes over and allocates them. The frozen leader's
     // watch will deliver them too when it wakes up, so it has work it must not do.
@@ -141,18 +188,13 @@ async fn a_frozen_leader_writes_nothing_after_its_lease_expired_and_exits_non_ze
         .map(|i| NodeFixture::named(format!("zombie-{i:03}")))
         .collect();
     create_nodes(&env.client, fixtures, 16).await;
-    b.wait_log("this replica now leads", Duration::from_secs(20))
-        .await;
+    b.wait_leading(Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     a.signal("CONT");
     let status = a.wait_exit(Duration::from_secs(30)).await;
     assert!(
         !status.success(),
         "a leader that lost its lease must exit non-zero, got {status}"
-    );
-    assert!(
-        a.logs().contains("leaderelection lost"),
-        "the old leader must log the loss"
     );
 
     // Its lease expired (for others) lease-duration after its last successful renewal.
@@ -177,11 +219,6 @@ async fn a_frozen_leader_writes_nothing_after_its_lease_expired_and_exits_non_ze
         late_writes.is_empty(),
         "writes after the lease expired: {late_writes:#?}"
     );
-    let fenced = a
-        .logs()
-        .matches("write refused by the leader fence")
-        .count();
-    eprintln!("frozen leader: {fenced} writes refused by the fence after waking");
     // Every Node is allocated by the new leader, without overlaps.
     wait_for(
         "all nodes to get a CIDR",
@@ -212,11 +249,9 @@ async fn an_apiserver_outage_of_20s_is_ridden_out_and_the_informer_catches_up() 
             "--leader-elect-retry-period=2s",
         ]),
     );
-    n.wait_log("this replica now leads", Duration::from_secs(30))
-        .await;
+    n.wait_leading(Duration::from_secs(30)).await;
     create_node(&env.client, &NodeFixture::named("before-outage")).await;
-    n.wait_log("node=\"before-outage\"", Duration::from_secs(10))
-        .await;
+    wait_allocated(&env.client, "before-outage").await;
     tokio::task::spawn_blocking(stop_apiserver)
         .await
         .expect("stop");
@@ -226,20 +261,26 @@ async fn an_apiserver_outage_of_20s_is_ridden_out_and_the_informer_catches_up() 
         .expect("start");
     let client = netcm_e2e::client_for(&env.cp.kubeconfig).await;
     create_node(&client, &NodeFixture::named("after-outage")).await;
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    wait_allocated(&client, "after-outage").await;
+    n.assert_running();
+    assert!(
+        n.is_leading().await,
+        "netcm must keep its lease through a 20 s outage"
+    );
+}
+
+/// Waits until the Node `name` has pod CIDRs.
+async fn wait_allocated(client: &kube::Client, name: &str) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     wait_for(
-        "the node created right after the outage to be allocated",
+        &format!("{name} to be allocated"),
         Duration::from_secs(60),
         || async {
-            let node = nodes.get_opt("after-outage").await.ok().flatten()?;
+            let node = nodes.get_opt(name).await.ok().flatten()?;
             (!pod_cidrs(&node).is_empty()).then_some(())
         },
     )
     .await;
-    assert!(
-        !n.logs().contains("leaderelection lost"),
-        "netcm must keep its lease through a 20 s outage"
-    );
 }
 
 #[tokio::test]
@@ -247,8 +288,7 @@ async fn metrics_and_health_endpoints_serve_what_the_design_names() {
     let env = TestEnv::new().await;
     create_node(&env.client, &NodeFixture::named("metrics-node")).await;
     let n = Netcm::start("metrics", &env.cp.kubeconfig, &allocator_args(&[]));
-    n.wait_log("assigned pod CIDRs", Duration::from_secs(30))
-        .await;
+    wait_allocated(&env.client, "metrics-node").await;
     let (code, body) = n.http_get("/metrics").await.expect("/metrics");
     assert_eq!(code, 200);
     for family in [
@@ -273,8 +313,9 @@ async fn metrics_and_health_endpoints_serve_what_the_design_names() {
             "/metrics lacks {family}"
         );
     }
-    assert!(
-        body.contains("running_managed_controllers{manager=\"netcm\",name=\"subnet-allocator\"} 1")
+    assert_eq!(
+        netcm_e2e::netcm::sample(&body, &running_controller("subnet-allocator")),
+        Some(1.0)
     );
     assert!(body.contains("workqueue_adds_total{name=\"subnet-allocator\"}"));
     for path in [
@@ -295,7 +336,8 @@ async fn metrics_and_health_endpoints_serve_what_the_design_names() {
 }
 
 #[tokio::test]
-async fn controllers_flag_follows_kcm_rules_and_an_unknown_name_exits_2() {
+/// `--controllers` at run time; its usage errors (exit 2) are in `cmd/netcm/tests/cmd/manager.md`.
+async fn controllers_flag_follows_kcm_rules_and_starts_only_the_enabled_controllers() {
     let env = TestEnv::new().await;
     let n = Netcm::start(
         "controllers",
@@ -306,36 +348,12 @@ async fn controllers_flag_follows_kcm_rules_and_an_unknown_name_exits_2() {
             "--leader-elect=false",
         ],
     );
-    n.wait_log(
-        "started controller controller=\"subnet-allocator\"",
-        Duration::from_secs(30),
-    )
-    .await;
-    n.wait_log(
-        "skipping controller: disabled by --controllers controller=\"route-controller\"",
-        Duration::from_secs(5),
-    )
-    .await;
-    drop(n);
-
-    let out = std::process::Command::new(netcm_e2e::netcm::netcm_binary())
-        .args(["--controllers=*,bogus", "--cluster-cidr=10.244.0.0/16"])
-        .output()
-        .expect("run netcm");
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("\"bogus\" is not in the list of known controllers"),
-        "{stderr}"
+    n.wait_controller_running("subnet-allocator", Duration::from_secs(30))
+        .await;
+    // Controllers start together, so by now a disabled one would run too.
+    assert_ne!(
+        n.metric(&running_controller("route-controller")).await,
+        Some(1.0),
+        "route-controller is disabled by --controllers"
     );
-
-    let out = std::process::Command::new(netcm_e2e::netcm::netcm_binary())
-        .args([
-            "--leader-elect-lease-duration=5s",
-            "--leader-elect-renew-deadline=10s",
-        ])
-        .output()
-        .expect("run netcm");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--leader-elect-lease-duration"));
 }

@@ -30,8 +30,13 @@ async fn a_live_metrics_scrape_passes_promtool_check_metrics() {
             "--cluster-cidr=10.244.0.0/16",
         ],
     );
-    n.wait_log("assigned pod CIDRs", Duration::from_secs(30))
-        .await;
+    n.wait_metric(
+        "node_ipam_controller_cidrset_cidrs_allocations_total{clusterCIDR=\"10.244.0.0/16\"}",
+        "at least 1",
+        |v| v >= 1.0,
+        Duration::from_secs(30),
+    )
+    .await;
     let (_, body) = n.http_get("/metrics").await.expect("/metrics");
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])

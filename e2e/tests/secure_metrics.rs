@@ -9,6 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{Api, ListParams};
+use netcm_e2e::netcm::metric_sum;
 use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::{
     kubeconfig_token, serviceaccount_kubeconfig, wait_for, Netcm, TestEnv, LEASE_NAMESPACE,
@@ -48,10 +49,7 @@ async fn secure_metrics_need_a_token_with_the_metrics_role_and_health_needs_none
             "--cluster-cidr=10.244.0.0/16",
         ],
     );
-    n.wait_log("serving /metrics over HTTPS", Duration::from_secs(30))
-        .await;
-    n.wait_log("this replica now leads", Duration::from_secs(30))
-        .await;
+    n.wait_leading(Duration::from_secs(30)).await;
 
     let (code, body) = n.https_get("/metrics", None);
     assert_eq!(code, 401, "no token: {body}");
@@ -114,20 +112,6 @@ async fn https_get_many(n: &Netcm, path: &str, tokens: &[String]) -> BTreeMap<u1
     codes
 }
 
-/// The sum of every sample of `family` whose labels contain all of `labels` (`name="value"` each).
-async fn metric_sum(n: &Netcm, family: &str, labels: &[&str]) -> f64 {
-    let (_, body) = n.http_get("/metrics").await.expect("/metrics");
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
-            name == family && labels.iter().all(|want| rest.contains(want))
-        })
-        .filter_map(|(_, v)| v.parse::<f64>().ok())
-        .sum()
-}
-
 /// (holder, leaseTransitions) of netcm's Lease.
 async fn lease_state(env: &TestEnv) -> (Option<String>, Option<i32>) {
     let lease = Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
@@ -163,8 +147,7 @@ async fn a_thousand_bogus_tokens_cost_the_shared_client_nothing_and_leave_the_le
             "--kube-api-burst=40",
         ],
     );
-    n.wait_log("this replica now leads", Duration::from_secs(30))
-        .await;
+    n.wait_leading(Duration::from_secs(30)).await;
     let lease_before = lease_state(&env).await;
     let shared_posts = || metric_sum(&n, "rest_client_requests_total", &["method=\"POST\""]);
     // The allocator's own POSTs (one PodCIDRClaim per allocation) are the shared client's; reviews are not.

@@ -3,8 +3,7 @@
 //! the standby takes over through the other server; then the frozen server is thawed and handles the old
 //! leader's PATCHes late. netcm promises that no two Nodes ever hold overlapping pod CIDRs, even so.
 
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +13,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::runtime::watcher;
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::nodes::pod_cidrs;
 use netcm_e2e::{audit, client_for, lease_holder, Netcm, TestEnv, LEASE_NAMESPACE};
@@ -139,62 +139,55 @@ impl Trickle {
     }
 }
 
-/// Reads a growing log file from where the last read stopped, so polling every few milliseconds stays cheap.
-struct LogTail {
-    path: PathBuf,
-    offset: u64,
-    partial: String,
+/// Counts the Nodes whose names start with `prefix` that got pod CIDRs, as a Node watch through
+/// `client` reports them. Started before a burst, it tells when the leader has written a few of it.
+struct Assigned {
+    count: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-impl LogTail {
-    /// Starts at the log's current end: only lines written from now on count.
-    fn from_end(path: &Path) -> LogTail {
-        let offset = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        LogTail {
-            path: path.to_path_buf(),
-            offset,
-            partial: String::new(),
-        }
+impl Assigned {
+    fn watch(client: &kube::Client, prefix: String) -> Assigned {
+        let count = Arc::new(AtomicUsize::new(0));
+        let stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default());
+        let task = {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut seen = std::collections::HashSet::new();
+                let mut stream = std::pin::pin!(stream);
+                while let Some(ev) = stream.next().await {
+                    if let Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) = ev {
+                        let name = n.metadata.name.clone().unwrap_or_default();
+                        if name.starts_with(&prefix) && !pod_cidrs(&n).is_empty() {
+                            seen.insert(name);
+                            count.store(seen.len(), Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+        };
+        Assigned { count, task }
     }
 
-    /// The complete lines written since the last call.
-    fn new_lines(&mut self) -> Vec<String> {
-        let mut buf = Vec::new();
-        if let Ok(mut f) = std::fs::File::open(&self.path) {
-            if f.seek(SeekFrom::Start(self.offset)).is_ok() {
-                let _ = f.read_to_end(&mut buf);
-            }
+    /// Waits (polling every 2 ms) until `count` such Nodes were seen; the leader must keep running.
+    async fn wait(&self, leader: &Replica, count: usize) {
+        let start = Instant::now();
+        while self.count.load(Ordering::SeqCst) < count {
+            leader.netcm.assert_running();
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} assigned {} of {count} burst Nodes in 30 s",
+                leader.netcm.label,
+                self.count.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        self.offset += buf.len() as u64;
-        self.partial.push_str(&String::from_utf8_lossy(&buf));
-        let mut lines: Vec<String> = self.partial.split('\n').map(str::to_string).collect();
-        self.partial = lines.pop().unwrap_or_default();
-        lines
     }
 }
 
-/// Waits (polling every 2 ms) until `leader` has logged `count` assignments to Nodes whose names start
-/// with `prefix`.
-async fn wait_for_assignments(leader: &Replica, tail: &mut LogTail, prefix: &str, count: usize) {
-    let needle = format!("node=\"{prefix}");
-    let start = Instant::now();
-    let mut seen = 0;
-    loop {
-        seen += tail
-            .new_lines()
-            .iter()
-            .filter(|l| l.contains("assigned pod CIDRs") && l.contains(&needle))
-            .count();
-        if seen >= count {
-            return;
-        }
-        leader.netcm.assert_running();
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{} assigned {seen} of {count} {prefix}* Nodes in 30 s",
-            leader.netcm.label
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+impl Drop for Assigned {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -317,7 +310,7 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
     let mut standby = start_replica(&servers, Apiserver::Two, generation).await;
     standby
         .netcm
-        .wait_log("standing by", Duration::from_secs(30))
+        .wait_standing_by(&clients[1], Duration::from_secs(30))
         .await;
     let trickle = Trickle::start(clients.clone(), Apiserver::Two);
 
@@ -328,7 +321,7 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
         let live_client = &clients[live.index()];
         leader
             .netcm
-            .wait_log("started controller", Duration::from_secs(30))
+            .wait_controller_running("subnet-allocator", Duration::from_secs(30))
             .await;
         trickle.route(live);
 
@@ -336,7 +329,7 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
         // server the moment the leader has assigned a few burst Nodes, so it has seen more than it has
         // written and its next PATCHes go (or are already on their way) to the frozen server.
         let prefix = format!("r{round:02}-burst-");
-        let mut tail = LogTail::from_end(&leader.netcm.log_path);
+        let assigned = Assigned::watch(&clients[frozen.index()], prefix.clone());
         let burst = {
             let client = live_client.clone();
             let names: Vec<String> = (0..BURST).map(|i| format!("{prefix}{i:03}")).collect();
@@ -352,7 +345,8 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
                     .await
             })
         };
-        wait_for_assignments(&leader, &mut tail, &prefix, FREEZE_AFTER_ASSIGNED).await;
+        assigned.wait(&leader, FREEZE_AFTER_ASSIGNED).await;
+        drop(assigned);
         servers.freeze(frozen);
         let frozen_at = Instant::now();
 
@@ -378,15 +372,11 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
             !status.success(),
             "round {round}: the frozen-out leader must exit non-zero, got {status}"
         );
-        assert!(
-            leader.netcm.logs().contains("leaderelection lost"),
-            "round {round}: the frozen-out leader must log the loss"
-        );
         generation += 1;
         let restarted = start_replica(&servers, frozen, generation).await;
         restarted
             .netcm
-            .wait_log("standing by", Duration::from_secs(30))
+            .wait_standing_by(&clients[frozen.index()], Duration::from_secs(30))
             .await;
         let burst_created = burst.await.expect("burst task");
         leader = std::mem::replace(&mut standby, restarted);

@@ -97,8 +97,13 @@ numbers from values files as floats and would print 1000000 as 1e+06. */}}
 - --concurrent-node-cidr-syncs={{ .Values.allocator.concurrentSyncs | int64 }}
 {{- end }}
 
-{{- define "netcm.args.annotationSyncer" -}}
+{{/* --annotation-prefix: the syncer writes lease annotations under it, the route controller reads
+gateways from them. */}}
+{{- define "netcm.args.annotationPrefix" -}}
 - --annotation-prefix={{ .Values.annotationSyncer.annotationPrefix }}
+{{- end }}
+
+{{- define "netcm.args.annotationSyncer" -}}
 - --backend-type={{ .Values.annotationSyncer.backendType }}
 - --public-ip-address-types={{ join "," .Values.annotationSyncer.publicIPAddressTypes }}
 - --concurrent-node-annotation-syncs={{ .Values.annotationSyncer.concurrentSyncs | int64 }}
@@ -117,8 +122,8 @@ DaemonSet). */}}
 - --route-table={{ with .Values.routeController.table }}{{ if kindIs "string" . }}{{ . }}{{ else }}{{ . | int64 }}{{ end }}{{ end }}
 - --route-protocol={{ .Values.routeController.protocol | int64 }}
 - --route-reconciliation-period={{ .Values.routeController.reconciliationPeriod }}
+- --concurrent-route-syncs={{ .Values.routeController.concurrentSyncs | int64 }}
 - --set-node-network-unavailable={{ .Values.routeController.setNodeNetworkUnavailable }}
-- --route-lease-annotation-prefix={{ .Values.annotationSyncer.annotationPrefix }}
 {{- end }}
 
 {{/* POD_NAME and POD_NAMESPACE: the Lease namespace default and the node lookup (pods get). */}}

@@ -1,83 +1,54 @@
-//! The controller registry, assembled here as KCM's lives in `cmd/kube-controller-manager/app`.
+//! The controller registry, assembled here as KCM's lives in `cmd/kube-controller-manager/app`: each
+//! controller's flags on the command line and its descriptor in start order. This file is the only
+//! place in `cmd` that names a controller.
 
-use netcm_manager::{ControllerDescriptor, Registry};
+use clap::Args;
+use netcm_manager::Registry;
 
-use crate::Cli;
+/// Every controller's flags, each under its own help heading.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerFlags {
+    #[command(flatten, next_help_heading = "subnet-allocator")]
+    allocator: netcm_subnet_allocator::Flags,
+    #[command(flatten, next_help_heading = "node-annotation-syncer")]
+    annotations: netcm_node_annotation_syncer::Flags,
+    #[command(flatten, next_help_heading = "route-controller")]
+    routes: netcm_route_controller::Flags,
+}
 
 /// Every controller netcm knows, in start order: the allocator writes pod CIDRs, the syncer publishes
 /// them as lease annotations, the route controller programs routes from those.
-/// `sweep` is the route controller's startup sweep, which its init takes over.
-pub fn registry(
-    cli: &Cli,
-    sweep: &netcm_route_controller::StartupSweep,
-) -> anyhow::Result<Registry> {
-    let allocator = cli.allocator.clone();
-    let annotations = cli.annotations.clone();
-    let routes = cli.routes.clone();
-    // The route controller owns only routes inside the allocator's cluster CIDRs.
-    let cluster_cidr = cli.allocator.cluster_cidr.clone();
-    let sweep = sweep.clone();
+/// A command line that gives `--annotation-prefix` and its deprecated alias with different values is
+/// refused here, whichever controllers are enabled: it contradicts itself.
+pub fn registry(flags: &ControllerFlags) -> anyhow::Result<Registry> {
+    let (prefix_flag, prefix) = flags.annotations.annotation_prefix()?;
     Ok(Registry::new(vec![
-        ControllerDescriptor {
-            name: netcm_subnet_allocator::NAME,
-            aliases: &["nodeipam", "node-ipam-controller"],
-            disabled_by_default: false,
-            init: Box::new(move |ctx| netcm_subnet_allocator::init(ctx, &allocator)),
-        },
-        ControllerDescriptor {
-            name: netcm_node_annotation_syncer::NAME,
-            aliases: &["annotations"],
-            disabled_by_default: false,
-            init: Box::new(move |ctx| netcm_node_annotation_syncer::init(ctx, &annotations)),
-        },
-        ControllerDescriptor {
-            name: netcm_route_controller::NAME,
-            aliases: &["route", "node-route-controller"],
-            disabled_by_default: false,
-            init: Box::new(move |ctx| {
-                netcm_route_controller::init(ctx, &routes, &cluster_cidr, &sweep)
-            }),
-        },
+        netcm_subnet_allocator::descriptor(flags.allocator.clone()),
+        netcm_node_annotation_syncer::descriptor(flags.annotations.clone()),
+        // The route controller owns only routes inside the allocator's cluster CIDRs, and reads
+        // gateways from the lease annotations under the syncer's prefix.
+        netcm_route_controller::descriptor(
+            flags.routes.clone(),
+            &flags.allocator.cluster_cidr,
+            prefix,
+            prefix_flag,
+        ),
     ])?)
 }
 
-/// Controller settings logged at startup as the effective configuration.
-pub fn effective_config(cli: &Cli) -> Vec<(String, String)> {
-    let a = &cli.allocator;
-    let mask = |m: Option<u8>| m.map(|m| m.to_string()).unwrap_or_default();
-    let mut out = vec![
-        (
-            "--allocate-node-cidrs".into(),
-            a.allocate_node_cidrs.to_string(),
-        ),
-        ("--cluster-cidr".into(), a.cluster_cidr.clone()),
-        ("--node-cidr-mask-size".into(), mask(a.node_cidr_mask_size)),
-        (
-            "--node-cidr-mask-size-ipv4".into(),
-            mask(a.node_cidr_mask_size_ipv4),
-        ),
-        (
-            "--node-cidr-mask-size-ipv6".into(),
-            mask(a.node_cidr_mask_size_ipv6),
-        ),
-        (
-            "--service-cluster-ip-range".into(),
-            a.service_cluster_ip_range.clone(),
-        ),
-        ("--pod-cidr-claims".into(), a.pod_cidr_claims.to_string()),
-        (
-            "--cluster-cidr-objects".into(),
-            a.cluster_cidr_objects.to_string(),
-        ),
-    ];
-    out.extend(cli.annotations.effective_config());
-    out.extend(cli.routes.effective_config());
-    out
+/// Warnings about deprecated flags on the command line, logged once logging is up.
+pub fn deprecation_warnings(flags: &ControllerFlags) -> Vec<String> {
+    flags
+        .annotations
+        .deprecation_warning()
+        .into_iter()
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Cli;
     use clap::{CommandFactory, Parser};
 
     #[test]
@@ -88,8 +59,7 @@ mod tests {
     #[test]
     fn every_controller_name_and_alias_follows_the_rules_and_maps_to_a_real_controller() {
         let cli = Cli::parse_from(["netcm"]);
-        let r = registry(&cli, &netcm_route_controller::StartupSweep::new())
-            .expect("registry is valid");
+        let r = registry(&cli.controllers).expect("registry is valid");
         assert_eq!(
             r.names(),
             [
@@ -105,5 +75,22 @@ mod tests {
         }
         assert_eq!(r.canonical("nodeipam"), Some("subnet-allocator"));
         assert_eq!(r.canonical("route"), Some("route-controller"));
+    }
+
+    #[test]
+    fn the_route_controller_is_checked_against_the_allocators_cluster_cidr() {
+        let cli = Cli::parse_from([
+            "netcm",
+            "--cluster-cidr=0.0.0.0/0",
+            "--allocate-node-cidrs=false",
+        ]);
+        let err = registry(&cli.controllers)
+            .expect("registry is valid")
+            .validate_flags(&cli.generic)
+            .expect_err("a default-like cluster CIDR");
+        assert!(
+            err.to_string().starts_with("--cluster-cidr 0.0.0.0/0"),
+            "{err}"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use netcm_manager::client::ClientOptions;
 use netcm_manager::run::{run, ManagerOptions, RunError};
-use netcm_route_controller::StartupSweep;
+use netcm_manager::StandbyContext;
 
 /// netcm — a network controller manager for Kubernetes: pod CIDR allocation, flannel-format subnet
 /// leases and node routes, leader-elected in the shape of kube-controller-manager.
@@ -20,12 +20,8 @@ use netcm_route_controller::StartupSweep;
 struct Cli {
     #[command(flatten)]
     generic: netcm_manager::flags::GenericFlags,
-    #[command(flatten, next_help_heading = "subnet-allocator")]
-    allocator: netcm_subnet_allocator::Flags,
-    #[command(flatten, next_help_heading = "node-annotation-syncer")]
-    annotations: netcm_node_annotation_syncer::Flags,
-    #[command(flatten, next_help_heading = "route-controller")]
-    routes: netcm_route_controller::Flags,
+    #[command(flatten)]
+    controllers: controllers::ControllerFlags,
 }
 
 /// Exit code for bad flags, as clap and KCM use.
@@ -38,16 +34,17 @@ fn main() -> ExitCode {
         return check::main(args.skip(1));
     }
     let cli = Cli::parse();
-    let sweep = StartupSweep::new();
-    let registry = match controllers::registry(&cli, &sweep) {
+    let registry = match controllers::registry(&cli.controllers) {
         Ok(r) => r,
         Err(e) => return usage_error(&e),
     };
-    let routes = match validate(&cli, &registry) {
-        Ok(routes) => routes,
-        Err(e) => return usage_error(&e),
-    };
+    if let Err(e) = validate(&cli, &registry) {
+        return usage_error(&e);
+    }
     netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
+    for warning in controllers::deprecation_warnings(&cli.controllers) {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -58,14 +55,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // A standby never runs the route controller, so the sweep of its stale routes starts here.
-    if let Some(config) = routes.filter(|_| cli.generic.leader_elect) {
-        let own_node = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
-        runtime.spawn(sweep.run(client_options(&cli.generic), config, own_node));
+    // The manager starts controllers only on the leader; what a standby does starts here.
+    if cli.generic.leader_elect {
+        let standby = StandbyContext {
+            client: client_options(&cli.generic),
+            node_name: std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty()),
+        };
+        // `--controllers` was checked above, so this finds every enabled controller's work.
+        for task in registry
+            .standby_tasks(&cli.generic, &standby)
+            .unwrap_or_default()
+        {
+            runtime.spawn(task);
+        }
     }
     let opts = ManagerOptions {
         flags: cli.generic.clone(),
-        effective_config: controllers::effective_config(&cli),
+        effective_config: registry.effective_config(),
     };
     match runtime.block_on(run(opts, registry)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -86,38 +92,20 @@ fn usage_error(e: &anyhow::Error) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-/// How the startup sweep reaches the API server: the manager's own flags.
+/// How standby work reaches the API server: the manager's own flags.
 fn client_options(flags: &netcm_manager::flags::GenericFlags) -> ClientOptions {
     ClientOptions {
         kubeconfig: flags.kubeconfig.clone(),
         master: flags.master.clone(),
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
-        user_agent: format!("netcm/{} startup-sweep", netcm_manager::metrics::VERSION),
+        user_agent: format!("netcm/{} standby", netcm_manager::metrics::VERSION),
     }
 }
 
-/// Every flag rule, checked before anything touches the API; the route controller's settings when it
-/// is enabled.
-fn validate(
-    cli: &Cli,
-    registry: &netcm_manager::Registry,
-) -> anyhow::Result<Option<netcm_route_controller::Config>> {
+/// Every flag rule, checked before anything touches the API.
+fn validate(cli: &Cli, registry: &netcm_manager::Registry) -> anyhow::Result<()> {
     cli.generic.validate()?;
-    let enabled = registry.enabled(&cli.generic.controllers)?;
-    let on = |name: &str| enabled.iter().any(|d| d.name == name);
-    if on(netcm_subnet_allocator::NAME) {
-        cli.allocator.config()?;
-    }
-    if on(netcm_node_annotation_syncer::NAME) {
-        cli.annotations.validate().map_err(anyhow::Error::msg)?;
-    }
-    if !on(netcm_route_controller::NAME) {
-        return Ok(None);
-    }
-    let context = netcm_route_controller::flags::Context {
-        cluster_cidr: &cli.allocator.cluster_cidr,
-        leader_elect: cli.generic.leader_elect,
-    };
-    Ok(Some(cli.routes.config(context)?))
+    registry.validate_flags(&cli.generic)?;
+    Ok(())
 }

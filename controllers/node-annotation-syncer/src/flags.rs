@@ -1,8 +1,12 @@
 //! The syncer's flags (flannel's names where they overlap) and the validated configuration built from them.
+//! `--annotation-prefix` is read by the route controller too (through [`Flags::annotation_prefix`]), so
+//! both agree on the lease keys by construction.
 
 use clap::Args;
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::{ControllerOptions, InitContext, InitResult};
 
-use netcm_lease::{Keys, PrefixError};
+use netcm_node::{Keys, PrefixError};
 
 /// Every node address type Kubernetes defines.
 pub const NODE_ADDRESS_TYPES: [&str; 5] = [
@@ -16,6 +20,12 @@ pub const NODE_ADDRESS_TYPES: [&str; 5] = [
 /// The node address types whose values are IP addresses.
 pub const IP_ADDRESS_TYPES: [&str; 2] = ["InternalIP", "ExternalIP"];
 
+/// flannel's `--kube-annotation-prefix` default.
+pub const DEFAULT_ANNOTATION_PREFIX: &str = "flannel.alpha.coreos.com";
+
+/// The route controller's former name for `--annotation-prefix`, still accepted.
+pub const DEPRECATED_PREFIX_FLAG: &str = "--route-lease-annotation-prefix";
+
 /// The backend whose lease data is always `null` and written by netcm.
 pub const HOST_GW: &str = "host-gw";
 
@@ -24,9 +34,13 @@ pub const HOST_GW: &str = "host-gw";
 // clap names an argument group after the struct, and every controller's struct is called `Flags`.
 #[group(id = "node-annotation-syncer-flags")]
 pub struct Flags {
-    /// Prefix of the subnet-lease annotations (flannel's --kube-annotation-prefix rules: fqdn/[0-9a-z-_]*).
-    #[arg(long, default_value = "flannel.alpha.coreos.com")]
-    pub annotation_prefix: String,
+    /// Prefix of the subnet-lease annotations (flannel's --kube-annotation-prefix rules: fqdn/[0-9a-z-_]*) that node-annotation-syncer writes and route-controller reads gateways from [default: flannel.alpha.coreos.com].
+    #[arg(long, value_name = "PREFIX")]
+    pub annotation_prefix: Option<String>,
+
+    /// Deprecated: use --annotation-prefix (the route controller's former name for it; accepted with a warning).
+    #[arg(long, value_name = "PREFIX", hide = true)]
+    pub route_lease_annotation_prefix: Option<String>,
 
     /// The flannel backend published in <prefix>/backend-type; for host-gw netcm also writes backend-data null.
     #[arg(long, default_value = HOST_GW)]
@@ -47,6 +61,14 @@ pub enum FlagError {
     /// `--annotation-prefix`.
     #[error(transparent)]
     Prefix(#[from] PrefixError),
+    /// `--annotation-prefix` and its deprecated alias disagree.
+    #[error("--annotation-prefix {current:?} and {DEPRECATED_PREFIX_FLAG} {deprecated:?} differ: they name one prefix, which node-annotation-syncer writes and route-controller reads; pass only --annotation-prefix")]
+    PrefixConflict {
+        /// `--annotation-prefix`.
+        current: String,
+        /// `--route-lease-annotation-prefix`.
+        deprecated: String,
+    },
     /// `--backend-type` is not a backend name.
     #[error("--backend-type {0:?}: must be a flannel backend name of lowercase letters, digits and '-' (e.g. host-gw, vxlan, wireguard)")]
     BackendType(String),
@@ -86,9 +108,38 @@ impl Config {
 }
 
 impl Flags {
+    /// The lease annotation prefix and the flag that gave it: `--annotation-prefix`, else its deprecated
+    /// alias, else the default. Both flags with different values is an error, whichever controllers run.
+    pub fn annotation_prefix(&self) -> Result<(&'static str, &str), FlagError> {
+        match (&self.annotation_prefix, &self.route_lease_annotation_prefix) {
+            (Some(current), Some(deprecated)) if current != deprecated => {
+                Err(FlagError::PrefixConflict {
+                    current: current.clone(),
+                    deprecated: deprecated.clone(),
+                })
+            }
+            (Some(current), _) => Ok(("--annotation-prefix", current)),
+            (None, Some(deprecated)) => Ok((DEPRECATED_PREFIX_FLAG, deprecated)),
+            (None, None) => Ok(("--annotation-prefix", DEFAULT_ANNOTATION_PREFIX)),
+        }
+    }
+
+    /// The lease keys under the annotation prefix; an error names the flag the prefix came from.
+    pub fn lease_keys(&self) -> Result<Keys, FlagError> {
+        let (flag, prefix) = self.annotation_prefix()?;
+        Ok(Keys::new(flag, prefix)?)
+    }
+
+    /// What to log at startup when the deprecated alias is used.
+    pub fn deprecation_warning(&self) -> Option<String> {
+        self.route_lease_annotation_prefix.as_ref().map(|_| {
+            format!("{DEPRECATED_PREFIX_FLAG} is deprecated and will be removed: use --annotation-prefix, which node-annotation-syncer and route-controller both read")
+        })
+    }
+
     /// The validated configuration.
     pub fn config(&self) -> Result<Config, FlagError> {
-        let keys = Keys::new("--annotation-prefix", &self.annotation_prefix)?;
+        let keys = self.lease_keys()?;
         let bt = &self.backend_type;
         let bt_ok = !bt.is_empty()
             && bt
@@ -128,16 +179,24 @@ impl Flags {
             address_types,
         })
     }
+}
 
-    /// Checks the flags before anything touches the API.
-    pub fn validate(&self) -> Result<(), String> {
-        self.config().map(|_| ()).map_err(|e| e.to_string())
+impl ControllerOptions for Flags {
+    type FlagError = FlagError;
+
+    fn validate(&self, _generic: &GenericFlags) -> Result<(), FlagError> {
+        self.config().map(|_| ())
     }
 
-    /// The settings logged at startup.
-    pub fn effective_config(&self) -> Vec<(String, String)> {
+    fn effective_config(&self) -> Vec<(String, String)> {
         vec![
-            ("--annotation-prefix".into(), self.annotation_prefix.clone()),
+            (
+                "--annotation-prefix".into(),
+                // The value in effect; a conflict never gets this far (cmd exits first).
+                self.annotation_prefix()
+                    .map(|(_, p)| p.to_string())
+                    .unwrap_or_default(),
+            ),
             ("--backend-type".into(), self.backend_type.clone()),
             (
                 "--public-ip-address-types".into(),
@@ -148,6 +207,14 @@ impl Flags {
                 self.concurrent_node_annotation_syncs.to_string(),
             ),
         ]
+    }
+
+    fn workers(&self) -> usize {
+        self.concurrent_node_annotation_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        crate::init(self, ctx)
     }
 }
 
@@ -189,7 +256,8 @@ mod tests {
     fn host_name_valued_address_types_are_refused_with_a_clear_message() {
         for t in ["Hostname", "InternalDNS", "ExternalDNS"] {
             let err = parse(&[&format!("--public-ip-address-types=InternalIP,{t}")])
-                .validate()
+                .config()
+                .map_err(|e| e.to_string())
                 .expect_err("not an IP type");
             assert!(err.starts_with("--public-ip-address-types"), "{err}");
             assert!(
@@ -202,7 +270,8 @@ mod tests {
     #[test]
     fn unknown_empty_and_repeated_address_types_are_refused() {
         let err = parse(&["--public-ip-address-types=InternalIp"])
-            .validate()
+            .config()
+            .map_err(|e| e.to_string())
             .expect_err("case matters");
         assert!(
             err.contains("unknown node address type \"InternalIp\""),
@@ -228,7 +297,8 @@ mod tests {
     fn a_backend_type_that_is_not_a_name_is_refused() {
         for bad in ["", "Host-GW", "host gw", "-x"] {
             let err = parse(&[&format!("--backend-type={bad}")])
-                .validate()
+                .config()
+                .map_err(|e| e.to_string())
                 .expect_err("bad backend");
             assert!(err.starts_with("--backend-type"), "{err}");
         }
@@ -237,9 +307,91 @@ mod tests {
     #[test]
     fn a_bad_prefix_is_reported_naming_the_flag() {
         let err = parse(&["--annotation-prefix=a/b/c"])
-            .validate()
+            .config()
+            .map_err(|e| e.to_string())
             .expect_err("bad prefix");
         assert!(err.starts_with("--annotation-prefix"), "{err}");
+    }
+
+    #[test]
+    fn without_either_prefix_flag_the_default_prefix_is_used_and_nothing_is_deprecated() {
+        let f = parse(&[]);
+        assert_eq!(
+            f.annotation_prefix(),
+            Ok(("--annotation-prefix", "flannel.alpha.coreos.com"))
+        );
+        assert_eq!(f.deprecation_warning(), None);
+    }
+
+    #[test]
+    fn the_deprecated_route_lease_prefix_alone_sets_the_prefix_for_both_controllers_with_a_warning()
+    {
+        let f = parse(&["--route-lease-annotation-prefix=example.com/lease"]);
+        assert_eq!(
+            f.annotation_prefix(),
+            Ok(("--route-lease-annotation-prefix", "example.com/lease"))
+        );
+        assert_eq!(
+            f.config().expect("valid").keys.public_ip,
+            "example.com/lease-public-ip"
+        );
+        let warning = f.deprecation_warning().expect("deprecated flag used");
+        assert!(
+            warning.contains("--route-lease-annotation-prefix")
+                && warning.contains("--annotation-prefix"),
+            "{warning}"
+        );
+        assert_eq!(
+            f.effective_config()[0],
+            ("--annotation-prefix".into(), "example.com/lease".into())
+        );
+    }
+
+    #[test]
+    fn both_prefix_flags_with_one_value_are_accepted_with_a_warning() {
+        let f = parse(&[
+            "--annotation-prefix=example.com",
+            "--route-lease-annotation-prefix=example.com",
+        ]);
+        assert_eq!(
+            f.annotation_prefix(),
+            Ok(("--annotation-prefix", "example.com"))
+        );
+        assert!(f.deprecation_warning().is_some());
+    }
+
+    #[test]
+    fn both_prefix_flags_with_different_values_are_refused_naming_both() {
+        let f = parse(&[
+            "--annotation-prefix=flannel.alpha.coreos.com",
+            "--route-lease-annotation-prefix=example.com",
+        ]);
+        let err = f.config().expect_err("conflict").to_string();
+        assert!(
+            err.starts_with("--annotation-prefix \"flannel.alpha.coreos.com\" and --route-lease-annotation-prefix \"example.com\" differ"),
+            "{err}"
+        );
+        assert!(matches!(
+            f.lease_keys(),
+            Err(FlagError::PrefixConflict { .. })
+        ));
+    }
+
+    #[test]
+    fn a_bad_prefix_given_through_the_deprecated_flag_is_reported_under_that_flag() {
+        let err = parse(&["--route-lease-annotation-prefix=a/b/c"])
+            .config()
+            .expect_err("bad prefix")
+            .to_string();
+        assert!(err.starts_with("--route-lease-annotation-prefix"), "{err}");
+    }
+
+    #[test]
+    fn the_deprecated_flag_is_hidden_from_help() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--annotation-prefix"), "{help}");
+        assert!(!help.contains("--route-lease-annotation-prefix"), "{help}");
     }
 
     #[test]

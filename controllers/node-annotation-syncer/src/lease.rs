@@ -3,36 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
+use netcm_node::{Family, PodCidrs};
 
 use crate::flags::Config;
-
-/// An IP family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Family {
-    /// IPv4: `public-ip`, `backend-data`.
-    V4,
-    /// IPv6: `public-ipv6`, `backend-v6-data`.
-    V6,
-}
-
-impl Family {
-    /// The metric label and log word.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::V4 => "ipv4",
-            Self::V6 => "ipv6",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::V4 => "IPv4",
-            Self::V6 => "IPv6",
-        }
-    }
-}
 
 /// Why nothing can be published for a Node yet; a later change of the Node retriggers the sync.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +39,7 @@ impl std::fmt::Display for Waiting {
             Self::NoPodCidr => write!(f, "the node has no pod CIDR yet"),
             Self::UnusablePodCidrs(why) => write!(f, "the node's pod CIDRs are unusable: {why}"),
             Self::NoAddress(fams) => {
-                let names: Vec<&str> = fams.iter().map(|f| f.name()).collect();
+                let names: Vec<String> = fams.iter().map(ToString::to_string).collect();
                 write!(
                     f,
                     "the node has no usable {} address of the configured types",
@@ -113,64 +87,37 @@ pub struct Plan {
     pub waiting: Option<Waiting>,
 }
 
-pub use netcm_manager::node::pod_cidrs;
-
 /// The families of a Node's pod CIDRs, or why flannel could not read them.
-fn families(raw: &[String]) -> Result<Vec<Family>, Waiting> {
-    if raw.is_empty() {
+fn families(cidrs: &PodCidrs) -> Result<Vec<Family>, Waiting> {
+    if cidrs.is_empty() {
         return Err(Waiting::NoPodCidr);
     }
     // flannel's nodeToLease errors on a third entry and on any entry it cannot parse.
-    if raw.len() > 2 {
+    if cidrs.len() > 2 {
         return Err(Waiting::UnusablePodCidrs(format!(
             "{} pod CIDRs; at most one per family",
-            raw.len()
+            cidrs.len()
         )));
     }
-    let mut fams = Vec::new();
-    for s in raw {
-        let net: IpNet = s
-            .parse()
-            .map_err(|_| Waiting::UnusablePodCidrs(format!("{s:?} is not a CIDR")))?;
-        let fam = match net {
-            IpNet::V4(_) => Family::V4,
-            IpNet::V6(_) => Family::V6,
-        };
-        if !fams.contains(&fam) {
-            fams.push(fam);
-        }
+    if let Some(bad) = cidrs.unparsable.first() {
+        return Err(Waiting::UnusablePodCidrs(bad.to_string()));
     }
-    fams.sort();
-    Ok(fams)
+    Ok(cidrs.families())
 }
 
 /// Parses `raw` as a public IP of `family` by the rule the route controller shares
-/// ([`netcm_lease::public_ip`]): the exact text of one address, never one that cannot be a next hop to
+/// ([`netcm_node::public_ip`]): the exact text of one address, never one that cannot be a next hop to
 /// another Node. Returns the canonical text.
 pub fn usable_ip(raw: &str, family: Family) -> Result<String, &'static str> {
-    let family = match family {
-        Family::V4 => netcm_lease::Family::V4,
-        Family::V6 => netcm_lease::Family::V6,
-    };
-    netcm_lease::public_ip(raw, family)
+    netcm_node::public_ip(raw, family)
         .map(|ip| ip.to_string())
-        .map_err(netcm_lease::Unusable::as_str)
+        .map_err(netcm_node::Unusable::as_str)
 }
 
 /// The first usable address of `family` in `status.addresses`, by type in `types` order, then by the
 /// order the Node lists them.
 pub fn address_ip(node: &Node, types: &[String], family: Family) -> Option<String> {
-    let addrs = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_deref())
-        .unwrap_or_default();
-    types.iter().find_map(|t| {
-        addrs
-            .iter()
-            .filter(|a| &a.type_ == t)
-            .find_map(|a| usable_ip(&a.address, family).ok())
-    })
+    netcm_node::first_address(node, types, family).map(|ip| ip.to_string())
 }
 
 /// The public IP of one family: `Some(value)` to publish, `None` for "keep what is there" or "nothing".
@@ -181,10 +128,8 @@ fn public_ip(
     family: Family,
     invalid: &mut Vec<InvalidOverwrite>,
 ) -> Option<String> {
-    let (overwrite_key, lease_key) = match family {
-        Family::V4 => (&cfg.keys.public_ip_overwrite, &cfg.keys.public_ip),
-        Family::V6 => (&cfg.keys.public_ipv6_overwrite, &cfg.keys.public_ipv6),
-    };
+    let overwrite_key = cfg.keys.public_ip_overwrite_of(family);
+    let lease_key = cfg.keys.public_ip_of(family);
     let from_addresses = || address_ip(node, &cfg.address_types, family);
     // flannel treats an empty overwrite as unset.
     let Some(raw) = current.get(overwrite_key).filter(|v| !v.is_empty()) else {
@@ -211,7 +156,7 @@ fn public_ip(
     };
     invalid.push(InvalidOverwrite {
         family,
-        key: overwrite_key.clone(),
+        key: overwrite_key.to_string(),
         value: raw.clone(),
         why,
         instead,
@@ -223,7 +168,7 @@ fn public_ip(
 /// writes the cache has not seen yet).
 pub fn plan(cfg: &Config, node: &Node, current: &BTreeMap<String, String>) -> Plan {
     let mut plan = Plan::default();
-    let fams = match families(&pod_cidrs(node)) {
+    let fams = match families(&PodCidrs::of(node)) {
         Ok(f) => f,
         Err(w) => {
             plan.waiting = Some(w);
@@ -243,13 +188,10 @@ pub fn plan(cfg: &Config, node: &Node, current: &BTreeMap<String, String>) -> Pl
     }
     let mut missing = Vec::new();
     for fam in fams {
-        let lease_key = match fam {
-            Family::V4 => &keys.public_ip,
-            Family::V6 => &keys.public_ipv6,
-        };
+        let lease_key = keys.public_ip_of(fam);
         match public_ip(cfg, node, current, fam, &mut plan.invalid) {
             Some(ip) => {
-                desired.insert(lease_key.clone(), ip);
+                desired.insert(lease_key.to_string(), ip);
             }
             None if current
                 .get(lease_key)

@@ -322,7 +322,7 @@ fn the_single_pod_cidr_field_is_read_when_the_list_is_empty() {
     if let Some(spec) = n.spec.as_mut() {
         spec.pod_cidr = Some("10.244.1.0/24".into());
     }
-    assert_eq!(pod_cidrs(&n), ["10.244.1.0/24"]);
+    assert_eq!(netcm_node::raw_pod_cidrs(&n), ["10.244.1.0/24"]);
     assert_eq!(plan(&cfg(&[]), &n, &BTreeMap::new()).waiting, None);
 }
 

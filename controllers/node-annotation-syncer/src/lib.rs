@@ -21,25 +21,19 @@ pub mod metrics;
 pub mod owner;
 pub mod syncer;
 
-use std::sync::Arc;
-
-use futures::future::BoxFuture;
 use kube::api::Api;
-use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{run_workers, Controller, InitContext, InitError, InitResult};
-use tokio_util::sync::CancellationToken;
+use netcm_manager::{Controller, ControllerDescriptor, InitContext, InitError, InitResult};
 
 pub use flags::{Config, Flags};
 pub use syncer::{Syncer, NAME};
 
-/// The running controller.
-pub struct NodeAnnotationSyncer {
-    syncer: Arc<Syncer>,
-    workers: usize,
+/// The registry entry.
+pub fn descriptor(flags: Flags) -> ControllerDescriptor {
+    ControllerDescriptor::new(NAME, &["annotations"], flags)
 }
 
-/// The init function: validates the flags, registers metrics, subscribes to Node events.
-pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
+/// Builds the syncer: its metrics, and a queue fed by every Node event.
+fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let config = flags.config().map_err(InitError::new)?;
     let metrics = metrics::SyncerMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let queue = ctx.node_queue(NAME)?;
@@ -57,31 +51,10 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
         ctx.recorder.clone(),
         ctx.leader.clone(),
         metrics,
-        queue,
     );
-    Ok(Some(Box::new(NodeAnnotationSyncer {
+    Ok(Some(Controller::new().reconciler(
         syncer,
-        workers: flags.concurrent_node_annotation_syncs.max(1),
-    })))
-}
-
-impl Controller for NodeAnnotationSyncer {
-    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let syncer = self.syncer;
-            let queue = syncer.queue.clone();
-            run_workers(
-                NAME,
-                queue,
-                self.workers,
-                shutdown,
-                CONTROLLER_DRAIN_TIMEOUT,
-                move |key| {
-                    let syncer = syncer.clone();
-                    async move { syncer.sync_node(&key).await }
-                },
-            )
-            .await;
-        })
-    }
+        queue,
+        ctx.workers,
+    )))
 }

@@ -2,7 +2,8 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::lease::{Family, Waiting};
+use crate::lease::Waiting;
+use netcm_node::Family;
 
 /// The metric families the syncer updates.
 #[derive(Clone)]

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use netcm_lease::Keys;
+use netcm_node::Keys;
 
 /// The field manager of netcm's lease writes. It is also what the API server derives from netcm's user
 /// agent (`netcm/<version> …`), so leases written by earlier versions, which sent no field manager, still

@@ -3,13 +3,17 @@
 //! agent publishes (`owner.rs`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use netcm_lease::Keys;
-use netcm_manager::{EventRecorder, EventType, Fenced, LeaderGuard, SharedInformer, SyncOutcome};
-use netcm_workqueue::Queue;
+use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
+use netcm_manager::{
+    EventRecorder, EventType, Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer,
+    SyncOutcome,
+};
+use netcm_node::Keys;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::flags::Config;
 use crate::lease::{self, Instead, InvalidOverwrite, Plan, Waiting};
@@ -37,6 +41,15 @@ pub enum SyncError {
     /// The PATCH failed.
     #[error("patching lease annotations: {0}")]
     Patch(#[source] kube::Error),
+}
+
+impl netcm_manager::SyncError for SyncError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Get(e) | Self::Conflict(e) | Self::Patch(e) => api_reason(e),
+        }
+    }
 }
 
 /// A write the cache may not have seen yet.
@@ -92,7 +105,6 @@ pub struct Syncer {
     pub(crate) recorder: EventRecorder,
     pub(crate) guard: LeaderGuard,
     pub(crate) metrics: SyncerMetrics,
-    pub(crate) queue: Queue<String>,
     state: Mutex<State>,
 }
 
@@ -105,7 +117,6 @@ impl Syncer {
         recorder: EventRecorder,
         guard: LeaderGuard,
         metrics: SyncerMetrics,
-        queue: Queue<String>,
     ) -> Arc<Self> {
         Arc::new(Self {
             nodes,
@@ -114,13 +125,12 @@ impl Syncer {
             recorder,
             guard,
             metrics,
-            queue,
             state: Mutex::new(State::default()),
         })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Forgets a Node that is gone.
@@ -348,11 +358,31 @@ impl Syncer {
     }
 }
 
+impl Reconciler for Syncer {
+    type Error = SyncError;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Pod CIDRs, addresses and the annotations under the lease prefix (the lease and its overwrites).
+    fn node_fields(&self) -> NodeFields {
+        NodeFields::none()
+            .pod_cidrs()
+            .addresses()
+            .annotations(&self.config.keys.prefix)
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
+        self.sync_node(key).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Family;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use netcm_node::Family;
 
     const P: &str = "flannel.alpha.coreos.com/";
 
@@ -362,23 +392,19 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
         let client = kube::Client::try_from(config).expect("client");
         let flags = crate::Flags {
-            annotation_prefix: "flannel.alpha.coreos.com".into(),
+            annotation_prefix: None,
+            route_lease_annotation_prefix: None,
             backend_type: "host-gw".into(),
             public_ip_address_types: vec!["InternalIP".into(), "ExternalIP".into()],
             concurrent_node_annotation_syncs: 1,
         };
         Syncer::new(
-            SharedInformer::new(Arc::new(|_: &mut Node| {})),
+            SharedInformer::new(),
             Api::all(client.clone()),
             flags.config().expect("config"),
             EventRecorder::new(client, "netcm", "test"),
             LeaderGuard::disabled(&registry).expect("guard"),
             SyncerMetrics::register(&registry).expect("metrics"),
-            netcm_workqueue::Queue::new(
-                NAME,
-                netcm_workqueue::RateLimiter::default_controller(),
-                None,
-            ),
         )
     }
 

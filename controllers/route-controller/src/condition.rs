@@ -5,14 +5,16 @@
 //! `{"status":{"conditions":[cond]}}` on `nodes/<name>/status` (conditions merge by `type`), made only
 //! when the status or reason differs from what the Node already says, behind the leader fence.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use netcm_manager::{Fenced, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
+use netcm_manager::ttl_cache::TtlCache;
+use netcm_manager::{Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome};
 use netcm_workqueue::Queue;
 
 /// How long a condition write may take to show up in the cache before it is written again.
@@ -57,6 +59,15 @@ pub enum ConditionError {
     Patch(#[from] kube::Error),
 }
 
+impl netcm_manager::SyncError for ConditionError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Patch(e) => api_reason(e),
+        }
+    }
+}
+
 /// Whether the Node's condition differs from `verdict` in status or reason (the message and times do
 /// not count, as in the cloud route controller).
 pub fn needs_write(node: &Node, verdict: &Verdict) -> bool {
@@ -95,7 +106,7 @@ pub struct ConditionWriter {
     /// Writes not yet seen in the cache (client-go's "expectations"): until the cache shows a Node's
     /// write, or [`EXPECTATION_TTL`] passes, the same verdict is not written again. Without this, an
     /// update by someone else that reaches the cache before our own write would cause a second PATCH.
-    pending: Mutex<HashMap<String, (Verdict, Instant)>>,
+    pending: TtlCache<String, Verdict>,
 }
 
 impl ConditionWriter {
@@ -112,18 +123,14 @@ impl ConditionWriter {
             guard,
             queue,
             verdicts: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
+            pending: TtlCache::new(EXPECTATION_TTL),
         }
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Verdict, Instant)>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a Node's verdict (`None`: the Node is not the controller's concern) and queues a write
     /// if the cached Node says otherwise.
     pub fn set(&self, node: &str, verdict: Option<Verdict>) {
-        let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut verdicts = self.verdicts.lock();
         match verdict {
             Some(v) => {
                 verdicts.insert(node.to_string(), v);
@@ -135,31 +142,25 @@ impl ConditionWriter {
             None => {
                 verdicts.remove(node);
                 drop(verdicts);
-                self.pending().remove(node);
+                self.pending.remove(node);
             }
         }
     }
 
     /// Writes the Node's condition if its status or reason differs from the verdict.
     pub async fn sync(&self, name: &str) -> Result<SyncOutcome, ConditionError> {
-        let verdict = self
-            .verdicts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .copied();
+        let verdict = self.verdicts.lock().get(name).copied();
         let (Some(verdict), Some(node)) = (verdict, self.nodes.get(name)) else {
             return Ok(SyncOutcome::Done);
         };
         if !needs_write(&node, &verdict) {
-            self.pending().remove(name);
+            self.pending.remove(name);
             return Ok(SyncOutcome::Done);
         }
-        if let Some((written, at)) = self.pending().get(name) {
-            let waited = at.elapsed();
-            if *written == verdict && waited < EXPECTATION_TTL {
+        if let Some((written, left)) = self.pending.get_with_remaining(name) {
+            if written == verdict {
                 // Our own write is on its way to the cache; look again once it must have arrived.
-                return Ok(SyncOutcome::RetryAfter(EXPECTATION_TTL - waited));
+                return Ok(SyncOutcome::RetryAfter(left));
             }
         }
         self.guard.ensure_leader()?;
@@ -170,8 +171,7 @@ impl ConditionWriter {
             .await
         {
             Ok(_) => {
-                self.pending()
-                    .insert(name.to_string(), (verdict, Instant::now()));
+                self.pending.insert(name.to_string(), verdict);
                 tracing::info!(
                     controller = crate::NAME,
                     node = name,
@@ -184,6 +184,22 @@ impl ConditionWriter {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(SyncOutcome::Done),
             Err(e) => Err(ConditionError::Patch(e)),
         }
+    }
+}
+
+impl Reconciler for ConditionWriter {
+    type Error = ConditionError;
+
+    fn name(&self) -> &'static str {
+        crate::CONDITIONS_QUEUE
+    }
+
+    fn node_fields(&self) -> NodeFields {
+        NodeFields::none().condition(CONDITION_TYPE)
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, ConditionError> {
+        ConditionWriter::sync(self, key).await
     }
 }
 

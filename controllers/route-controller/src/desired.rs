@@ -4,73 +4,13 @@
 //! `<prefix>/public-ipv6`), falling back to the Node's own addresses (InternalIP, then ExternalIP), so the
 //! controller also works where nothing writes the annotations. Pure functions, no I/O.
 
-use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
+use netcm_node::{Family, Keys, PodCidrs};
 
 use crate::backend::Route;
-
-/// The address family of a pod CIDR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// IPv4.
-    V4,
-    /// IPv6.
-    V6,
-}
-
-impl Family {
-    fn of_net(net: &IpNet) -> Self {
-        match net {
-            IpNet::V4(_) => Family::V4,
-            IpNet::V6(_) => Family::V6,
-        }
-    }
-
-    fn lease(self) -> netcm_lease::Family {
-        match self {
-            Family::V4 => netcm_lease::Family::V4,
-            Family::V6 => netcm_lease::Family::V6,
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        })
-    }
-}
-
-/// The annotation keys a gateway is read from, built once from the prefix.
-#[derive(Debug, Clone)]
-pub struct AnnotationKeys {
-    /// `<prefix>/public-ip`.
-    pub public_ip: String,
-    /// `<prefix>/public-ipv6`.
-    pub public_ipv6: String,
-}
-
-impl AnnotationKeys {
-    /// The public-IP keys of the lease format.
-    pub fn new(keys: &netcm_lease::Keys) -> Self {
-        Self {
-            public_ip: keys.public_ip.clone(),
-            public_ipv6: keys.public_ipv6.clone(),
-        }
-    }
-
-    fn for_family(&self, family: Family) -> &str {
-        match family {
-            Family::V4 => &self.public_ip,
-            Family::V6 => &self.public_ipv6,
-        }
-    }
-}
 
 /// A pod CIDR that gets no route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,17 +95,18 @@ impl NodeRoutes {
     }
 }
 
-/// The Node's pod CIDRs (`spec.podCIDRs`, else `spec.podCIDR`), parsed and reduced to their network
-/// address; unparsable entries are skipped (subnet-allocator reports them).
+/// The Node's pod CIDRs ([`PodCidrs`]) reduced to their network address, each once; unparsable entries
+/// are skipped (subnet-allocator reports them).
 pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
-    let raw = netcm_manager::node::pod_cidrs(node);
+    let parsed = PodCidrs::of(node);
+    for bad in &parsed.unparsable {
+        tracing::debug!(cidr = %bad.raw, "skipping an unparsable pod CIDR");
+    }
     let mut out: Vec<IpNet> = Vec::new();
-    for s in raw.iter().filter(|s| !s.is_empty()) {
-        match s.trim().parse::<IpNet>() {
-            // The kernel refuses a destination with host bits set.
-            Ok(net) if !out.contains(&net.trunc()) => out.push(net.trunc()),
-            Ok(_) => {}
-            Err(_) => tracing::debug!(cidr = %s, "skipping an unparsable pod CIDR"),
+    // The kernel refuses a destination with host bits set.
+    for net in parsed.networks() {
+        if !out.contains(&net) {
+            out.push(net);
         }
     }
     out
@@ -173,30 +114,16 @@ pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
 
 /// The Node's gateway of a family: the lease annotation if it holds a usable address of that family,
 /// else the first usable InternalIP, else the first usable ExternalIP of that family. "Usable" is the
-/// rule node-annotation-syncer publishes by ([`netcm_lease::public_ip`]), so a gateway is always a
+/// rule node-annotation-syncer publishes by ([`netcm_node::public_ip`]), so a gateway is always a
 /// value the syncer could have written.
-pub fn gateway(node: &Node, family: Family, keys: &AnnotationKeys) -> Option<IpAddr> {
-    let usable = |raw: &str| netcm_lease::public_ip(raw, family.lease()).ok();
+pub fn gateway(node: &Node, family: Family, keys: &Keys) -> Option<IpAddr> {
     let annotated = node
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(keys.for_family(family)))
-        .and_then(|v| usable(v));
-    if annotated.is_some() {
-        return annotated;
-    }
-    let addresses = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_deref())
-        .unwrap_or_default();
-    ["InternalIP", "ExternalIP"].iter().find_map(|kind| {
-        addresses
-            .iter()
-            .filter(|a| a.type_ == *kind)
-            .find_map(|a| usable(&a.address))
-    })
+        .and_then(|a| a.get(keys.public_ip_of(family)))
+        .and_then(|v| netcm_node::public_ip(v, family).ok());
+    annotated.or_else(|| netcm_node::first_address(node, &["InternalIP", "ExternalIP"], family))
 }
 
 /// Whether the kubelet has reported the Node's addresses yet.
@@ -210,11 +137,11 @@ fn has_reported_addresses(node: &Node) -> bool {
 /// The routes a Node asks for: `podCIDR via gateway` per pod CIDR. A pod CIDR without a gateway is a
 /// failure once the Node has reported its addresses (it has none of that family); before that it is
 /// only waiting (a kubelet reports its addresses right after registering), which is not a failure.
-pub fn node_routes(node: &Node, keys: &AnnotationKeys) -> NodeRoutes {
+pub fn node_routes(node: &Node, keys: &Keys) -> NodeRoutes {
     let mut out = NodeRoutes::default();
     let reported = has_reported_addresses(node);
     for destination in pod_cidrs(node) {
-        let family = Family::of_net(&destination);
+        let family = Family::of(&destination);
         match gateway(node, family, keys) {
             Some(gateway) => out.routes.push(Route {
                 destination,
@@ -226,7 +153,7 @@ pub fn node_routes(node: &Node, keys: &AnnotationKeys) -> NodeRoutes {
                 gateway: None,
                 reason: format!(
                     "the node has no {family} address (annotation {} or an InternalIP/ExternalIP)",
-                    keys.for_family(family)
+                    keys.public_ip_of(family)
                 ),
             }),
         }
@@ -278,10 +205,8 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn keys() -> AnnotationKeys {
-        AnnotationKeys::new(
-            &crate::flags::lease_keys("flannel.alpha.coreos.com").expect("default prefix"),
-        )
+    pub(crate) fn keys() -> Keys {
+        Keys::new("--annotation-prefix", "flannel.alpha.coreos.com").expect("default prefix")
     }
 
     fn route(dst: &str, gw: &str) -> Route {
@@ -433,9 +358,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_custom_prefix_changes_the_keys_read() {
-        let keys = AnnotationKeys::new(
-            &crate::flags::lease_keys("example.com/net-").expect("custom prefix"),
-        );
+        let keys = Keys::new("--annotation-prefix", "example.com/net-").expect("custom prefix");
         assert_eq!(keys.public_ip, "example.com/net-public-ip");
         let n = node(
             "a",

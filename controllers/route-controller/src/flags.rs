@@ -1,16 +1,23 @@
 //! The route-controller's flags: the cloud route controller's `--route-reconciliation-period`, flannel's
 //! NetworkUnavailable switch, netcm's own route-table settings and `--route-mode`, checked together with
-//! the two flags of others the controller depends on (`--cluster-cidr`, `--leader-elect`) into a
-//! [`Config`].
+//! the flags of others the controller depends on (`--cluster-cidr`, `--leader-elect`,
+//! `--annotation-prefix`) into a [`Config`].
 
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
+use futures::future::BoxFuture;
 use ipnet::IpNet;
+use netcm_manager::client::ClientOptions;
 use netcm_manager::duration::{format_duration, parse_duration};
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::metrics::VERSION;
+use netcm_manager::{ControllerOptions, InitContext, InitResult, StandbyContext};
+use netcm_node::{Keys, PrefixError};
 
 use crate::ownership::is_default_like;
 use crate::protocols::taken_by;
+use crate::standby::StartupSweep;
 
 /// The only backend so far: the kernel routing table of the host netcm runs on, through rtnetlink.
 pub const BACKEND_NETLINK: &str = "netlink";
@@ -21,8 +28,6 @@ const TABLE_LOCAL: u32 = 255;
 /// netcm's route protocol: no number in [`crate::protocols::TAKEN`] (the kernel's, iproute2's, FRR's
 /// 186–198, Calico's 80), so no route of anyone else carries it.
 pub const DEFAULT_ROUTE_PROTOCOL: u8 = 199;
-/// flannel's `--kube-annotation-prefix` default, which node-annotation-syncer writes under.
-pub const DEFAULT_ANNOTATION_PREFIX: &str = "flannel.alpha.coreos.com";
 /// A full reconcile more often than this would only burn CPU on dumps of the routing table.
 const MIN_RECONCILIATION_PERIOD: Duration = Duration::from_secs(1);
 
@@ -74,9 +79,9 @@ pub struct Flags {
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub set_node_network_unavailable: bool,
 
-    /// Annotation prefix of the lease annotations (`<prefix>/public-ip`, `<prefix>/public-ipv6`) routes are read from; keep it equal to --annotation-prefix.
-    #[arg(long, default_value = DEFAULT_ANNOTATION_PREFIX)]
-    pub route_lease_annotation_prefix: String,
+    /// Number of Nodes the route-controller syncs concurrently (each sync is a few microseconds of kernel work, pipelined on one netlink socket).
+    #[arg(long, default_value_t = 16)]
+    pub concurrent_route_syncs: usize,
 }
 
 /// A table id from a number or iproute2's names for the two tables pod routes may sensibly go to.
@@ -90,12 +95,6 @@ fn parse_table(value: &str) -> Result<u32, String> {
     }
 }
 
-/// The lease annotation keys routes are read from, by flannel's prefix rules (the same keys
-/// node-annotation-syncer writes for the same prefix).
-pub fn lease_keys(prefix: &str) -> Result<netcm_lease::Keys, netcm_lease::PrefixError> {
-    netcm_lease::Keys::new("--route-lease-annotation-prefix", prefix)
-}
-
 /// The flags of other controllers the route controller depends on.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
@@ -103,6 +102,11 @@ pub struct Context<'a> {
     pub cluster_cidr: &'a str,
     /// `--leader-elect`.
     pub leader_elect: bool,
+    /// `--annotation-prefix` (node-annotation-syncer's flag, in effect): gateways are read from the lease
+    /// annotations under it, the keys the syncer writes.
+    pub annotation_prefix: &'a str,
+    /// The flag the prefix was given with (`--annotation-prefix` or its deprecated alias), for errors.
+    pub annotation_prefix_flag: &'static str,
 }
 
 /// A flag value or combination the route controller refuses; one line naming the flag and the rule.
@@ -129,7 +133,7 @@ pub enum FlagError {
     Period(String),
     /// Not an annotation prefix flannel accepts.
     #[error(transparent)]
-    Prefix(#[from] netcm_lease::PrefixError),
+    Prefix(#[from] PrefixError),
     /// An entry of `--cluster-cidr` that does not parse.
     #[error("--cluster-cidr: {0:?} is not a CIDR")]
     ClusterCidr(String),
@@ -158,7 +162,7 @@ pub struct Config {
     /// `--set-node-network-unavailable`.
     pub set_node_network_unavailable: bool,
     /// The lease annotation keys gateways are read from.
-    pub keys: netcm_lease::Keys,
+    pub keys: Keys,
     /// `--cluster-cidr`, parsed (empty only in node mode).
     pub cluster_cidrs: Vec<IpNet>,
 }
@@ -200,7 +204,7 @@ impl Flags {
                 self.route_reconciliation_period,
             )));
         }
-        let keys = lease_keys(&self.route_lease_annotation_prefix)?;
+        let keys = Keys::new(context.annotation_prefix_flag, context.annotation_prefix)?;
         let cluster_cidrs = parse_cluster_cidrs(context.cluster_cidr)?;
         match self.route_mode {
             RouteMode::Gateway if cluster_cidrs.is_empty() => return Err(FlagError::NoClusterCidr),
@@ -236,10 +240,70 @@ impl Flags {
                 self.set_node_network_unavailable.to_string(),
             ),
             (
-                "--route-lease-annotation-prefix".into(),
-                self.route_lease_annotation_prefix.clone(),
+                "--concurrent-route-syncs".into(),
+                self.concurrent_route_syncs.to_string(),
             ),
         ]
+    }
+}
+
+/// The route controller's flags with what it takes from others: the allocator's `--cluster-cidr`, the
+/// syncer's `--annotation-prefix`, and the startup sweep its standby runs and its init stops.
+pub struct Options {
+    /// Its own flags.
+    pub flags: Flags,
+    /// `--cluster-cidr`.
+    pub cluster_cidr: String,
+    /// `--annotation-prefix` in effect.
+    pub annotation_prefix: String,
+    /// The flag that gave it.
+    pub annotation_prefix_flag: &'static str,
+    /// The sweep of this host's stale routes while standing by.
+    pub sweep: StartupSweep,
+}
+
+impl Options {
+    /// What the controller takes from others' flags, under `leader_elect`.
+    pub fn context(&self, leader_elect: bool) -> Context<'_> {
+        Context {
+            cluster_cidr: &self.cluster_cidr,
+            leader_elect,
+            annotation_prefix: &self.annotation_prefix,
+            annotation_prefix_flag: self.annotation_prefix_flag,
+        }
+    }
+}
+
+impl ControllerOptions for Options {
+    type FlagError = FlagError;
+
+    fn validate(&self, generic: &GenericFlags) -> Result<(), FlagError> {
+        self.flags
+            .config(self.context(generic.leader_elect))
+            .map(|_| ())
+    }
+
+    fn effective_config(&self) -> Vec<(String, String)> {
+        self.flags.effective_config()
+    }
+
+    fn workers(&self) -> usize {
+        self.flags.concurrent_route_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        crate::init(self, ctx)
+    }
+
+    /// A standby never runs the controller, so it removes its routes to Nodes that no longer exist.
+    fn standby(&self, ctx: &StandbyContext) -> Option<BoxFuture<'static, ()>> {
+        let config = self.flags.config(self.context(true)).ok()?;
+        let client = ClientOptions {
+            user_agent: format!("netcm/{VERSION} startup-sweep"),
+            ..ctx.client.clone()
+        };
+        let sweep = self.sweep.clone();
+        Some(Box::pin(sweep.run(client, config, ctx.node_name.clone())))
     }
 }
 
@@ -263,6 +327,8 @@ mod tests {
     const CLUSTER: Context<'static> = Context {
         cluster_cidr: "10.244.0.0/16,fd00:10:244::/56",
         leader_elect: true,
+        annotation_prefix: "flannel.alpha.coreos.com",
+        annotation_prefix_flag: "--annotation-prefix",
     };
 
     fn check(args: &[&str]) -> Result<Config, FlagError> {
@@ -283,7 +349,6 @@ mod tests {
         assert_eq!(f.route_protocol, 199);
         assert_eq!(f.route_reconciliation_period, Duration::from_secs(10));
         assert!(f.set_node_network_unavailable);
-        assert_eq!(f.route_lease_annotation_prefix, "flannel.alpha.coreos.com");
         let c = f.config(CLUSTER).expect("valid");
         assert_eq!(
             c.cluster_cidrs,
@@ -407,6 +472,7 @@ mod tests {
         let daemonset = Context {
             cluster_cidr: "",
             leader_elect: false,
+            ..CLUSTER
         };
         let c = node.config(daemonset).expect("valid");
         assert_eq!(c.mode, RouteMode::Node);
@@ -422,19 +488,20 @@ mod tests {
 
     #[test]
     fn annotation_prefixes_follow_flannels_rules_and_give_the_syncers_keys() {
-        let keys = lease_keys("flannel.alpha.coreos.com").expect("default");
-        assert_eq!(keys.public_ip, "flannel.alpha.coreos.com/public-ip");
+        let keys = |prefix: &str| {
+            parse(&[]).config(Context {
+                annotation_prefix: prefix,
+                ..CLUSTER
+            })
+        };
+        let c = keys("flannel.alpha.coreos.com").expect("default");
+        assert_eq!(c.keys.public_ip, "flannel.alpha.coreos.com/public-ip");
         // flannel appends "-" to a name part, so the syncer writes `lease-public-ip`: read the same.
-        let keys = lease_keys("example.com/lease").expect("custom");
-        assert_eq!(keys.public_ipv6, "example.com/lease-public-ipv6");
-        assert!(lease_keys("a/b/c").is_err());
-        assert!(lease_keys("Not_A_Domain").is_err());
-        let e = lease_keys("example.com/UPPER").expect_err("upper case");
-        assert!(
-            e.to_string().starts_with("--route-lease-annotation-prefix"),
-            "{e}"
-        );
-        assert!(error(&["--route-lease-annotation-prefix=a/b/c"])
-            .starts_with("--route-lease-annotation-prefix"));
+        let c = keys("example.com/lease").expect("custom");
+        assert_eq!(c.keys.public_ipv6, "example.com/lease-public-ipv6");
+        assert!(keys("a/b/c").is_err());
+        assert!(keys("Not_A_Domain").is_err());
+        let e = keys("example.com/UPPER").expect_err("upper case");
+        assert!(e.to_string().starts_with("--annotation-prefix"), "{e}");
     }
 }

@@ -35,25 +35,27 @@ mod worker;
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use kube::api::Api;
-use netcm_manager::{Controller, Fenced, InitContext, InitError, InitResult};
-use tokio_util::sync::CancellationToken;
+use netcm_manager::sync_metrics::{REASON_ERROR, REASON_FENCED};
+use netcm_manager::{
+    Controller, ControllerDescriptor, Fenced, InitContext, InitError, InitResult, Prepared,
+};
 
 use crate::condition::ConditionWriter;
-use crate::desired::AnnotationKeys;
-use crate::flags::{Context, FlagError};
+use crate::flags::FlagError;
 use crate::ownership::Ownership;
 use crate::table::RouteSyncer;
 
-pub use flags::{Config, Flags, RouteMode};
+pub use flags::{Config, Flags, Options, RouteMode};
 pub use standby::StartupSweep;
 
 /// The controller's canonical name: its workqueue, metrics label and log field.
 pub const NAME: &str = "route-controller";
 /// The workqueue of condition writes.
 pub const CONDITIONS_QUEUE: &str = "route-controller-conditions";
+/// Condition PATCHes in flight: enough to keep up with the client's QPS at API round-trip latency.
+const CONDITION_WORKERS: usize = 16;
 
 /// Why a Node sync is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +66,15 @@ pub enum SyncError {
     /// Some pod CIDRs have no route, or an unwanted route could not be deleted.
     #[error("{0} route operation(s) failed")]
     Routes(usize),
+}
+
+impl netcm_manager::SyncError for SyncError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Routes(_) => REASON_ERROR,
+        }
+    }
 }
 
 /// Why the controller cannot start.
@@ -77,29 +88,33 @@ pub enum StartError {
     NoNodeName,
 }
 
-/// The running controller.
-pub struct RouteController {
-    shared: worker::Shared,
-    period: std::time::Duration,
-    sweep: StartupSweep,
-    changes: Option<BoxStream<'static, backend::TableChange>>,
-    connections: Vec<BoxFuture<'static, ()>>,
+/// The registry entry. The route controller owns only routes inside the allocator's
+/// `--cluster-cidr` and reads gateways under the syncer's `--annotation-prefix` (given with the flag
+/// `prefix_flag`), so the registry hands it those values.
+pub fn descriptor(
+    flags: Flags,
+    cluster_cidr: &str,
+    annotation_prefix: &str,
+    prefix_flag: &'static str,
+) -> ControllerDescriptor {
+    let options = Options {
+        flags,
+        cluster_cidr: cluster_cidr.to_string(),
+        annotation_prefix: annotation_prefix.to_string(),
+        annotation_prefix_flag: prefix_flag,
+        sweep: StartupSweep::new(),
+    };
+    ControllerDescriptor::new(NAME, &["route", "node-route-controller"], options)
 }
 
-/// The init function: checks the flags with `--cluster-cidr` and `--leader-elect`, opens the backend
-/// (a clear error without CAP_NET_ADMIN) and the kernel's change notifications, and subscribes to
-/// Nodes. `sweep` is stopped before the first reconcile, which takes its work over.
-pub fn init(
-    ctx: &InitContext,
-    flags: &Flags,
-    cluster_cidr: &str,
-    sweep: &StartupSweep,
-) -> InitResult {
-    let config = flags
-        .config(Context {
-            cluster_cidr,
-            leader_elect: ctx.leader_elected,
-        })
+/// Checks the flags with `--cluster-cidr`, `--leader-elect` and `--annotation-prefix`, opens the backend (a clear error without
+/// CAP_NET_ADMIN) and the kernel's change notifications, and subscribes to Nodes. Once the cache has
+/// synced it stops the standby's sweep and reconciles the whole table before the first Node sync, so
+/// syncs change only what differs.
+fn init(options: &Options, ctx: &InitContext) -> InitResult {
+    let config = options
+        .flags
+        .config(options.context(ctx.leader_elected))
         .map_err(|e| InitError::new(StartError::from(e)))?;
     let own_node = ctx.node_name.clone();
     match config.mode {
@@ -120,14 +135,14 @@ pub fn init(
     }
     let (backend, connection) =
         netlink::NetlinkRoutes::open(config.table, config.protocol).map_err(InitError::new)?;
-    let mut connections: Vec<BoxFuture<'static, ()>> = vec![Box::pin(connection)];
+    let mut controller = Controller::new().service(connection);
     // Without notifications routes are still repaired, at the next full reconcile.
     let changes: Option<BoxStream<'static, backend::TableChange>> = match netlink::watch(
         config.table,
         config.protocol,
     ) {
         Ok((changes, watch_connection)) => {
-            connections.push(Box::pin(watch_connection));
+            controller = controller.service(watch_connection);
             Some(Box::pin(changes))
         }
         Err(e) => {
@@ -138,7 +153,7 @@ pub fn init(
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
-        AnnotationKeys::new(&config.keys),
+        config.keys.clone(),
         own_node.clone(),
         Ownership::new(config.cluster_cidrs.clone()),
         ctx.leader.clone(),
@@ -157,35 +172,35 @@ pub fn init(
         RouteMode::Gateway => worker::Reports::EveryNode,
         RouteMode::Node => worker::Reports::OwnNode(own_node.unwrap_or_default()),
     };
-    Ok(Some(Box::new(RouteController {
-        shared: worker::Shared {
-            syncer,
-            nodes: ctx.nodes.clone(),
-            queue,
-            conditions,
-            recorder: ctx.recorder.clone(),
-            reports,
-            resync: Arc::new(tokio::sync::Notify::new()),
-        },
-        period: config.period,
-        sweep: sweep.clone(),
-        changes,
-        connections,
-    })))
-}
-
-impl Controller for RouteController {
-    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let mut this = *self;
-            let connections: Vec<_> = this.connections.drain(..).map(tokio::spawn).collect();
+    let routes = Arc::new(worker::RouteReconciler {
+        syncer,
+        nodes: ctx.nodes.clone(),
+        queue: queue.clone(),
+        conditions: conditions.clone(),
+        recorder: ctx.recorder.clone(),
+        reports,
+        resync: Arc::new(tokio::sync::Notify::new()),
+        lease_prefix: config.keys.prefix.clone(),
+    });
+    let (first, sweep) = (routes.clone(), options.sweep.clone());
+    controller = controller
+        .prepare(|_| async move {
             // A standby's sweep must not delete anything once this process programs routes.
-            this.sweep.finish().await;
-            let changes = this.changes.take();
-            worker::run(this.shared, this.period, changes, shutdown).await;
-            for c in connections {
-                c.abort();
-            }
+            sweep.finish().await;
+            first.reconcile().await;
+            Prepared::Ready
         })
+        .reconciler(routes.clone(), queue, ctx.workers);
+    if let Some(writer) = conditions {
+        let queue = writer.queue.clone();
+        controller = controller.reconciler(writer, queue, CONDITION_WORKERS);
     }
+    let period = config.period;
+    let periodic = routes.clone();
+    controller = controller.task(move |shutdown| worker::periodic(periodic, period, shutdown));
+    if let Some(changes) = changes {
+        controller =
+            controller.task(move |shutdown| worker::watch_table(routes, changes, shutdown));
+    }
+    Ok(Some(controller))
 }

@@ -8,8 +8,8 @@
 //! this host is directly connected to: each of those routes would capture traffic that is not pod
 //! traffic. Pure apart from the set of connected networks, which the caller refreshes.
 
+use parking_lot::RwLock;
 use std::fmt;
-use std::sync::RwLock;
 
 use ipnet::IpNet;
 
@@ -101,7 +101,7 @@ impl Ownership {
     pub fn set_connected(&self, mut networks: Vec<IpNet>) -> bool {
         networks.sort();
         networks.dedup();
-        let mut current = self.connected.write().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.connected.write();
         if *current == networks {
             return false;
         }
@@ -127,7 +127,7 @@ impl Ownership {
                 cluster_cidrs: self.cluster_cidrs.clone(),
             });
         }
-        let connected = self.connected.read().unwrap_or_else(|e| e.into_inner());
+        let connected = self.connected.read();
         connected
             .iter()
             .find(|n| overlap(n, pod_cidr))

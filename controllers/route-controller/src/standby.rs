@@ -19,7 +19,6 @@ use netcm_manager::LeaderGuard;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::BackendError;
-use crate::desired::AnnotationKeys;
 use crate::flags::Config;
 use crate::metrics::RouteMetrics;
 use crate::netlink::{NetlinkRoutes, OpenError};
@@ -147,7 +146,7 @@ async fn sweep(
     let registry = prometheus::Registry::new();
     let syncer = RouteSyncer::new(
         Arc::new(backend),
-        AnnotationKeys::new(&config.keys),
+        config.keys.clone(),
         own_node,
         Ownership::new(config.cluster_cidrs.clone()),
         LeaderGuard::disabled(&registry)?,

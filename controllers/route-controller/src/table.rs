@@ -17,14 +17,16 @@ mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use netcm_manager::{Fenced, LeaderGuard};
+use netcm_node::Keys;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::backend::{BackendError, Operation, Route, Routes};
-use crate::desired::{node_routes, AnnotationKeys, NodeRoutes};
+use crate::desired::{node_routes, NodeRoutes};
 use crate::metrics::RouteMetrics;
 use crate::ownership::Ownership;
 
@@ -129,7 +131,7 @@ impl NotRouted {
 /// netcm's routes: the view, who claims what, what is netcm's, and the backend.
 pub struct RouteSyncer {
     backend: Arc<dyn Routes>,
-    keys: AnnotationKeys,
+    keys: Keys,
     own_node: Option<String>,
     ownership: Ownership,
     guard: LeaderGuard,
@@ -143,7 +145,7 @@ impl RouteSyncer {
     /// `ownership` allows is routed or deleted.
     pub fn new(
         backend: Arc<dyn Routes>,
-        keys: AnnotationKeys,
+        keys: Keys,
         own_node: Option<String>,
         ownership: Ownership,
         guard: LeaderGuard,
@@ -162,7 +164,7 @@ impl RouteSyncer {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// What a Node asks for, with the pod CIDRs netcm refuses to route set apart; nothing for the Node

@@ -1,5 +1,5 @@
-//! The running controller's loops: Node syncs from the workqueue, the periodic reconcile, the kernel's
-//! change reports, and who gets which condition and Event from their results.
+//! The running controller's parts: the Node reconciler, the periodic reconcile, the kernel's change
+//! reports, and who gets which condition and Event from their results.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +7,9 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{run_workers, EventRecorder, EventType, SharedInformer, SyncOutcome};
+use netcm_manager::{
+    EventRecorder, EventType, NodeFields, Reconciler, SharedInformer, SyncOutcome,
+};
 use netcm_workqueue::Queue;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -16,12 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::TableChange;
 use crate::condition::{ConditionWriter, Verdict, NO_ROUTE_CREATED, ROUTE_CREATED};
 use crate::table::{NodeOutcome, NodeSync, RouteSyncer};
-use crate::{SyncError, CONDITIONS_QUEUE, NAME};
-
-/// Node syncs in flight: each is a few microseconds of kernel work, pipelined on one netlink socket.
-const ROUTE_WORKERS: usize = 16;
-/// Condition PATCHes in flight: enough to keep up with the client's QPS at API round-trip latency.
-const CONDITION_WORKERS: usize = 16;
+use crate::{SyncError, NAME};
 
 /// Whose `NetworkUnavailable` condition this process reports.
 #[derive(Debug, Clone)]
@@ -32,9 +28,9 @@ pub enum Reports {
     OwnNode(String),
 }
 
-/// What the loops share.
-#[derive(Clone)]
-pub struct Shared {
+/// The Node reconciler (one Node's routes per sync), shared with the periodic reconcile and the
+/// kernel watch.
+pub struct RouteReconciler {
     /// netcm's routes and the backend.
     pub syncer: Arc<RouteSyncer>,
     /// The Node cache.
@@ -49,9 +45,11 @@ pub struct Shared {
     pub reports: Reports,
     /// Asks for a full reconcile now (lost notifications, changed host networks).
     pub resync: Arc<Notify>,
+    /// The lease annotations' prefix (`<prefix>public-ip`, `<prefix>public-ipv6`).
+    pub lease_prefix: String,
 }
 
-impl Shared {
+impl RouteReconciler {
     /// The route sync of one Node key.
     async fn sync_node(&self, name: String) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(&name);
@@ -69,7 +67,7 @@ impl Shared {
                 // reported on the peer, never on its neighbours.
                 self.recorder
                     .publish(
-                        node,
+                        node.as_ref(),
                         EventType::Warning,
                         "FailedToCreateRoute",
                         "CreateRoute",
@@ -110,7 +108,7 @@ impl Shared {
     }
 
     /// One full reconcile: delete what no Node wants, requeue Nodes whose routes differ.
-    async fn reconcile(&self) {
+    pub async fn reconcile(&self) {
         let nodes = self.nodes.list();
         let own_verdict: Verdict = match self.syncer.reconcile(&nodes).await {
             Ok(report) => {
@@ -179,79 +177,54 @@ impl Shared {
     }
 }
 
-/// Runs every loop until `shutdown`.
-pub async fn run(
-    shared: Shared,
-    period: Duration,
-    changes: Option<BoxStream<'static, TableChange>>,
+impl Reconciler for RouteReconciler {
+    type Error = SyncError;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Pod CIDRs, the lease's public IPs and the addresses they fall back to; also what the periodic
+    /// reconcile reads.
+    fn node_fields(&self) -> NodeFields {
+        NodeFields::none()
+            .pod_cidrs()
+            .addresses()
+            .annotations(&self.lease_prefix)
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
+        self.sync_node(key.to_string()).await
+    }
+}
+
+/// The full reconcile every `period` and whenever a resync is asked for, until `shutdown`.
+pub async fn periodic(shared: Arc<RouteReconciler>, period: Duration, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(period) => shared.reconcile().await,
+            _ = shared.resync.notified() => shared.reconcile().await,
+        }
+    }
+}
+
+/// Applies the kernel's change reports until `shutdown` or until they stop.
+pub async fn watch_table(
+    shared: Arc<RouteReconciler>,
+    mut changes: BoxStream<'static, TableChange>,
     shutdown: CancellationToken,
 ) {
-    // Know the table before the first Node sync, so syncs change only what differs.
-    shared.reconcile().await;
-    let periodic = {
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(period) => shared.reconcile().await,
-                    _ = shared.resync.notified() => shared.reconcile().await,
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            change = changes.next() => match change {
+                Some(change) => shared.table_changed(change).await,
+                None => {
+                    tracing::warn!(controller = NAME, "route notifications stopped; only the periodic reconcile repairs routes now");
+                    break;
                 }
-            }
-        }
-    };
-    let watcher = {
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            let Some(mut changes) = changes else {
-                return;
-            };
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    change = changes.next() => match change {
-                        Some(change) => shared.table_changed(change).await,
-                        None => {
-                            tracing::warn!(controller = NAME, "route notifications stopped; only the periodic reconcile repairs routes now");
-                            break;
-                        }
-                    },
-                }
-            }
-        }
-    };
-    let routes = {
-        let shared = shared.clone();
-        run_workers(
-            NAME,
-            shared.queue.clone(),
-            ROUTE_WORKERS,
-            shutdown.clone(),
-            CONTROLLER_DRAIN_TIMEOUT,
-            move |key| {
-                let shared = shared.clone();
-                async move { shared.sync_node(key).await }
             },
-        )
-    };
-    let conditions = async {
-        if let Some(writer) = shared.conditions.clone() {
-            let queue = writer.queue.clone();
-            run_workers(
-                CONDITIONS_QUEUE,
-                queue,
-                CONDITION_WORKERS,
-                shutdown.clone(),
-                CONTROLLER_DRAIN_TIMEOUT,
-                move |key| {
-                    let writer = writer.clone();
-                    async move { writer.sync(&key).await }
-                },
-            )
-            .await;
         }
-    };
-    tokio::join!(periodic, watcher, routes, conditions);
+    }
 }

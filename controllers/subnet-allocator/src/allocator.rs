@@ -5,14 +5,19 @@
 //! was recorded for the old one (held, pending or claimed) is released, not inherited.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
-use netcm_manager::{EventRecorder, EventType, LeaderGuard, SharedInformer, SyncOutcome};
+use netcm_manager::sync_metrics::{api_reason, REASON_ERROR, REASON_FENCED};
+use netcm_manager::{
+    EventRecorder, EventType, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
+};
+use netcm_node::{PodCidrs, UnparsableCidr};
 use netcm_workqueue::Queue;
+use parking_lot::Mutex;
 
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts, Recorded};
@@ -56,6 +61,19 @@ pub enum SyncError {
     /// Every CIDR tried was claimed by another Node.
     #[error("{0} CIDRs in a row were claimed by other Nodes; retrying")]
     ClaimsExhausted(usize),
+}
+
+impl netcm_manager::SyncError for SyncError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Fenced(_) => REASON_FENCED,
+            Self::Patch(e) => api_reason(e),
+            Self::Claim(e) => e.reason(),
+            Self::NoCidrAvailable(_) | Self::Rejected { .. } | Self::ClaimsExhausted(_) => {
+                REASON_ERROR
+            }
+        }
+    }
 }
 
 /// Which Node (name and UID) each ledger record belongs to, and which writes the cache has not shown.
@@ -120,28 +138,15 @@ pub struct Allocator {
     pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
 }
 
-/// Parses pod CIDR strings; returns the parsed ones and the unparsable ones.
-pub fn parse_pod_cidrs(raw: &[String]) -> (Vec<IpNet>, Vec<String>) {
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for s in raw {
-        match s.trim().parse::<IpNet>() {
-            Ok(net) => good.push(net),
-            Err(_) => bad.push(s.clone()),
-        }
-    }
-    (good, bad)
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 /// What the decision step needs of a cached Node.
 pub(crate) fn facts(node: &Node) -> NodeFacts {
     NodeFacts {
         uid: node.metadata.uid.clone().unwrap_or_default(),
-        pod_cidrs: netcm_manager::node::pod_cidrs(node),
+        pod_cidrs: netcm_node::raw_pod_cidrs(node),
         deleting: node.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -215,7 +220,10 @@ impl Allocator {
 
     /// Records the CIDRs a Node already has and reports bad data on it.
     pub(crate) async fn record_existing(&self, node: &Node, name: &str, uid: &str, raw: &[String]) {
-        let (parsed, unparsable) = parse_pod_cidrs(raw);
+        let PodCidrs {
+            cidrs: parsed,
+            unparsable,
+        } = PodCidrs::parse(raw);
         let outcome = {
             let mut pools = lock(&self.pools);
             let o = pools.hold(uid, &parsed);
@@ -248,7 +256,7 @@ impl Allocator {
             .collect();
         let flagged = !unparsable.is_empty() || !findings.is_empty();
         self.set_flagged(name, flagged);
-        for bad in &unparsable {
+        for UnparsableCidr { raw: bad } in &unparsable {
             let note = format!("node {name} has an unparsable pod CIDR {bad:?}; it is ignored and nothing is allocated over it");
             tracing::warn!(controller = NAME, node = name, cidr = %bad, "unparsable pod CIDR");
             self.recorder
@@ -282,7 +290,13 @@ impl Allocator {
                 self.set_flagged(&other, true);
                 if let Some(other_node) = self.nodes.get(&other) {
                     self.recorder
-                        .publish(&other_node, EventType::Warning, reason, "RecordCIDR", note)
+                        .publish(
+                            other_node.as_ref(),
+                            EventType::Warning,
+                            reason,
+                            "RecordCIDR",
+                            note,
+                        )
                         .await;
                 }
             }
@@ -367,16 +381,32 @@ impl Allocator {
     }
 }
 
+impl Reconciler for Allocator {
+    type Error = SyncError;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Pod CIDRs, also for [`Allocator::record_all_existing`]; Events name the Node by its identity.
+    /// With ClusterCIDR pools, every label: a pool's node selector may name any key, and pools come
+    /// and go at runtime while the cache's trim is fixed at start.
+    fn node_fields(&self) -> NodeFields {
+        let fields = NodeFields::none().pod_cidrs();
+        match self.cluster_cidrs {
+            Some(_) => fields.labels(""),
+            None => fields,
+        }
+    }
+
+    async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
+        self.sync_node(key).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unparsable_pod_cidrs_are_separated_from_good_ones() {
-        let (good, bad) = parse_pod_cidrs(&["10.0.0.0/24".into(), "banana".into()]);
-        assert_eq!(good.len(), 1);
-        assert_eq!(bad, ["banana"]);
-    }
 
     #[test]
     fn tracking_forgets_a_name_only_for_the_uid_it_recorded() {

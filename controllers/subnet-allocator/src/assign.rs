@@ -234,7 +234,7 @@ impl Allocator {
             );
             return Ok(SyncOutcome::RetryAfter(Duration::from_millis(200)));
         }
-        if live.is_some_and(|n| !netcm_manager::node::pod_cidrs(&n).is_empty()) {
+        if live.is_some_and(|n| !netcm_node::raw_pod_cidrs(&n).is_empty()) {
             tracing::info!(
                 controller = NAME,
                 node = name,

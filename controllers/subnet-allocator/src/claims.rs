@@ -67,6 +67,18 @@ pub enum ClaimError {
     },
 }
 
+impl ClaimError {
+    /// The `reason` label of a sync that failed on a claim.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Api(e) => netcm_manager::sync_metrics::api_reason(e),
+            Self::NotInstalled | Self::Malformed { .. } => {
+                netcm_manager::sync_metrics::REASON_ERROR
+            }
+        }
+    }
+}
+
 fn api_error(e: kube::Error) -> ClaimError {
     match &e {
         kube::Error::Api(s)

@@ -1,7 +1,8 @@
 //! ClusterCIDR objects (`clustercidrs.networking.x-k8s.io/v1`, node-ipam-controller's API) as pools.
 //!
-//! One watch of its own (the kind is the allocator's alone) keeps a store; after every change, on every
-//! Node release (a draining pool may be free now) and once a second (status counts), [`Allocator::reconcile_pools`]
+//! One watch of its own (the kind is the allocator's alone; a service of the allocator's controller)
+//! keeps a store; after every change, on every Node release (a draining pool may be free now) and once a
+//! second (status counts), a task of the controller runs [`Allocator::reconcile_pools`], which
 //! brings the `netcm-ipam` pools in line with the store and writes what follows: the finalizer on every
 //! pool (removed once a deleted pool is drained), a Warning Event on a refused one, and the status where
 //! the CRD is netcm's (it has a status subresource; node-ipam-controller's does not). A pool that starts
@@ -14,13 +15,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use netcm_ipam::{NodeView, PoolState};
-use netcm_manager::informer::WatchBackoff;
+use netcm_manager::informer::watch_backoff;
 use netcm_manager::EventType;
+use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
@@ -32,20 +37,64 @@ pub const FINALIZER: &str = "networking.x-k8s.io/cluster-cidr-finalizer";
 
 /// The ClusterCIDR API resource.
 pub fn api_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("networking.x-k8s.io", "v1", "ClusterCIDR");
-    ApiResource::from_gvk_with_plural(&gvk, "clustercidrs")
+    ApiResource::erase::<ClusterCidr>(&())
+}
+
+/// A ClusterCIDR's identity, the kind in Rust's types: what Events name as their subject. The watch
+/// reads objects as [`DynamicObject`]s, since the spec is parsed by hand ([`convert`]).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterCidr {
+    /// Name and uid are what an Event's `regarding` takes.
+    pub metadata: ObjectMeta,
+}
+
+impl ClusterCidr {
+    /// The identity of `obj`.
+    fn about(obj: &DynamicObject) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                name: obj.metadata.name.clone(),
+                uid: obj.metadata.uid.clone(),
+                ..ObjectMeta::default()
+            },
+        }
+    }
+}
+
+impl kube::Resource for ClusterCidr {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ClusterCIDR".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "networking.x-k8s.io".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "clustercidrs".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 /// The watch's store and what wakes the reconciler.
 pub(crate) struct ClusterCidrs {
     api: Api<DynamicObject>,
-    store: std::sync::Mutex<BTreeMap<String, DynamicObject>>,
+    store: Mutex<BTreeMap<String, DynamicObject>>,
     /// Wakes the reconciler (a Node released its CIDRs).
     pub(crate) changed: Notify,
     /// False once a status write found no status subresource (node-ipam-controller's CRD).
     status_supported: AtomicBool,
     /// Refusals already logged, so the once-a-second reconcile does not repeat them.
-    logged: std::sync::Mutex<HashSet<(String, String)>>,
+    logged: Mutex<HashSet<(String, String)>>,
 }
 
 impl ClusterCidrs {
@@ -53,10 +102,10 @@ impl ClusterCidrs {
     pub(crate) fn new(client: kube::Client) -> Self {
         Self {
             api: Api::all_with(client, &api_resource()),
-            store: std::sync::Mutex::new(BTreeMap::new()),
+            store: Mutex::new(BTreeMap::new()),
             changed: Notify::new(),
             status_supported: AtomicBool::new(true),
-            logged: std::sync::Mutex::new(HashSet::new()),
+            logged: Mutex::new(HashSet::new()),
         }
     }
 
@@ -76,64 +125,70 @@ fn not_installed(e: &watcher::Error) -> bool {
     }
 }
 
-impl Allocator {
-    /// Watches ClusterCIDRs until `shutdown`; `ready` turns true once the first list is in the pools
-    /// (or the CRD is found missing), before which nothing is allocated.
-    pub(crate) async fn watch_cluster_cidrs(
-        &self,
-        cc: &ClusterCidrs,
-        ready: watch::Sender<bool>,
-        shutdown: CancellationToken,
-    ) {
-        let stream =
-            watcher(cc.api.clone(), watcher::Config::default()).backoff(WatchBackoff::default());
+impl ClusterCidrs {
+    /// Keeps the store in line with the API's ClusterCIDRs and wakes the reconcile loop on every change;
+    /// `listed` turns true once the first list is in the store (or the CRD is found missing), before
+    /// which nothing is allocated. It writes nothing, so it may run until the controller drops it.
+    pub(crate) async fn watch(self: Arc<Self>, listed: watch::Sender<bool>) {
+        let stream = watcher(self.api.clone(), watcher::Config::default()).backoff(watch_backoff());
         let mut stream = std::pin::pin!(stream);
         let mut relist: Option<BTreeMap<String, DynamicObject>> = None;
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut missing_logged = false;
-        let mut listed = false;
+        while let Some(item) = stream.next().await {
+            match item {
+                Err(e) if not_installed(&e) => {
+                    if !missing_logged {
+                        tracing::warn!(controller = NAME, error = %e, "the ClusterCIDR CRD (clustercidrs.networking.x-k8s.io) is not installed; allocating from --cluster-cidr only until it is");
+                        missing_logged = true;
+                    }
+                    listed.send_replace(true);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(controller = NAME, error = %e, "watching ClusterCIDRs failed; retrying with backoff");
+                    continue;
+                }
+                Ok(Event::Init) => {
+                    relist = Some(BTreeMap::new());
+                    continue;
+                }
+                Ok(Event::InitApply(obj)) => {
+                    if let Some(r) = relist.as_mut() {
+                        r.insert(obj.metadata.name.clone().unwrap_or_default(), obj);
+                    }
+                    continue;
+                }
+                Ok(Event::InitDone) => {
+                    *lock(&self.store) = relist.take().unwrap_or_default();
+                    missing_logged = false;
+                    listed.send_replace(true);
+                }
+                Ok(Event::Apply(obj)) => self.put(obj),
+                Ok(Event::Delete(obj)) => {
+                    lock(&self.store).remove(obj.metadata.name.as_deref().unwrap_or_default());
+                }
+            }
+            self.changed.notify_one();
+        }
+    }
+}
+
+impl Allocator {
+    /// Reconciles the pools after every ClusterCIDR change, every Node release and once a second
+    /// (status counts), until `shutdown`. Started after the first reconcile, once the first list is in.
+    pub(crate) async fn reconcile_pools_loop(
+        &self,
+        cc: &ClusterCidrs,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = cc.changed.notified() => {}
                 _ = tick.tick() => {}
-                item = stream.next() => match item {
-                    None => return,
-                    Some(Err(e)) if not_installed(&e) => {
-                        if !missing_logged {
-                            tracing::warn!(controller = NAME, error = %e, "the ClusterCIDR CRD (clustercidrs.networking.x-k8s.io) is not installed; allocating from --cluster-cidr only until it is");
-                            missing_logged = true;
-                        }
-                        ready.send_replace(true);
-                        continue;
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(controller = NAME, error = %e, "watching ClusterCIDRs failed; retrying with backoff");
-                        continue;
-                    }
-                    Some(Ok(Event::Init)) => { relist = Some(BTreeMap::new()); continue; }
-                    Some(Ok(Event::InitApply(obj))) => {
-                        if let Some(r) = relist.as_mut() {
-                            r.insert(obj.metadata.name.clone().unwrap_or_default(), obj);
-                        }
-                        continue;
-                    }
-                    Some(Ok(Event::InitDone)) => {
-                        *lock(&cc.store) = relist.take().unwrap_or_default();
-                        missing_logged = false;
-                        listed = true;
-                    }
-                    Some(Ok(Event::Apply(obj))) => cc.put(obj),
-                    Some(Ok(Event::Delete(obj))) => {
-                        lock(&cc.store).remove(obj.metadata.name.as_deref().unwrap_or_default());
-                    }
-                }
             }
-            // Before the first list, the pools would be missing every ClusterCIDR: allocate nothing yet.
-            if listed {
-                self.reconcile_pools(cc).await;
-                ready.send_replace(true);
-            }
+            self.reconcile_pools(cc).await;
         }
     }
 
@@ -190,16 +245,9 @@ impl Allocator {
                 if lock(&cc.logged).insert((name.clone(), text.clone())) {
                     tracing::warn!(controller = NAME, pool = %name, reason = refusal.reason(), why = %text, "ClusterCIDR refused; nothing is allocated from it");
                 }
-                let regarding = ObjectReference {
-                    api_version: Some("networking.x-k8s.io/v1".into()),
-                    kind: Some("ClusterCIDR".into()),
-                    name: Some(name.clone()),
-                    uid: obj.metadata.uid.clone(),
-                    ..Default::default()
-                };
                 self.recorder
-                    .publish_about(
-                        regarding,
+                    .publish(
+                        &ClusterCidr::about(&obj),
                         EventType::Warning,
                         refusal.reason(),
                         "AllocateCIDR",

@@ -2,6 +2,8 @@
 
 use clap::{ArgAction, Args};
 use netcm_ipam::{AllocatorConfig, AllocatorFlags, ConfigError};
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::{ControllerOptions, InitContext, InitResult};
 
 /// subnet-allocator flags.
 #[derive(Debug, Clone, Args)]
@@ -65,5 +67,56 @@ impl Flags {
             service_cluster_ip_range: self.service_cluster_ip_range.clone(),
         })
         .map(Some)
+    }
+}
+
+impl ControllerOptions for Flags {
+    type FlagError = ConfigError;
+
+    fn validate(&self, _generic: &GenericFlags) -> Result<(), ConfigError> {
+        self.config().map(|_| ())
+    }
+
+    fn effective_config(&self) -> Vec<(String, String)> {
+        let mask = |m: Option<u8>| m.map(|m| m.to_string()).unwrap_or_default();
+        [
+            (
+                "--allocate-node-cidrs",
+                self.allocate_node_cidrs.to_string(),
+            ),
+            ("--cluster-cidr", self.cluster_cidr.clone()),
+            ("--node-cidr-mask-size", mask(self.node_cidr_mask_size)),
+            (
+                "--node-cidr-mask-size-ipv4",
+                mask(self.node_cidr_mask_size_ipv4),
+            ),
+            (
+                "--node-cidr-mask-size-ipv6",
+                mask(self.node_cidr_mask_size_ipv6),
+            ),
+            (
+                "--service-cluster-ip-range",
+                self.service_cluster_ip_range.clone(),
+            ),
+            ("--pod-cidr-claims", self.pod_cidr_claims.to_string()),
+            (
+                "--cluster-cidr-objects",
+                self.cluster_cidr_objects.to_string(),
+            ),
+            (
+                "--concurrent-node-cidr-syncs",
+                self.concurrent_node_cidr_syncs.to_string(),
+            ),
+        ]
+        .map(|(flag, value)| (flag.to_string(), value))
+        .into()
+    }
+
+    fn workers(&self) -> usize {
+        self.concurrent_node_cidr_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        crate::init(self, ctx)
     }
 }

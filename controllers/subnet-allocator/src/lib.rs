@@ -26,26 +26,29 @@ pub mod metrics;
 mod startup;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use kube::api::Api;
 use netcm_ipam::Pools;
-use netcm_manager::run::CONTROLLER_DRAIN_TIMEOUT;
-use netcm_manager::{run_workers, Controller, InitContext, InitError, InitResult};
-use tokio_util::sync::CancellationToken;
+use netcm_manager::{
+    Controller, ControllerDescriptor, InitContext, InitError, InitResult, Prepared,
+};
+use parking_lot::Mutex;
 
 pub use allocator::{Allocator, NAME};
 pub use flags::Flags;
 
-/// The running controller.
-pub struct SubnetAllocator {
-    allocator: Arc<Allocator>,
-    workers: usize,
+/// The registry entry: the allocator under its name and KCM's.
+pub fn descriptor(flags: Flags) -> ControllerDescriptor {
+    ControllerDescriptor::new(NAME, &["nodeipam", "node-ipam-controller"], flags)
 }
 
-/// The init function: builds the allocator, or `None` with `--allocate-node-cidrs=false`.
-pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
+/// Builds the allocator, or `None` with `--allocate-node-cidrs=false`. Before its workers start it
+/// waits for the first list of ClusterCIDRs (with `--cluster-cidr-objects`), records every CIDR the
+/// cached Nodes hold and reconciles the claims earlier leaders left; beside them, the ClusterCIDR watch
+/// (a service: the syncs read its pools) and the pool reconcile loop (a task: it writes, so it stops at
+/// shutdown).
+fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let Some(config) = flags.config().map_err(InitError::new)? else {
         return Ok(None);
     };
@@ -57,7 +60,7 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
         nodes: ctx.nodes.clone(),
         api: Api::all(ctx.client.clone()),
         pools: Mutex::new(pools),
-        queue,
+        queue: queue.clone(),
         recorder: ctx.recorder.clone(),
         guard: ctx.leader.clone(),
         metrics,
@@ -72,58 +75,40 @@ pub fn init(ctx: &InitContext, flags: &Flags) -> InitResult {
             .cluster_cidr_objects
             .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone()))),
     });
-    Ok(Some(Box::new(SubnetAllocator {
-        allocator,
-        workers: flags.concurrent_node_cidr_syncs.max(1),
-    })))
-}
-
-impl Controller for SubnetAllocator {
-    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let allocator = self.allocator;
-            let pools_task = allocator.cluster_cidrs.clone().map(|cc| {
-                let (ready, mut is_ready) = tokio::sync::watch::channel(false);
-                let a = allocator.clone();
-                let stop = shutdown.clone();
-                let task =
-                    tokio::spawn(async move { a.watch_cluster_cidrs(&cc, ready, stop).await });
-                (task, async move { is_ready.wait_for(|r| *r).await.is_ok() })
-            });
-            let pools_task = match pools_task {
-                Some((task, ready)) => {
-                    // The first list of ClusterCIDRs comes before any allocation: else a Node a pool
-                    // selects could get a CIDR from the flag pool.
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = ready => {}
-                    }
-                    Some(task)
-                }
-                None => None,
-            };
-            allocator.record_all_existing().await;
-            if let Some(claims) = allocator.claims.clone() {
-                if !allocator.reconcile_claims(&claims, &shutdown).await {
-                    return;
-                }
-            }
-            let queue = allocator.queue.clone();
-            run_workers(
-                NAME,
-                queue,
-                self.workers,
-                shutdown,
-                CONTROLLER_DRAIN_TIMEOUT,
-                move |key| {
-                    let allocator = allocator.clone();
-                    async move { allocator.sync_node(&key).await }
-                },
-            )
-            .await;
-            if let Some(task) = pools_task {
-                let _ = task.await;
-            }
-        })
+    let mut controller = Controller::new();
+    // The first list of ClusterCIDRs is in the pools before any allocation: else a Node a pool selects
+    // could get a CIDR from the flag pool.
+    let mut pools_listed = None;
+    if let Some(cc) = allocator.cluster_cidrs.clone() {
+        let (listed, is_listed) = tokio::sync::watch::channel(false);
+        pools_listed = Some(is_listed);
+        let reconcile = allocator.clone();
+        controller =
+            controller
+                .service(cc.clone().watch(listed))
+                .task(move |shutdown| async move {
+                    reconcile.reconcile_pools_loop(&cc, shutdown).await
+                });
     }
+    let prepare = allocator.clone();
+    Ok(Some(
+        controller
+            .prepare(|shutdown| async move {
+                if let (Some(mut listed), Some(cc)) = (pools_listed, &prepare.cluster_cidrs) {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Prepared::ShutDown,
+                        _ = listed.wait_for(|l| *l) => {}
+                    }
+                    prepare.reconcile_pools(cc).await;
+                }
+                prepare.record_all_existing().await;
+                match &prepare.claims {
+                    Some(claims) if !prepare.reconcile_claims(claims, &shutdown).await => {
+                        Prepared::ShutDown
+                    }
+                    _ => Prepared::Ready,
+                }
+            })
+            .reconciler(allocator, queue, ctx.workers),
+    ))
 }

@@ -3,11 +3,10 @@
 //! `netcm_node_cidr_conflicts`.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use netcm_ipam::DEFAULT_POOL;
-
-use netcm_ipam::{PoolStats, PoolTries};
+use netcm_ipam::{PoolStats, PoolTries, DEFAULT_POOL};
+use parking_lot::Mutex;
 use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The metric families the allocator updates.
@@ -166,7 +165,7 @@ impl AllocatorMetrics {
             .map(|s| (s.cluster_cidr.clone(), s.pool.clone()))
             .collect();
         {
-            let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+            let mut shown = self.shown.lock();
             for (cidr, pool) in shown.difference(&now) {
                 let _ = self.multi_usage.remove_label_values(&[cidr, pool]);
                 let _ = self.multi_max.remove_label_values(&[cidr, pool]);

@@ -75,7 +75,7 @@ impl Allocator {
             let cached_facts = cached.as_deref().map(facts);
             let parsed: Vec<IpNet> = cached_facts
                 .as_ref()
-                .map(|f| crate::allocator::parse_pod_cidrs(&f.pod_cidrs).0)
+                .map(|f| netcm_node::PodCidrs::parse(&f.pod_cidrs).cidrs)
                 .unwrap_or_default();
             let node = cached_facts
                 .as_ref()
@@ -136,7 +136,7 @@ impl Allocator {
             cidrs.sort_by_key(|c| {
                 families
                     .iter()
-                    .position(|f| *f == netcm_ipam::Family::of(c))
+                    .position(|f| *f == netcm_node::Family::of(c))
             });
             if pools.held_by(&uid).is_none() && pools.is_valid_allocation(&uid, &cidrs) {
                 pools.hold(&uid, &cidrs);

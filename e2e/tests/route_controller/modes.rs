@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use netcm_e2e::nodes::{create_nodes, NodeFixture};
 use netcm_e2e::wait_for;
 
-use super::lab::*;
+use netcm_e2e::route_lab::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_mode_without_leader_election_writes_every_nodes_condition() {

@@ -1,5 +1,6 @@
-//! Repair in milliseconds: the kernel's route notifications bring a route someone deleted or changed
-//! back at once; the periodic reconcile (here 60 s, out of reach of the test) is only the safety net.
+//! Repair from the kernel's route notifications: a route someone deleted or changed comes back without
+//! waiting for the periodic reconcile (here 60 s), which is only the safety net. The oracle is the
+//! reconcile counter, not a clock: the repairs happen while it stays put. The repair times are printed.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -8,19 +9,19 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use netcm_e2e::nodes::{create_nodes, NodeFixture};
 
-use super::lab::*;
+use netcm_e2e::route_lab::*;
 
-/// The bound: a hand-made change is undone within half a second.
-const REPAIR_BOUND: Duration = Duration::from_millis(500);
+/// How long the test waits for a repair: well inside the 60 s reconcile period.
+const REPAIR_WAIT: Duration = Duration::from_secs(20);
 
 /// Polls the table every few milliseconds until it is `want` again; the time it took, or `None` after
-/// [`REPAIR_BOUND`].
+/// [`REPAIR_WAIT`].
 fn time_until_repaired(
     lab: &Lab,
     want: &BTreeMap<IpNet, IpAddr>,
     since: Instant,
 ) -> Option<Duration> {
-    while since.elapsed() <= REPAIR_BOUND {
+    while since.elapsed() <= REPAIR_WAIT {
         if lab.routes() == *want {
             return Some(since.elapsed());
         }
@@ -30,7 +31,8 @@ fn time_until_repaired(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_route_deleted_or_changed_by_hand_is_back_within_half_a_second_with_a_60s_period() {
+async fn a_route_deleted_or_changed_by_hand_is_repaired_from_the_kernels_notifications_before_the_60s_reconcile(
+) {
     let lab = lab().await;
     let netcm = lab.start(&["--route-reconciliation-period=60s"], &[]);
     let fixtures = vec![
@@ -101,14 +103,14 @@ async fn a_route_deleted_or_changed_by_hand_is_back_within_half_a_second_with_a_
             lab.ns.ip(&args);
             time_until_repaired(lab, &want, since)
         });
-        eprintln!("{what} by hand: repaired after {took:?} (bound {REPAIR_BOUND:?}, period 60s)");
+        eprintln!("{what} by hand: repaired after {took:?} (period 60s)");
         measured.push((what, took));
     }
     eprintln!("repair times: {measured:?}");
     for (what, took) in &measured {
         assert!(
             took.is_some(),
-            "{what}: not repaired within {REPAIR_BOUND:?}: {measured:?}"
+            "{what}: not repaired within {REPAIR_WAIT:?}: {measured:?}"
         );
     }
     // The repairs came from the notifications, not from a full reconcile.

@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-/// An IP address family.
+/// An IP address family: the one definition every netcm crate uses (`netcm-node` re-exports it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
     /// IPv4 (32-bit addresses).
@@ -24,6 +24,14 @@ impl Family {
         match net {
             IpNet::V4(_) => Family::V4,
             IpNet::V6(_) => Family::V6,
+        }
+    }
+
+    /// The lowercase name metric labels and log fields use (`ipv4`, `ipv6`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
         }
     }
 

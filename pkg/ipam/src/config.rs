@@ -72,7 +72,8 @@ pub enum ConfigError {
         /// The entry as given.
         value: String,
         /// Why it did not parse.
-        reason: String,
+        #[source]
+        reason: ipnet::AddrParseError,
     },
 
     /// Two `--cluster-cidr` entries share addresses.
@@ -159,7 +160,8 @@ pub enum ConfigError {
         /// The entry as given.
         value: String,
         /// Why it did not parse.
-        reason: String,
+        #[source]
+        reason: ipnet::AddrParseError,
     },
 
     /// Two service ranges of the same family.
@@ -222,10 +224,8 @@ impl AllocatorConfig {
     }
 }
 
-fn parse_net(value: &str) -> Result<IpNet, String> {
-    IpNet::from_str(value)
-        .map(|n| n.trunc())
-        .map_err(|e| e.to_string())
+fn parse_net(value: &str) -> Result<IpNet, ipnet::AddrParseError> {
+    IpNet::from_str(value).map(|n| n.trunc())
 }
 
 /// Parses `--cluster-cidr`, refusing empty, malformed and overlapping entries.

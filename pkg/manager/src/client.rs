@@ -17,7 +17,7 @@ use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
 
 use crate::leader::LeaderGuard;
-pub use layer::{ClientMetrics, NetcmLayer, NetcmService, TokenBucket, WriteDeadlineExceeded};
+pub use layer::{ClientMetrics, NetcmLayer, NetcmService, WriteDeadlineExceeded};
 
 /// Where the client's configuration comes from and how fast it may talk.
 #[derive(Debug, Clone)]

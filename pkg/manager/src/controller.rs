@@ -1,5 +1,7 @@
-//! What a controller is to the manager: an init function that builds it from an [`InitContext`], and a
-//! [`Controller`] that runs until shutdown. Also the shared worker loop over a workqueue.
+//! What a controller is to the manager. An init function builds a [`Controller`] from an
+//! [`InitContext`]: one or more [`Reconciler`]s, each with its workqueue, and optionally work to do
+//! before the workers start and tasks that run beside them. The manager runs it: one generic worker
+//! loop per queue owns the workers, the per-key backoff, the drain on shutdown and the sync metrics.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::EventRecorder;
 use crate::informer::{InformerEvent, SharedInformer};
 use crate::leader::LeaderGuard;
+use crate::node_fields::NodeFields;
 use crate::sync_metrics;
 
 /// Everything an init function may use to build its controller. Init functions subscribe to the informer
@@ -35,6 +38,8 @@ pub struct InitContext {
     pub node_name: Option<String>,
     /// Whether this process runs under leader election (false in DaemonSet mode).
     pub leader_elected: bool,
+    /// How many keys the controller's main queue syncs at once (its `--concurrent-*` flag, at least 1).
+    pub workers: usize,
 }
 
 impl InitContext {
@@ -61,30 +66,21 @@ impl InitContext {
     }
 }
 
-/// A failure an init function reports; the manager treats it as fatal, as KCM does.
+/// A failure an init function reports; the manager treats it as fatal, as KCM does. It is the wrapped
+/// error itself to `Display` and `source()`, so the chain below it is kept.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
+#[error(transparent)]
 pub struct InitError(pub Box<dyn std::error::Error + Send + Sync>);
 
 impl InitError {
-    /// Wraps any error.
+    /// Wraps any error, keeping its sources.
     pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self(Box::new(e))
     }
 }
 
 /// What an init function returns: the controller, or `None` when disabled by configuration.
-pub type InitResult = Result<Option<Box<dyn Controller>>, InitError>;
-
-/// An init function; it builds a controller from the context and its own captured configuration.
-pub type InitFn = Box<dyn Fn(&InitContext) -> InitResult + Send + Sync>;
-
-/// A running controller. `run` is called after leadership is won and the informer has synced; it
-/// returns once `shutdown` is cancelled and its in-flight work has finished.
-pub trait Controller: Send {
-    /// Runs the controller's workers until `shutdown` is cancelled.
-    fn run(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, ()>;
-}
+pub type InitResult = Result<Option<Controller>, InitError>;
 
 /// How a sync ended, for logs and metrics.
 #[derive(Debug)]
@@ -95,60 +91,157 @@ pub enum SyncOutcome {
     RetryAfter(Duration),
 }
 
-/// Runs `workers` tasks that take keys from `queue` and call `sync` until `shutdown` is cancelled, then
-/// drains in-flight syncs for at most `drain_timeout`. Errors requeue the key with rate-limited backoff.
-/// Every finished sync is counted in `netcm_sync_total{controller,result,reason}` and timed in
-/// `netcm_sync_duration_seconds{controller}` ([`crate::sync_metrics`]).
-pub async fn run_workers<F, Fut, E>(
-    controller: &'static str,
+/// An error a sync returns: the key is requeued with backoff, and the error names the `reason` label
+/// it is counted under in `netcm_sync_total` (see [`crate::sync_metrics`] for the shared vocabulary).
+pub trait SyncError: std::error::Error + Send + Sync + 'static {
+    /// A bounded snake_case label: `fenced`, an API status reason, `transport`, or one of the
+    /// controller's own.
+    fn reason(&self) -> &'static str;
+}
+
+/// One level-triggered sync handler over string keys (a Node's name, usually).
+pub trait Reconciler: Send + Sync + 'static {
+    /// Why a sync failed.
+    type Error: SyncError;
+
+    /// The queue's name and the `controller` label of its metrics.
+    fn name(&self) -> &'static str;
+
+    /// What of a Node this reconciler — and whatever else of its controller reads the Node cache —
+    /// reads; everything else is trimmed from the cache.
+    fn node_fields(&self) -> NodeFields;
+
+    /// Brings one key to its desired state, deciding from the cache alone.
+    fn sync(&self, key: &str) -> impl Future<Output = Result<SyncOutcome, Self::Error>> + Send;
+}
+
+/// What [`Controller::prepare`] found: go on, or stop because shutdown came first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepared {
+    /// Start the workers.
+    Ready,
+    /// Shutdown came first; start nothing.
+    ShutDown,
+}
+
+/// A worker pool that runs until shutdown and drains for at most the given time.
+type Workers = Box<dyn FnOnce(CancellationToken, Duration) -> BoxFuture<'static, ()> + Send>;
+/// A future started with the shutdown token.
+type Task<T> = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, T> + Send>;
+
+/// A built controller: its queues with their reconcilers, and the work around them. Built by an init
+/// function, started by the manager once the cache has synced.
+#[derive(Default)]
+pub struct Controller {
+    node_fields: NodeFields,
+    services: Vec<BoxFuture<'static, ()>>,
+    prepare: Option<Task<Prepared>>,
+    workers: Vec<Workers>,
+    tasks: Vec<Task<()>>,
+}
+
+impl Controller {
+    /// A controller with nothing to run yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `queue` with `workers` tasks that call `reconciler.sync` for each key.
+    pub fn reconciler<R: Reconciler>(
+        mut self,
+        reconciler: Arc<R>,
+        queue: Queue<String>,
+        workers: usize,
+    ) -> Self {
+        self.node_fields = self.node_fields.union(&reconciler.node_fields());
+        self.workers.push(Box::new(move |shutdown, drain| {
+            Box::pin(run_workers(reconciler, queue, workers, shutdown, drain))
+        }));
+        self
+    }
+
+    /// Work to finish after the cache synced and before any worker starts (e.g. learning what earlier
+    /// leaders left); [`Prepared::ShutDown`] stops the controller there.
+    pub fn prepare<F, Fut>(mut self, prepare: F) -> Self
+    where
+        F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Prepared> + Send + 'static,
+    {
+        self.prepare = Some(Box::new(move |shutdown| Box::pin(prepare(shutdown))));
+        self
+    }
+
+    /// A loop beside the workers (a periodic resync, a watch of something else); it must return once
+    /// its token is cancelled.
+    pub fn task<F, Fut>(mut self, task: F) -> Self
+    where
+        F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks
+            .push(Box::new(move |shutdown| Box::pin(task(shutdown))));
+        self
+    }
+
+    /// Something the syncs depend on (a connection's driver): started before [`Controller::prepare`],
+    /// dropped once the workers have drained.
+    pub fn service(mut self, service: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.services.push(Box::pin(service));
+        self
+    }
+
+    /// The union of what its reconcilers read of a Node.
+    pub fn node_fields(&self) -> &NodeFields {
+        &self.node_fields
+    }
+
+    /// Runs until `shutdown`, then lets in-flight syncs finish for at most `drain`.
+    pub(crate) async fn run(self, shutdown: CancellationToken, drain: Duration) {
+        let services: Vec<_> = self.services.into_iter().map(tokio::spawn).collect();
+        let ready = match self.prepare {
+            Some(prepare) => prepare(shutdown.clone()).await,
+            None => Prepared::Ready,
+        };
+        if ready == Prepared::Ready {
+            let workers = self.workers.into_iter().map(|w| w(shutdown.clone(), drain));
+            let tasks = self.tasks.into_iter().map(|t| t(shutdown.clone()));
+            futures::future::join(
+                futures::future::join_all(workers),
+                futures::future::join_all(tasks),
+            )
+            .await;
+        }
+        for s in services {
+            s.abort();
+        }
+    }
+}
+
+/// Runs `workers` tasks that take keys from `queue` and sync them until `shutdown` is cancelled, then
+/// drains in-flight syncs for at most `drain_timeout`; queued keys are left for the next leader. Errors
+/// requeue the key with the queue's rate-limited backoff. Every finished sync is counted in
+/// `netcm_sync_total{controller,result,reason}` and timed in `netcm_sync_duration_seconds{controller}`.
+async fn run_workers<R: Reconciler>(
+    reconciler: Arc<R>,
     queue: Queue<String>,
     workers: usize,
     shutdown: CancellationToken,
     drain_timeout: Duration,
-    sync: F,
-) where
-    F: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<SyncOutcome, E>> + Send + 'static,
-    E: std::error::Error + Send + 'static,
-{
-    crate::sync_metrics::init_controller(controller);
-    let sync = Arc::new(sync);
+) {
+    let controller = reconciler.name();
+    sync_metrics::init_controller(controller);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {
         let queue = queue.clone();
-        let sync = sync.clone();
+        let reconciler = reconciler.clone();
         let shutdown_seen = shutdown.clone();
         tasks.spawn(async move {
             while let Some(key) = queue.get().await {
-                // After shutdown only in-flight syncs finish; queued keys wait for the next leader.
                 if shutdown_seen.is_cancelled() {
                     queue.done(&key);
                     continue;
                 }
-                let started = Instant::now();
-                let outcome = sync(key.clone()).await;
-                let (result, reason) = match &outcome {
-                    Ok(SyncOutcome::Done) => (sync_metrics::RESULT_SUCCESS, "none"),
-                    Ok(SyncOutcome::RetryAfter(_)) => (sync_metrics::RESULT_REQUEUE, "retry_after"),
-                    Err(e) => (sync_metrics::RESULT_ERROR, sync_metrics::reason(e)),
-                };
-                sync_metrics::observe(controller, result, reason, started.elapsed().as_secs_f64());
-                match outcome {
-                    Ok(SyncOutcome::Done) => queue.forget(&key),
-                    Ok(SyncOutcome::RetryAfter(d)) => queue.add_after(key.clone(), d),
-                    Err(e) => {
-                        let requeues = queue.num_requeues(&key);
-                        tracing::warn!(
-                            controller,
-                            node = %key,
-                            retries = requeues,
-                            error = %e,
-                            "sync failed; requeued with backoff"
-                        );
-                        queue.add_rate_limited(key.clone());
-                    }
-                }
-                tracing::trace!(controller, node = %key, elapsed_ms = started.elapsed().as_millis() as u64, "synced");
+                sync_one(reconciler.as_ref(), &queue, &key).await;
                 queue.done(&key);
             }
         });
@@ -166,4 +259,138 @@ pub async fn run_workers<F, Fut, E>(
     queue.shut_down();
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+}
+
+/// One sync of one key: counted, timed, and the key forgotten, delayed or requeued with backoff.
+async fn sync_one<R: Reconciler>(reconciler: &R, queue: &Queue<String>, key: &str) {
+    let controller = reconciler.name();
+    let started = Instant::now();
+    let outcome = reconciler.sync(key).await;
+    let (result, reason) = match &outcome {
+        Ok(SyncOutcome::Done) => (sync_metrics::RESULT_SUCCESS, "none"),
+        Ok(SyncOutcome::RetryAfter(_)) => (sync_metrics::RESULT_REQUEUE, "retry_after"),
+        Err(e) => (sync_metrics::RESULT_ERROR, e.reason()),
+    };
+    sync_metrics::observe(controller, result, reason, started.elapsed().as_secs_f64());
+    let key = key.to_string();
+    match outcome {
+        Ok(SyncOutcome::Done) => queue.forget(&key),
+        Ok(SyncOutcome::RetryAfter(d)) => queue.add_after(key.clone(), d),
+        Err(e) => {
+            let requeues = queue.num_requeues(&key);
+            tracing::warn!(
+                controller,
+                node = %key,
+                retries = requeues,
+                error = %e,
+                "sync failed; requeued with backoff"
+            );
+            queue.add_rate_limited(key.clone());
+        }
+    }
+    tracing::trace!(controller, node = %key, elapsed_ms = started.elapsed().as_millis() as u64, "synced");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("refused")]
+    struct Refused;
+
+    impl SyncError for Refused {
+        fn reason(&self) -> &'static str {
+            "refused"
+        }
+    }
+
+    /// Fails each key's first sync, then succeeds.
+    #[derive(Default)]
+    struct FlakyOnce {
+        calls: AtomicUsize,
+    }
+
+    impl Reconciler for FlakyOnce {
+        type Error = Refused;
+        fn name(&self) -> &'static str {
+            "flaky"
+        }
+        fn node_fields(&self) -> NodeFields {
+            NodeFields::none().pod_cidrs()
+        }
+        async fn sync(&self, _key: &str) -> Result<SyncOutcome, Refused> {
+            match self.calls.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(Refused),
+                _ => Ok(SyncOutcome::Done),
+            }
+        }
+    }
+
+    fn queue() -> Queue<String> {
+        Queue::new("flaky", RateLimiter::default_controller(), None)
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_is_retried_until_it_succeeds_and_its_failures_are_then_forgotten() {
+        let reconciler = Arc::new(FlakyOnce::default());
+        let q = queue();
+        q.add("n1".to_string());
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(
+            Controller::new()
+                .reconciler(reconciler.clone(), q.clone(), 2)
+                .run(shutdown.clone(), Duration::from_secs(5)),
+        );
+        let retried = async {
+            while reconciler.calls.load(Ordering::SeqCst) < 2
+                || q.num_requeues(&"n1".to_string()) != 0
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        // A bound on a hang, not on speed: the retry comes after milliseconds.
+        tokio::time::timeout(Duration::from_secs(60), retried)
+            .await
+            .expect("the failed key is synced again");
+        shutdown.cancel();
+        run.await.expect("controller stops");
+        assert_eq!(reconciler.calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_shuts_down_while_preparing_starts_no_worker() {
+        let reconciler = Arc::new(FlakyOnce::default());
+        let q = queue();
+        q.add("n1".to_string());
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        Controller::new()
+            .prepare(|token| async move {
+                token.cancelled().await;
+                Prepared::ShutDown
+            })
+            .reconciler(reconciler.clone(), q, 1)
+            .run(shutdown, Duration::from_secs(5))
+            .await;
+        assert_eq!(reconciler.calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn an_init_error_says_what_it_wraps_and_keeps_its_sources() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("opening the backend")]
+        struct Open(#[source] Refused);
+        let e = InitError::new(Open(Refused));
+        assert_eq!(e.to_string(), "opening the backend");
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("refused"));
+    }
+
+    #[test]
+    fn a_controller_reads_what_its_reconcilers_declare() {
+        let c = Controller::new().reconciler(Arc::new(FlakyOnce::default()), queue(), 1);
+        assert_eq!(c.node_fields(), &NodeFields::none().pod_cidrs());
+    }
 }

@@ -1,133 +1,96 @@
-//! Kubernetes Events (events.k8s.io/v1) on Nodes (and other cluster-scoped objects), reported by controller `netcm`.
+//! Kubernetes Events (events.k8s.io/v1) about the objects controllers act on, reported by controller
+//! `netcm`: kube-runtime's [`Recorder`] (client-go's scheme: events about cluster-scoped objects go to
+//! namespace `default`, named `<object>.<hex nanos>`; a repeat of an event — same object, type, reason
+//! and action — within six minutes PATCHes the first one's `series` instead of creating another). It
+//! sends through the client it is given, in the manager the shared one, so every Event passes the token
+//! bucket and the leader fence.
 //!
-//! The same event (node, reason, note) is recorded at most once per [`DEDUP_WINDOW`], so a Node that fails
-//! on every retry does not flood the API; the log line and the metric still count every occurrence.
+//! In front of it, the same event (object, reason, note) is recorded at most once per [`DEDUP_WINDOW`],
+//! so a Node that fails on every retry does not flood the API; the log line and the metric still count
+//! every occurrence.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::Resource;
+
+pub use kube::runtime::events::EventType;
+
+use crate::ttl_cache::TtlCache;
 
 /// How long an identical event is suppressed after it was recorded.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
-/// The namespace events about cluster-scoped objects go to (client-go's choice).
-const EVENT_NAMESPACE: &str = "default";
+/// Distinct events remembered for [`DEDUP_WINDOW`] at most; beyond it the oldest are forgotten.
+const DEDUP_CAPACITY: usize = 10_000;
+/// The API server's limits on an Event's note and reporting instance.
+const MAX_NOTE: usize = 1024;
+const MAX_INSTANCE: usize = 128;
 
-/// Normal or Warning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    /// Something expected happened.
-    Normal,
-    /// Something needs an operator's attention.
-    Warning,
-}
-
-impl EventType {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Normal => "Normal",
-            Self::Warning => "Warning",
-        }
-    }
-}
-
-/// (node, reason, note): what makes two events the same for deduplication.
-type EventKey = (String, String, String);
+/// (kind, namespace, name, reason, note): what makes two events the same for deduplication.
+type EventKey = (String, Option<String>, String, String, String);
 
 /// Records Events; cheap to clone.
 #[derive(Clone)]
 pub struct EventRecorder {
-    api: Api<Event>,
-    controller: String,
-    instance: String,
-    recent: Arc<Mutex<HashMap<EventKey, Instant>>>,
+    recorder: Recorder,
+    recent: Arc<TtlCache<EventKey, ()>>,
 }
 
 impl EventRecorder {
-    /// A recorder reporting as `controller` from `instance` (this process's identity).
+    /// A recorder reporting as `controller` from `instance` (this process's identity), sending with `client`.
     pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
-        Self {
-            api: Api::namespaced(client, EVENT_NAMESPACE),
+        let reporter = Reporter {
             controller: controller.to_string(),
-            instance: instance.to_string(),
-            recent: Arc::new(Mutex::new(HashMap::new())),
-        }
-    }
-
-    fn is_duplicate(&self, key: EventKey) -> bool {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if recent.len() > 10_000 {
-            recent.retain(|_, at| now.duration_since(*at) < DEDUP_WINDOW);
-        }
-        match recent.get(&key) {
-            Some(at) if now.duration_since(*at) < DEDUP_WINDOW => true,
-            _ => {
-                recent.insert(key, now);
-                false
-            }
-        }
-    }
-
-    /// Records an event about `node`. Failures are logged, never returned: an event must not fail a sync.
-    pub async fn publish(
-        &self,
-        node: &Node,
-        kind: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let regarding = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: node.meta().name.clone(),
-            uid: node.meta().uid.clone(),
-            ..Default::default()
+            instance: Some(instance.chars().take(MAX_INSTANCE).collect()),
         };
-        self.publish_about(regarding, kind, reason, action, note)
-            .await;
+        Self {
+            recorder: Recorder::new(client, reporter),
+            recent: Arc::new(TtlCache::new(DEDUP_WINDOW).bounded(DEDUP_CAPACITY)),
+        }
     }
 
-    /// Records an event about any cluster-scoped object (deduplicated as [`EventRecorder::publish`]).
-    pub async fn publish_about(
+    /// Records an event about `object`. Failures are logged, never returned: an event must not fail a sync.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
         &self,
-        regarding: ObjectReference,
+        object: &K,
         kind: EventType,
         reason: &str,
         action: &str,
         note: String,
     ) {
-        let name = regarding.name.clone().unwrap_or_default();
-        if self.is_duplicate((name.clone(), reason.to_string(), note.clone())) {
+        let meta = object.meta();
+        let name = meta.name.clone().unwrap_or_default();
+        let key = (
+            K::kind(&()).into_owned(),
+            meta.namespace.clone(),
+            name.clone(),
+            reason.to_string(),
+            note.clone(),
+        );
+        if !self.recent.insert_if_absent(key, ()) {
             return;
         }
-        let now = jiff::Timestamp::now();
-        let event = Event {
-            metadata: ObjectMeta {
-                // client-go's name, `<object>.<unix nanos in hex>`: a generateName ending in "." is
-                // rejected by the API server (not a valid DNS subdomain prefix).
-                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                namespace: Some(EVENT_NAMESPACE.to_string()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(now)),
-            type_: Some(kind.as_str().to_string()),
-            reason: Some(reason.to_string()),
-            action: Some(action.to_string()),
-            note: Some(note.chars().take(1024).collect()),
-            reporting_controller: Some(self.controller.clone()),
-            reporting_instance: Some(self.instance.chars().take(128).collect()),
-            regarding: Some(regarding),
+        // Built by hand rather than with `object_ref`: the recorder keys its series by the whole
+        // reference, and a resourceVersion in it would make every repeat a new event.
+        let regarding = ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(K::kind(&()).into_owned()),
+            name: Some(name.clone()),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
             ..Default::default()
         };
-        if let Err(e) = self.api.create(&PostParams::default(), &event).await {
-            tracing::warn!(node = %name, reason, error = %e, "failed to record event");
+        let event = Event {
+            type_: kind,
+            reason: reason.to_string(),
+            note: Some(note.chars().take(MAX_NOTE).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &regarding).await {
+            tracing::warn!(kind = %K::kind(&()), object = %name, reason, error = %e, "failed to record event");
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Named health checks behind `/healthz`, `/livez` and `/readyz`.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 /// A check: Ok, or the reason it fails.
 pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -14,21 +16,21 @@ pub struct HealthChecks {
 impl HealthChecks {
     /// Adds (or replaces) a named check.
     pub fn add(&self, name: &str, check: Check) {
-        let mut checks = self.checks.write().unwrap_or_else(|e| e.into_inner());
+        let mut checks = self.checks.write();
         checks.retain(|(n, _)| n != name);
         checks.push((name.to_string(), check));
     }
 
     /// Removes a named check.
     pub fn remove(&self, name: &str) {
-        let mut checks = self.checks.write().unwrap_or_else(|e| e.into_inner());
+        let mut checks = self.checks.write();
         checks.retain(|(n, _)| n != name);
     }
 
     /// Runs every check (or only `only`); returns overall success and the per-check report lines
     /// in the apiserver's format (`[+]name ok` / `[-]name failed: reason`). `None` if `only` is unknown.
     pub fn run(&self, only: Option<&str>) -> Option<(bool, String)> {
-        let checks = self.checks.read().unwrap_or_else(|e| e.into_inner());
+        let checks = self.checks.read();
         let mut ok = true;
         let mut report = String::new();
         let mut matched = false;

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,9 +18,12 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Resource;
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+pub mod initial_list;
 
 /// One change to an object, as handlers see it.
 #[derive(Debug, Clone)]
@@ -60,7 +63,6 @@ struct Shared<K: 'static + Resource<DynamicType = ()> + Clone> {
     synced_tx: watch::Sender<bool>,
     store: Store<K>,
     writer: Mutex<Option<reflector::store::Writer<K>>>,
-    transform: Transform<K>,
 }
 
 /// A cloneable handle to the process-wide informer of kind `K`.
@@ -76,12 +78,21 @@ impl<K: 'static + Resource<DynamicType = ()> + Clone> Clone for SharedInformer<K
     }
 }
 
+impl<K> Default for SharedInformer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<K> SharedInformer<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    /// Creates an informer whose cache keeps only what `transform` leaves of each object.
-    pub fn new(transform: Transform<K>) -> Self {
+    /// Creates an informer; subscribe, then [`SharedInformer::run`] it.
+    pub fn new() -> Self {
         let (store, writer) = reflector::store();
         let (synced_tx, _) = watch::channel(false);
         Self {
@@ -91,7 +102,6 @@ where
                 synced_tx,
                 store,
                 writer: Mutex::new(Some(writer)),
-                transform,
             }),
         }
     }
@@ -105,11 +115,7 @@ where
         {
             return Err(AlreadyStarted);
         }
-        self.shared
-            .handlers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(handler);
+        self.shared.handlers.lock().push(handler);
         Ok(())
     }
 
@@ -140,8 +146,9 @@ where
         }
     }
 
-    /// Lists and watches `api` until `cancel` fires, keeping the cache and notifying subscribers. Runs once.
-    pub async fn run(self, api: Api<K>, cancel: CancellationToken) {
+    /// Lists and watches `api` until `cancel` fires, caching what `transform` leaves of each object and
+    /// notifying subscribers. Runs once.
+    pub async fn run(self, api: Api<K>, transform: Transform<K>, cancel: CancellationToken) {
         if self
             .shared
             .started
@@ -150,25 +157,26 @@ where
             tracing::error!("informer started twice; ignoring the second start");
             return;
         }
-        let Some(mut writer) = self
-            .shared
-            .writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
+        let Some(mut writer) = self.shared.writer.lock().take() else {
             return;
         };
-        let handlers: Vec<Handler<K>> = self
-            .shared
-            .handlers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let transform = self.shared.transform.clone();
+        let handlers: Vec<Handler<K>> = self.shared.handlers.lock().clone();
         let kind = K::kind(&()).to_string();
-        let stream = watcher(api, watcher::Config::default().page_size(100))
-            .backoff(WatchBackoff::default())
+        let strategy = initial_list::decide(initial_list::probe(&api).await);
+        match &strategy {
+            initial_list::InitialList::Streaming => {
+                tracing::info!(kind = %kind, initial_list = strategy.name(), "listing with a streaming list (sendInitialEvents)")
+            }
+            initial_list::InitialList::Paged(why) => tracing::info!(
+                kind = %kind,
+                initial_list = strategy.name(),
+                page_size = initial_list::PAGE_SIZE,
+                reason = %why,
+                "listing in pages"
+            ),
+        }
+        let stream = watcher(api, strategy.watcher_config())
+            .backoff(watch_backoff())
             .modify(move |obj: &mut K| transform(obj));
         let mut stream = std::pin::pin!(stream);
         let mut before_relist: HashMap<String, Arc<K>> = HashMap::new();
@@ -280,82 +288,27 @@ fn relist_events<K: Resource>(
     deletes
 }
 
-/// The informer's retry policy after a failed list or watch: 250 ms doubling to 5 s, with jitter, back to
-/// 250 ms after any success. kube-runtime's default (800 ms to 30 s, reset only after 120 s without an
-/// error) left the cache blind for up to a minute after an API server restart, because the relist that a
-/// restart's "resource version too old" demands came after a backoff grown during the outage.
-#[derive(Debug, Clone)]
-pub struct WatchBackoff {
-    next: Duration,
-}
-
-impl WatchBackoff {
-    const MIN: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(5);
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self { next: Self::MIN }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let current = self.next;
-        self.next = (current * 2).min(Self::MAX);
-        // Up to 25 % jitter, so replicas that lost the API server together do not return in lockstep.
-        Some(current.mul_f64(1.0 + rand::random::<f64>() * 0.25))
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::MIN;
-    }
-}
-
-/// Trims a Node to what netcm's controllers read: name, uid, labels (ClusterCIDR node selectors),
-/// annotations, deletion timestamp,
-/// `spec.podCIDR(s)`, `status.addresses` and the `NetworkUnavailable` condition. At 5,000 Nodes this keeps
-/// the cache a small fraction of a full Node list.
-pub fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
-    let meta = &mut node.metadata;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints = None;
-        spec.config_source = None;
-        spec.provider_id = None;
-    }
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.node_info = None;
-        status.capacity = None;
-        status.allocatable = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-        status.daemon_endpoints = None;
-        status.config = None;
-        status.features = None;
-        status.runtime_handlers = None;
-        if let Some(conds) = status.conditions.as_mut() {
-            conds.retain(|c| c.type_ == "NetworkUnavailable");
-        }
-    }
+/// The informer's retry policy after a failed list or watch: 250 ms doubling to 4 s, each delay with up
+/// to as much again of jitter (so replicas that lost the API server together do not return in
+/// lockstep), back to 250 ms after any success. kube-runtime's default (800 ms to 30 s, reset only after
+/// 120 s without an error) left the cache blind for up to a minute after an API server restart, because
+/// the relist that a restart's "resource version too old" demands came after a backoff grown during the
+/// outage.
+pub fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(4))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn node(name: &str, uid: &str) -> Arc<Node> {
         Arc::new(Node {
@@ -411,53 +364,19 @@ mod tests {
     }
 
     #[test]
-    fn the_watch_backoff_doubles_to_five_seconds_and_starts_over_after_a_success() {
+    fn the_watch_backoff_doubles_to_four_seconds_never_gives_up_and_starts_over_after_a_success() {
         use kube::runtime::utils::Backoff;
-        let mut b = WatchBackoff::default();
-        let delays: Vec<Duration> = (0..8).filter_map(|_| b.next()).collect();
-        assert!(delays[0] >= Duration::from_millis(250) && delays[0] <= Duration::from_millis(313));
+        let mut b = watch_backoff();
+        let delays: Vec<Duration> = (0..20).filter_map(|_| b.next()).collect();
+        assert_eq!(delays.len(), 20, "it never gives up");
+        assert!(delays[0] >= Duration::from_millis(250) && delays[0] < Duration::from_millis(500));
         assert!(delays[1] >= Duration::from_millis(500));
         assert!(
-            delays.iter().all(|d| *d <= Duration::from_millis(6250)),
+            delays.iter().all(|d| *d < Duration::from_secs(8)),
             "{delays:?}"
         );
-        assert!(delays[7] >= Duration::from_secs(5));
+        assert!(delays[19] >= Duration::from_secs(4));
         b.reset();
-        assert!(b.next().is_some_and(|d| d <= Duration::from_millis(313)));
-    }
-
-    #[test]
-    fn trimming_a_node_keeps_what_controllers_read_and_drops_the_rest() {
-        let cond = |t: &str| NodeCondition {
-            type_: t.into(),
-            status: "False".into(),
-            ..Default::default()
-        };
-        let mut node = Node {
-            metadata: ObjectMeta {
-                name: Some("n1".into()),
-                annotations: Some([("a/b".to_string(), "c".to_string())].into()),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                pod_cidr: Some("10.0.0.0/24".into()),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                conditions: Some(vec![cond("Ready"), cond("NetworkUnavailable")]),
-                ..Default::default()
-            }),
-        };
-        trim_node(&mut node);
-        assert!(node.metadata.managed_fields.is_none());
-        assert_eq!(node.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
-        assert_eq!(
-            node.spec.as_ref().and_then(|s| s.pod_cidr.as_deref()),
-            Some("10.0.0.0/24")
-        );
-        let conds = node.status.and_then(|s| s.conditions).unwrap_or_default();
-        assert_eq!(conds.len(), 1);
-        assert_eq!(conds[0].type_, "NetworkUnavailable");
+        assert!(b.next().is_some_and(|d| d < Duration::from_millis(500)));
     }
 }

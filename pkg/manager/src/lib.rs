@@ -3,7 +3,9 @@
 //! It owns everything that is not a controller: the API client ([`client`]: rate limit, user agent,
 //! fence, metrics), the one shared Node informer ([`informer`]), leader election with fencing
 //! ([`leader`]), the controller registry and `--controllers` rules ([`registry`]), what a controller is
-//! and the worker loop ([`controller`]), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
+//! to `cmd` ([`descriptor`]: its flags, effective configuration, init) and to the manager
+//! ([`controller`]: [`Reconciler`]s and the one worker loop that runs them), what of a Node each
+//! reconciler reads ([`node_fields`]: the cache keeps only that), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
 //! and [`secure`] for TLS with delegated auth),
 //! process metrics ([`metrics`]), logs ([`logging`]), the generic flags ([`flags`]) and the main
 //! sequence ([`run`]). It never depends on a controller: `cmd/netcm` hands it the registry.
@@ -12,6 +14,7 @@
 
 pub mod client;
 pub mod controller;
+pub mod descriptor;
 pub mod duration;
 pub mod events;
 pub mod flags;
@@ -21,17 +24,22 @@ pub mod informer;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
-pub mod node;
+pub mod node_fields;
 pub mod published;
 pub mod registry;
 pub mod run;
 pub mod secure;
 pub mod sync_metrics;
+pub mod ttl_cache;
 
 pub use controller::{
-    run_workers, Controller, InitContext, InitError, InitFn, InitResult, SyncOutcome,
+    Controller, InitContext, InitError, InitResult, Prepared, Reconciler, SyncError, SyncOutcome,
+};
+pub use descriptor::{
+    ControllerDescriptor, ControllerFlagError, ControllerOptions, StandbyContext,
 };
 pub use events::{EventRecorder, EventType};
 pub use informer::{InformerEvent, SharedInformer};
 pub use leader::{Fenced, LeaderGuard, WriteTicket};
-pub use registry::{ControllerDescriptor, Registry};
+pub use node_fields::NodeFields;
+pub use registry::{InvalidFlags, Registry};

@@ -4,29 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::controller::InitFn;
+use futures::future::BoxFuture;
 
-/// A controller the manager can start: its canonical name, aliases and init function.
-pub struct ControllerDescriptor {
-    /// Canonical name, matching `^[a-z]([-a-z]*[a-z])?$`.
-    pub name: &'static str,
-    /// Other names accepted in `--controllers` (e.g. KCM's `nodeipam`).
-    pub aliases: &'static [&'static str],
-    /// Whether `*` leaves this controller off.
-    pub disabled_by_default: bool,
-    /// Builds the controller; starts nothing.
-    pub init: InitFn,
-}
-
-impl std::fmt::Debug for ControllerDescriptor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControllerDescriptor")
-            .field("name", &self.name)
-            .field("aliases", &self.aliases)
-            .field("disabled_by_default", &self.disabled_by_default)
-            .finish()
-    }
-}
+use crate::descriptor::{ControllerDescriptor, ControllerFlagError, StandbyContext};
+use crate::flags::GenericFlags;
 
 /// A registry or `--controllers` value that breaks the rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +26,17 @@ pub enum RegistryError {
         /// The canonical names, comma-separated.
         known: String,
     },
+}
+
+/// `--controllers` or a controller's flags break a rule.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidFlags {
+    /// `--controllers` names an unknown controller.
+    #[error(transparent)]
+    Controllers(#[from] RegistryError),
+    /// An enabled controller refuses its flags.
+    #[error(transparent)]
+    Controller(#[from] ControllerFlagError),
 }
 
 /// The map of controllers by canonical name, in start order.
@@ -149,15 +141,71 @@ impl Registry {
     pub fn descriptors(&self) -> &[ControllerDescriptor] {
         &self.descriptors
     }
+
+    /// Checks `--controllers` and the flags of every controller it enables, before anything touches
+    /// the API.
+    pub fn validate_flags(&self, generic: &GenericFlags) -> Result<(), InvalidFlags> {
+        for d in self.enabled(&generic.controllers)? {
+            d.validate(generic)?;
+        }
+        Ok(())
+    }
+
+    /// Every controller's settings, in start order, for the startup log and the Lease.
+    pub fn effective_config(&self) -> Vec<(String, String)> {
+        self.descriptors
+            .iter()
+            .flat_map(|d| d.effective_config())
+            .collect()
+    }
+
+    /// The standby work of the controllers `--controllers` enables.
+    pub fn standby_tasks(
+        &self,
+        generic: &GenericFlags,
+        ctx: &StandbyContext,
+    ) -> Result<Vec<BoxFuture<'static, ()>>, RegistryError> {
+        Ok(self
+            .enabled(&generic.controllers)?
+            .into_iter()
+            .filter_map(|d| d.standby(ctx))
+            .collect())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::controller::{InitContext, InitResult};
+    use crate::descriptor::ControllerOptions;
+    use clap::Parser;
 
-    fn never(_: &InitContext) -> InitResult {
-        Ok(None)
+    /// A controller that refuses its flags when told to.
+    struct Options {
+        refuse: bool,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("--example must be set")]
+    struct Refused;
+
+    impl ControllerOptions for Options {
+        type FlagError = Refused;
+        fn validate(&self, _: &GenericFlags) -> Result<(), Refused> {
+            if self.refuse {
+                return Err(Refused);
+            }
+            Ok(())
+        }
+        fn effective_config(&self) -> Vec<(String, String)> {
+            vec![("--example".into(), self.refuse.to_string())]
+        }
+        fn workers(&self) -> usize {
+            0
+        }
+        fn init(&self, _: &InitContext) -> InitResult {
+            Ok(None)
+        }
     }
 
     fn descriptor(
@@ -165,11 +213,11 @@ mod tests {
         aliases: &'static [&'static str],
         off: bool,
     ) -> ControllerDescriptor {
-        ControllerDescriptor {
-            name,
-            aliases,
-            disabled_by_default: off,
-            init: Box::new(never),
+        let d = ControllerDescriptor::new(name, aliases, Options { refuse: off });
+        if off {
+            d.disabled_by_default()
+        } else {
+            d
         }
     }
 
@@ -259,5 +307,44 @@ mod tests {
         assert_eq!(r.canonical("nodeipam"), Some("subnet-allocator"));
         assert_eq!(r.canonical("route"), Some("route-controller"));
         assert_eq!(r.canonical("nope"), None);
+    }
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        generic: GenericFlags,
+    }
+
+    fn generic(controllers: &str) -> GenericFlags {
+        Cli::parse_from(["netcm", &format!("--controllers={controllers}")]).generic
+    }
+
+    #[test]
+    fn only_the_flags_of_enabled_controllers_are_checked_and_errors_say_what_the_controller_says() {
+        let r = registry();
+        assert!(r.validate_flags(&generic("*")).is_ok());
+        let err = r
+            .validate_flags(&generic("*,experimental"))
+            .expect_err("experimental refuses its flags");
+        assert_eq!(err.to_string(), "--example must be set");
+        assert!(matches!(
+            r.validate_flags(&generic("bogus")),
+            Err(InvalidFlags::Controllers(_))
+        ));
+    }
+
+    #[test]
+    fn the_effective_configuration_lists_every_controller_in_start_order_and_workers_are_at_least_one(
+    ) {
+        let r = registry();
+        assert_eq!(
+            r.effective_config(),
+            [
+                ("--example".to_string(), "false".to_string()),
+                ("--example".to_string(), "false".to_string()),
+                ("--example".to_string(), "true".to_string()),
+            ]
+        );
+        assert!(r.descriptors().iter().all(|d| d.workers() == 1));
     }
 }

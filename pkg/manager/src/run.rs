@@ -1,9 +1,12 @@
-//! The manager's main sequence, in KCM's shape: serve HTTP, wait for the API server, win the lease, init
-//! the enabled controllers (they subscribe to the informer), start the informer, wait for its cache, run
-//! the controllers — and stop writing the moment the lease is lost.
+//! The manager's main sequence, in KCM's shape, as the phases of a [`Manager`] that read top to bottom:
+//! **serve** HTTP; **elect**: wait for the API server and win the lease; **init** the enabled controllers
+//! (they subscribe to the informer and build queues); **sync**: start the informer and wait for its
+//! cache; **run** the controllers until the term ends (SIGTERM, or the lease is lost); **drain**: stop
+//! the controllers while the lease is still renewed, then release it — or, once it is lost, stop writing
+//! and exit non-zero.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +24,18 @@ use crate::controller::{Controller, InitContext};
 use crate::duration::format_duration;
 use crate::events::EventRecorder;
 use crate::flags::GenericFlags;
-use crate::health::HealthChecks;
-use crate::http::{self, Endpoints};
-use crate::informer::{trim_node, SharedInformer};
+use crate::http;
+use crate::informer::SharedInformer;
 use crate::leader::{default_identity, LeaderElectionConfig, LeaderElector, LeaderGuard, TermEnd};
 use crate::metrics::{ManagerMetrics, VERSION};
+use crate::node_fields::NodeFields;
 use crate::registry::{Registry as ControllerRegistry, RegistryError};
+
+mod health;
+mod tasks;
+
+use health::Health;
+use tasks::{Informer, Running, Term};
 
 /// How long in-flight syncs may take to finish on shutdown or lost leadership.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -78,6 +87,354 @@ pub struct ManagerOptions {
     pub effective_config: Vec<(String, String)>,
 }
 
+/// Runs netcm until SIGTERM (Ok) or lost leadership (Err(LeadershipLost)).
+pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Result<(), RunError> {
+    let manager = Manager::new(opts, controllers).await?;
+    let serving = manager.serve().await?;
+    let result = manager.lead().await;
+    serving.cancel();
+    result
+}
+
+/// What every phase shares, built before the first: flags, metrics, the fence, both clients, the
+/// shutdown signal and the health checks.
+struct Manager {
+    opts: ManagerOptions,
+    controllers: ControllerRegistry,
+    enabled: Vec<&'static str>,
+    lease: LeaderElectionConfig,
+    registry: Registry,
+    metrics: ManagerMetrics,
+    workqueue_metrics: WorkqueueMetrics,
+    guard: LeaderGuard,
+    /// The loaded client configuration; the secure port's reviews build their own client from it.
+    config: kube::Config,
+    user_agent: String,
+    /// The shared client: token bucket, fence and deadline for writes, metrics.
+    client: kube::Client,
+    /// Leader election's own client: its own token bucket, no fence.
+    election_client: kube::Client,
+    /// Cancelled on SIGTERM or SIGINT.
+    shutdown: CancellationToken,
+    health: Health,
+}
+
+/// The controllers an init phase built, by name, not yet running.
+type Initialized = Vec<(&'static str, Controller)>;
+
+impl Manager {
+    /// Logs the effective configuration and builds what the phases share; no API call yet.
+    async fn new(opts: ManagerOptions, controllers: ControllerRegistry) -> Result<Self, RunError> {
+        let flags = &opts.flags;
+        let enabled: Vec<&'static str> = controllers
+            .enabled(&flags.controllers)?
+            .iter()
+            .map(|d| d.name)
+            .collect();
+        let identity = default_identity();
+        let lease = LeaderElectionConfig {
+            name: flags.leader_elect_resource_name.clone(),
+            namespace: flags.lease_namespace(),
+            identity: identity.clone(),
+            lease_duration: flags.leader_elect_lease_duration,
+            renew_deadline: flags.leader_elect_renew_deadline,
+            retry_period: flags.leader_elect_retry_period,
+        };
+        tracing::info!(version = VERSION, identity = %identity, "starting netcm");
+        tracing::info!(
+            controllers = %enabled.join(","),
+            leader_elect = flags.leader_elect,
+            lease = %format!("{}/{}", lease.namespace, lease.name),
+            lease_duration = %format_duration(lease.lease_duration),
+            renew_deadline = %format_duration(lease.renew_deadline),
+            retry_period = %format_duration(lease.retry_period),
+            kube_api_qps = flags.kube_api_qps,
+            kube_api_burst = flags.kube_api_burst,
+            listen = %format!("{}:{}", flags.bind_address, flags.port),
+            "effective configuration"
+        );
+        for (k, v) in &opts.effective_config {
+            tracing::info!(flag = %k, value = %v, "effective configuration");
+        }
+
+        let registry = Registry::new();
+        let metrics = ManagerMetrics::register(&registry)?;
+        crate::sync_metrics::register(&registry)?;
+        let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
+            RunError::Metrics(prometheus::Error::Msg(format!("workqueue metrics: {e}")))
+        })?;
+        let guard = if flags.leader_elect {
+            LeaderGuard::new(&lease, &registry)?
+        } else {
+            LeaderGuard::disabled(&registry)?
+        };
+        let client_opts = ClientOptions {
+            kubeconfig: flags.kubeconfig.clone(),
+            master: flags.master.clone(),
+            qps: flags.kube_api_qps,
+            burst: flags.kube_api_burst,
+            user_agent: format!(
+                "netcm/{VERSION} ({}/{}) {identity}",
+                std::env::consts::OS,
+                std::env::consts::ARCH
+            ),
+        };
+        let config = load_config(&client_opts).await?;
+        tracing::info!(server = %config.cluster_url, "API client configured");
+        let client_metrics = ClientMetrics::register(&registry)?;
+        // Leader election gets a client of its own, as in KCM: its own token bucket (a backlog on the
+        // shared one must not delay renewals) and no fence (renewals are how the fence is kept).
+        let election_client = build_unfenced_client(
+            config.clone(),
+            &client_opts.user_agent,
+            client_opts.qps,
+            client_opts.burst,
+            client_metrics.clone(),
+        )?;
+        let client = build_client(config.clone(), &client_opts, guard.clone(), client_metrics)?;
+
+        let shutdown = CancellationToken::new();
+        tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                termination_signal().await;
+                shutdown.cancel();
+            }
+        });
+        let health = Health::new(&guard, flags.leader_elect);
+        Ok(Self {
+            enabled,
+            lease,
+            registry,
+            metrics,
+            workqueue_metrics,
+            guard,
+            config,
+            user_agent: client_opts.user_agent,
+            client,
+            election_client,
+            shutdown,
+            health,
+            opts,
+            controllers,
+        })
+    }
+
+    /// Serve: `/metrics`, `/healthz`, `/livez`, `/readyz` on `--port`, and over TLS with delegated
+    /// authentication and authorization on `--secure-port`, until the returned token is cancelled.
+    async fn serve(&self) -> Result<CancellationToken, RunError> {
+        let flags = &self.opts.flags;
+        let cancel = CancellationToken::new();
+        let endpoints = self.health.endpoints(&self.registry);
+        if flags.port != 0 {
+            let (listener, local) = bind(SocketAddr::new(flags.bind_address, flags.port)).await?;
+            tracing::info!(address = %local, "serving /metrics, /healthz, /livez, /readyz");
+            tokio::spawn(http::serve(listener, endpoints.clone(), cancel.clone()));
+        }
+        if flags.secure_port != 0 {
+            let acceptor = crate::secure::tls_acceptor(
+                flags.tls_cert_file.as_deref(),
+                flags.tls_private_key_file.as_deref(),
+            )?;
+            let addr = SocketAddr::new(flags.bind_address, flags.secure_port);
+            let (listener, local) = bind(addr).await?;
+            tracing::info!(address = %local, "serving /metrics over HTTPS with delegated authentication and authorization");
+            let delegation = crate::secure::Delegation::new(
+                self.config.clone(),
+                &self.user_agent,
+                &self.registry,
+            )?;
+            tokio::spawn(crate::secure::serve(
+                listener,
+                acceptor,
+                delegation,
+                endpoints,
+                cancel.clone(),
+            ));
+        }
+        Ok(cancel)
+    }
+
+    /// The phases after serving: elect → init → sync → run → drain.
+    async fn lead(&self) -> Result<(), RunError> {
+        let Some(mut term) = self.elect().await? else {
+            return Ok(());
+        };
+        let nodes: SharedInformer<Node> = SharedInformer::new();
+        let initialized = self.init(&nodes).await?;
+        // The cache keeps only what the initialized controllers' reconcilers declared they read.
+        let fields = initialized
+            .iter()
+            .fold(NodeFields::none(), |all, (_, c)| all.union(c.node_fields()));
+        let informer = Informer::start(&nodes, &self.client, fields);
+        let mut running = Running::none();
+        let end = match self.sync(&nodes, &mut term).await {
+            Some(end) => end,
+            None => {
+                running = self.run_controllers(initialized, &nodes);
+                self.term_end(&mut term).await
+            }
+        };
+        self.drain(running, informer, term, end).await
+    }
+
+    /// Elect: wait for the API server (`/readyz` fails until then), then — under leader election —
+    /// acquire the Lease (a standby waits here, ready), publish the effective configuration on it and
+    /// start the renew loop. `None`: shut down before leading.
+    async fn elect(&self) -> Result<Option<Term>, RunError> {
+        if !wait_for_apiserver(&self.client, &self.shutdown).await {
+            return Ok(None);
+        }
+        self.health.api_reachable.store(true, Ordering::SeqCst);
+        if !self.opts.flags.leader_elect {
+            return Ok(Some(Term::unelected()));
+        }
+        let mut elector = LeaderElector::new(
+            self.election_client.clone(),
+            self.lease.clone(),
+            self.guard.clone(),
+            &self.registry,
+        )?;
+        if !elector.acquire(&self.shutdown).await {
+            tracing::info!("shut down while standing by");
+            return Ok(None);
+        }
+        self.publish_effective_config().await;
+        Ok(Some(Term::start(elector)))
+    }
+
+    /// Init: call each enabled controller's init function, in registry order and with KCM's start
+    /// interval and jitter. Inits subscribe to `nodes` and build queues; they spawn nothing.
+    async fn init(&self, nodes: &SharedInformer<Node>) -> Result<Initialized, RunError> {
+        let flags = &self.opts.flags;
+        let ctx = InitContext {
+            client: self.client.clone(),
+            nodes: nodes.clone(),
+            registry: self.registry.clone(),
+            workqueue_metrics: self.workqueue_metrics.clone(),
+            recorder: EventRecorder::new(self.client.clone(), "netcm", &self.lease.identity),
+            leader: self.guard.clone(),
+            node_name: own_node_name(&self.client).await,
+            leader_elected: flags.leader_elect,
+            workers: 1,
+        };
+        let mut initialized: Initialized = Vec::new();
+        for d in self.controllers.descriptors() {
+            if !self.enabled.contains(&d.name) {
+                tracing::info!(
+                    controller = d.name,
+                    "skipping controller: disabled by --controllers"
+                );
+                continue;
+            }
+            if !flags.controller_start_interval.is_zero() {
+                let jitter = rand::rng().random_range(0.0..1.0);
+                tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
+            }
+            let ctx = InitContext {
+                workers: d.workers(),
+                ..ctx.clone()
+            };
+            match d.init(&ctx).map_err(|source| RunError::Init {
+                name: d.name,
+                source,
+            })? {
+                Some(c) => initialized.push((d.name, c)),
+                None => tracing::info!(
+                    controller = d.name,
+                    "skipping controller: disabled by its configuration"
+                ),
+            }
+        }
+        Ok(initialized)
+    }
+
+    /// Sync: wait for the informer's first full list. `None` once synced; the term's end if it came first.
+    async fn sync(&self, nodes: &SharedInformer<Node>, term: &mut Term) -> Option<TermEnd> {
+        tokio::select! {
+            _ = nodes.wait_synced() => None,
+            end = self.term_end(term) => Some(end),
+        }
+    }
+
+    /// Run: start every initialized controller (`Controller::run`); the renew loop keeps the lease.
+    fn run_controllers(&self, initialized: Initialized, nodes: &SharedInformer<Node>) -> Running {
+        self.health.cache_synced.store(true, Ordering::SeqCst);
+        tracing::info!(
+            nodes = nodes.list().len(),
+            "caches are synced; starting controllers"
+        );
+        let mut running = Running::none();
+        for (name, c) in initialized {
+            self.metrics
+                .running_controllers
+                .with_label_values(&[name, "netcm"])
+                .set(1);
+            self.health.healthz.add(name, Arc::new(|| Ok(())));
+            tracing::info!(controller = name, "started controller");
+            running.spawn(c);
+        }
+        running
+    }
+
+    /// How the term ends: SIGTERM, or the renew loop's end (the lease was lost).
+    async fn term_end(&self, term: &mut Term) -> TermEnd {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => TermEnd::Cancelled,
+            end = term.renewal_ended() => end,
+        }
+    }
+
+    /// Drain: stop the controllers first (in-flight syncs finish, bounded) while the renew loop keeps
+    /// the lease, so the fence holds; stop the informer; then stop renewing and release the lease — only
+    /// if it was not lost meanwhile, and only once no write of ours can still land
+    /// ([`LeaderElector::release`]). A lost lease is an error: the process exits non-zero.
+    async fn drain(
+        &self,
+        running: Running,
+        informer: Informer,
+        term: Term,
+        end: TermEnd,
+    ) -> Result<(), RunError> {
+        running.stop().await;
+        for name in &self.enabled {
+            self.metrics
+                .running_controllers
+                .with_label_values(&[name, "netcm"])
+                .set(0);
+        }
+        informer.stop().await;
+        let (elector, last) = term.stop().await;
+        if end == TermEnd::Lost || last == Some(TermEnd::Lost) {
+            return Err(RunError::LeadershipLost);
+        }
+        if let Some(mut e) = elector {
+            e.release().await;
+        }
+        tracing::info!("netcm stopped");
+        Ok(())
+    }
+
+    /// Puts the effective configuration on the Lease just won, before the renew loop starts (so the two
+    /// never race), for `netcm check`.
+    async fn publish_effective_config(&self) {
+        let config = crate::published::EffectiveConfiguration {
+            identity: self.lease.identity.clone(),
+            version: VERSION.to_string(),
+            controllers: self.enabled.iter().map(|s| s.to_string()).collect(),
+            flags: self.opts.effective_config.iter().cloned().collect(),
+        };
+        let api = Api::namespaced(self.client.clone(), &self.lease.namespace);
+        // The first renewal waits for this, then a retry period: both must fit in the renew deadline.
+        let budget = self
+            .lease
+            .renew_deadline
+            .saturating_sub(self.lease.retry_period)
+            / 2;
+        crate::published::publish(&api, &self.lease.name, &config, budget).await;
+    }
+}
+
 /// A future that resolves on SIGTERM or SIGINT.
 async fn termination_signal() {
     #[cfg(unix)]
@@ -124,200 +481,15 @@ async fn own_node_name(client: &kube::Client) -> Option<String> {
     }
 }
 
-/// Runs netcm until SIGTERM (Ok) or lost leadership (Err(LeadershipLost)).
-pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Result<(), RunError> {
-    let flags = &opts.flags;
-    let enabled: Vec<&'static str> = controllers
-        .enabled(&flags.controllers)?
-        .iter()
-        .map(|d| d.name)
-        .collect();
-    let identity = default_identity();
-    let lease_cfg = LeaderElectionConfig {
-        name: flags.leader_elect_resource_name.clone(),
-        namespace: flags.lease_namespace(),
-        identity: identity.clone(),
-        lease_duration: flags.leader_elect_lease_duration,
-        renew_deadline: flags.leader_elect_renew_deadline,
-        retry_period: flags.leader_elect_retry_period,
-    };
-    tracing::info!(version = VERSION, identity = %identity, "starting netcm");
-    tracing::info!(
-        controllers = %enabled.join(","),
-        leader_elect = flags.leader_elect,
-        lease = %format!("{}/{}", lease_cfg.namespace, lease_cfg.name),
-        lease_duration = %format_duration(lease_cfg.lease_duration),
-        renew_deadline = %format_duration(lease_cfg.renew_deadline),
-        retry_period = %format_duration(lease_cfg.retry_period),
-        kube_api_qps = flags.kube_api_qps,
-        kube_api_burst = flags.kube_api_burst,
-        listen = %format!("{}:{}", flags.bind_address, flags.port),
-        "effective configuration"
-    );
-    for (k, v) in &opts.effective_config {
-        tracing::info!(flag = %k, value = %v, "effective configuration");
-    }
-
-    let registry = Registry::new();
-    let manager_metrics = ManagerMetrics::register(&registry)?;
-    crate::sync_metrics::register(&registry)?;
-    let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
-        RunError::Metrics(prometheus::Error::Msg(format!("workqueue metrics: {e}")))
-    })?;
-    let guard = if flags.leader_elect {
-        LeaderGuard::new(&lease_cfg, &registry)?
-    } else {
-        LeaderGuard::disabled(&registry)?
-    };
-    let client_opts = ClientOptions {
-        kubeconfig: flags.kubeconfig.clone(),
-        master: flags.master.clone(),
-        qps: flags.kube_api_qps,
-        burst: flags.kube_api_burst,
-        user_agent: format!(
-            "netcm/{VERSION} ({}/{}) {identity}",
-            std::env::consts::OS,
-            std::env::consts::ARCH
-        ),
-    };
-    let config = load_config(&client_opts).await?;
-    tracing::info!(server = %config.cluster_url, "API client configured");
-    let client_metrics = ClientMetrics::register(&registry)?;
-    // Leader election gets a client of its own, as in KCM: its own token bucket (a backlog on the shared
-    // one must not delay renewals) and no fence (renewals are how the fence is kept).
-    let election_client = build_unfenced_client(
-        config.clone(),
-        &client_opts.user_agent,
-        client_opts.qps,
-        client_opts.burst,
-        client_metrics.clone(),
-    )?;
-    // The secure port's reviews build their own client from `config` too.
-    let client = build_client(config.clone(), &client_opts, guard.clone(), client_metrics)?;
-
-    let shutdown = CancellationToken::new();
-    {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            termination_signal().await;
-            shutdown.cancel();
-        });
-    }
-
-    // Health: a standby is ready; the leader is ready once its cache has synced.
-    let healthz = HealthChecks::default();
-    let livez = HealthChecks::default();
-    let readyz = HealthChecks::default();
-    let api_reachable = Arc::new(AtomicBool::new(false));
-    let cache_synced = Arc::new(AtomicBool::new(!flags.leader_elect));
-    healthz.add("ping", Arc::new(|| Ok(())));
-    livez.add("ping", Arc::new(|| Ok(())));
-    for checks in [&healthz, &livez] {
-        let g = guard.clone();
-        checks.add("leaderElection", Arc::new(move || g.watchdog()));
-    }
-    {
-        let reach = api_reachable.clone();
-        readyz.add(
-            "apiserver",
-            Arc::new(move || {
-                reach
-                    .load(Ordering::SeqCst)
-                    .then_some(())
-                    .ok_or_else(|| "the API server has not been reached yet".to_string())
-            }),
-        );
-        let (g, synced) = (guard.clone(), cache_synced.clone());
-        readyz.add(
-            "informer-sync",
-            Arc::new(move || {
-                if !g.is_leader() || synced.load(Ordering::SeqCst) {
-                    Ok(())
-                } else {
-                    Err("leading, but the Node cache has not synced yet".into())
-                }
-            }),
-        );
-    }
-    let http_cancel = CancellationToken::new();
-    if flags.port != 0 {
-        let addr = SocketAddr::new(flags.bind_address, flags.port);
-        let (listener, local) = http::bind(addr)
-            .await
-            .map_err(|source| RunError::Bind { addr, source })?;
-        tracing::info!(address = %local, "serving /metrics, /healthz, /livez, /readyz");
-        tokio::spawn(http::serve(
-            listener,
-            Endpoints {
-                registry: registry.clone(),
-                healthz: healthz.clone(),
-                livez: livez.clone(),
-                readyz: readyz.clone(),
-            },
-            http_cancel.clone(),
-        ));
-    }
-    if flags.secure_port != 0 {
-        let addr = SocketAddr::new(flags.bind_address, flags.secure_port);
-        let acceptor = crate::secure::tls_acceptor(
-            flags.tls_cert_file.as_deref(),
-            flags.tls_private_key_file.as_deref(),
-        )?;
-        let (listener, local) = crate::secure::bind(addr)
-            .await
-            .map_err(|source| RunError::Bind { addr, source })?;
-        tracing::info!(address = %local, "serving /metrics over HTTPS with delegated authentication and authorization");
-        tokio::spawn(crate::secure::serve(
-            listener,
-            acceptor,
-            crate::secure::Delegation::new(config, &client_opts.user_agent, &registry)?,
-            Endpoints {
-                registry: registry.clone(),
-                healthz: healthz.clone(),
-                livez: livez.clone(),
-                readyz: readyz.clone(),
-            },
-            http_cancel.clone(),
-        ));
-    }
-    let result = lead_and_run(LeadArgs {
-        opts: &opts,
-        controllers: &controllers,
-        enabled: &enabled,
-        client,
-        election_client,
-        registry,
-        workqueue_metrics,
-        manager_metrics,
-        guard,
-        lease_cfg,
-        shutdown,
-        healthz,
-        api_reachable,
-        cache_synced,
-    })
-    .await;
-    http_cancel.cancel();
-    result
+/// Binds a listener (so a taken port fails at startup) and returns the address it got.
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), RunError> {
+    http::bind(addr)
+        .await
+        .map_err(|source| RunError::Bind { addr, source })
 }
 
-struct LeadArgs<'a> {
-    opts: &'a ManagerOptions,
-    controllers: &'a ControllerRegistry,
-    enabled: &'a [&'static str],
-    client: kube::Client,
-    election_client: kube::Client,
-    registry: Registry,
-    workqueue_metrics: WorkqueueMetrics,
-    manager_metrics: ManagerMetrics,
-    guard: LeaderGuard,
-    lease_cfg: LeaderElectionConfig,
-    shutdown: CancellationToken,
-    healthz: HealthChecks,
-    api_reachable: Arc<AtomicBool>,
-    cache_synced: Arc<AtomicBool>,
-}
-
+/// Asks the API server for its version, backing off from 200 ms to 10 s, until it answers (true) or
+/// shutdown is requested (false).
 async fn wait_for_apiserver(client: &kube::Client, shutdown: &CancellationToken) -> bool {
     let mut delay = Duration::from_millis(200);
     loop {
@@ -336,181 +508,33 @@ async fn wait_for_apiserver(client: &kube::Client, shutdown: &CancellationToken)
     }
 }
 
-async fn lead_and_run(a: LeadArgs<'_>) -> Result<(), RunError> {
-    let flags = &a.opts.flags;
-    if !wait_for_apiserver(&a.client, &a.shutdown).await {
-        return Ok(());
-    }
-    a.api_reachable.store(true, Ordering::SeqCst);
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
 
-    // Leader election: a standby waits here; the renew loop then runs beside the controllers.
-    let stop_renewing = CancellationToken::new();
-    let mut elector = None;
-    let renew_task = if flags.leader_elect {
-        let mut e = LeaderElector::new(
-            a.election_client.clone(),
-            a.lease_cfg.clone(),
-            a.guard.clone(),
-            &a.registry,
-        )?;
-        if !e.acquire(&a.shutdown).await {
-            tracing::info!("shut down while standing by");
-            return Ok(());
-        }
-        publish_effective_config(&a).await;
-        let stop = stop_renewing.clone();
-        Some(tokio::spawn(async move {
-            let end = e.renew_until_lost(&stop).await;
-            (e, end)
-        }))
-    } else {
-        None
-    };
-    let lost = CancellationToken::new();
-    let mut renew_task = renew_task;
+    use super::*;
+    use crate::controller::InitError;
 
-    let node_name = own_node_name(&a.client).await;
-    let nodes: SharedInformer<Node> = SharedInformer::new(Arc::new(trim_node));
-    let ctx = InitContext {
-        client: a.client.clone(),
-        nodes: nodes.clone(),
-        registry: a.registry.clone(),
-        workqueue_metrics: a.workqueue_metrics.clone(),
-        recorder: EventRecorder::new(a.client.clone(), "netcm", &a.lease_cfg.identity),
-        leader: a.guard.clone(),
-        node_name,
-        leader_elected: flags.leader_elect,
-    };
-    let mut started: Vec<(&'static str, Box<dyn Controller>)> = Vec::new();
-    for d in a.controllers.descriptors() {
-        if !a.enabled.contains(&d.name) {
-            tracing::info!(
-                controller = d.name,
-                "skipping controller: disabled by --controllers"
-            );
-            continue;
-        }
-        if !flags.controller_start_interval.is_zero() {
-            let jitter = rand::rng().random_range(0.0..1.0);
-            tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
-        }
-        match (d.init)(&ctx).map_err(|source| RunError::Init {
-            name: d.name,
-            source,
-        })? {
-            Some(c) => started.push((d.name, c)),
-            None => tracing::info!(
-                controller = d.name,
-                "skipping controller: disabled by its configuration"
-            ),
-        }
-    }
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading the pool: {0}")]
+    struct PoolError(#[source] std::io::Error);
 
-    let informer_cancel = CancellationToken::new();
-    let informer_task = tokio::spawn(
-        nodes
-            .clone()
-            .run(Api::<Node>::all(a.client.clone()), informer_cancel.clone()),
-    );
-
-    // Wait for the cache, unless the term ends first.
-    let term_end = tokio::select! {
-        _ = nodes.wait_synced() => None,
-        _ = a.shutdown.cancelled() => Some(TermEnd::Cancelled),
-        r = async { match renew_task.as_mut() { Some(t) => t.await.ok(), None => std::future::pending().await } } => {
-            renew_task = None;
-            Some(r.map(|(_, end)| end).unwrap_or(TermEnd::Lost))
-        }
-    };
-    let controllers_cancel = CancellationToken::new();
-    let mut running = tokio::task::JoinSet::new();
-    if term_end.is_none() {
-        a.cache_synced.store(true, Ordering::SeqCst);
-        tracing::info!(
-            nodes = nodes.list().len(),
-            "caches are synced; starting controllers"
+    #[test]
+    fn a_failed_init_names_the_controller_and_keeps_the_whole_source_chain() {
+        let err = RunError::Init {
+            name: "subnet-allocator",
+            source: InitError::new(PoolError(std::io::Error::other("disk gone"))),
+        };
+        assert_eq!(
+            err.to_string(),
+            "initializing controller subnet-allocator: reading the pool: disk gone"
         );
-        for (name, c) in started {
-            a.manager_metrics
-                .running_controllers
-                .with_label_values(&[name, "netcm"])
-                .set(1);
-            a.healthz.add(name, Arc::new(|| Ok(())));
-            tracing::info!(controller = name, "started controller");
-            running.spawn(c.run(controllers_cancel.child_token()));
+        let mut chain = Vec::new();
+        let mut next = err.source();
+        while let Some(e) = next {
+            chain.push(e.to_string());
+            next = e.source();
         }
+        assert_eq!(chain, ["reading the pool: disk gone", "disk gone"]);
     }
-
-    let end = match term_end {
-        Some(end) => end,
-        None => tokio::select! {
-            _ = a.shutdown.cancelled() => TermEnd::Cancelled,
-            r = async { match renew_task.as_mut() { Some(t) => t.await.ok(), None => std::future::pending().await } } => {
-                renew_task = None;
-                r.map(|(_, end)| end).unwrap_or(TermEnd::Lost)
-            }
-        },
-    };
-    if end == TermEnd::Lost {
-        lost.cancel();
-    }
-
-    // Stop controllers first (in-flight syncs finish, bounded), keep renewing meanwhile so the fence
-    // holds, then release the lease — if no write of ours can still land (`LeaderElector::release`).
-    controllers_cancel.cancel();
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT * 2, async {
-        while running.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!("controllers did not stop in time");
-        running.abort_all();
-    }
-    for name in a.enabled {
-        a.manager_metrics
-            .running_controllers
-            .with_label_values(&[name, "netcm"])
-            .set(0);
-    }
-    informer_cancel.cancel();
-    let _ = informer_task.await;
-    stop_renewing.cancel();
-    if let Some(task) = renew_task.take() {
-        if let Ok((e, end)) = task.await {
-            elector = Some(e);
-            if end == TermEnd::Lost {
-                lost.cancel();
-            }
-        }
-    }
-    if lost.is_cancelled() {
-        return Err(RunError::LeadershipLost);
-    }
-    if let Some(mut e) = elector {
-        e.release().await;
-    }
-    tracing::info!("netcm stopped");
-    Ok(())
 }
-
-/// Puts the effective configuration on the Lease just won, before the renew loop starts (so the two
-/// never race), for `netcm check`.
-async fn publish_effective_config(a: &LeadArgs<'_>) {
-    let config = crate::published::EffectiveConfiguration {
-        identity: a.lease_cfg.identity.clone(),
-        version: VERSION.to_string(),
-        controllers: a.enabled.iter().map(|s| s.to_string()).collect(),
-        flags: a.opts.effective_config.iter().cloned().collect(),
-    };
-    let api = Api::namespaced(a.client.clone(), &a.lease_cfg.namespace);
-    // The first renewal waits for this, then a retry period: both must fit in the renew deadline.
-    let budget = a
-        .lease_cfg
-        .renew_deadline
-        .saturating_sub(a.lease_cfg.retry_period)
-        / 2;
-    crate::published::publish(&api, &a.lease_cfg.name, &config, budget).await;
-}
-
-/// Re-exported so controller crates can size their drain.
-pub const CONTROLLER_DRAIN_TIMEOUT: Duration = DRAIN_TIMEOUT;

@@ -7,11 +7,9 @@
 
 mod review;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -29,6 +27,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::http::{accept_loop, route, serve_connection, Endpoints, Limits};
+use crate::ttl_cache::TtlCache;
 use review::{ReviewSlot, Reviewer};
 
 /// How long an authentication or authorization answer is reused, a refusal as much as an approval
@@ -48,8 +47,16 @@ fn always_allowed(path: &str) -> bool {
 #[derive(Debug, thiserror::Error)]
 pub enum SecureError {
     /// Reading the certificate or key failed.
-    #[error("--tls-cert-file/--tls-private-key-file: {0}")]
-    Pem(String),
+    #[error("--tls-cert-file/--tls-private-key-file: {path}: {source}")]
+    Pem {
+        /// The file.
+        path: String,
+        /// Why.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The self-signed certificate's key could not be used.
+    #[error("generating a self-signed serving certificate: {0}")]
+    SelfSignedKey(&'static str),
     /// Making the self-signed certificate failed.
     #[error("generating a self-signed serving certificate: {0}")]
     SelfSigned(#[from] rcgen::Error),
@@ -58,7 +65,7 @@ pub enum SecureError {
     Tls(#[from] rustls::Error),
     /// The client for TokenReviews and SubjectAccessReviews could not be built.
     #[error("building the client for token and access reviews: {0}")]
-    Client(kube::Error),
+    Client(#[source] kube::Error),
     /// The user agent has characters a header cannot carry.
     #[error("user agent {0:?} is not a valid header value")]
     UserAgent(String),
@@ -73,9 +80,14 @@ pub fn tls_acceptor(cert: Option<&Path>, key: Option<&Path>) -> Result<TlsAccept
         (Some(cert), Some(key)) => {
             let chain = CertificateDer::pem_file_iter(cert)
                 .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| SecureError::Pem(format!("{}: {e}", cert.display())))?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| SecureError::Pem(format!("{}: {e}", key.display())))?;
+                .map_err(|source| SecureError::Pem {
+                    path: cert.display().to_string(),
+                    source,
+                })?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|source| SecureError::Pem {
+                path: key.display().to_string(),
+                source,
+            })?;
             (chain, key)
         }
         _ => {
@@ -85,7 +97,7 @@ pub fn tls_acceptor(cert: Option<&Path>, key: Option<&Path>) -> Result<TlsAccept
                 .unwrap_or_else(|| "netcm".into());
             let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), host])?;
             let key = PrivateKeyDer::try_from(cert.signing_key.serialize_der())
-                .map_err(|e| SecureError::Pem(e.to_string()))?;
+                .map_err(SecureError::SelfSignedKey)?;
             (vec![cert.cert.der().clone()], key)
         }
     };
@@ -129,47 +141,6 @@ fn decision_key(user: &UserInfo, path: &str) -> Digest {
     digest(&fields)
 }
 
-/// Answers kept for [`CACHE_TTL`], at most `capacity` of them: when full, expired entries are dropped,
-/// then the oldest.
-struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (V, Instant)>>,
-    capacity: usize,
-}
-
-impl<K: std::hash::Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
-    fn new(capacity: usize) -> Self {
-        Self {
-            entries: Mutex::new(HashMap::new()),
-            capacity: capacity.max(1),
-        }
-    }
-
-    fn get(&self, key: &K) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(key)
-            .filter(|(_, at)| at.elapsed() < CACHE_TTL)
-            .map(|(v, _)| v.clone())
-    }
-
-    fn insert(&self, key: K, value: V) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= self.capacity && !entries.contains_key(&key) {
-            entries.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
-            if entries.len() >= self.capacity {
-                let oldest = entries
-                    .iter()
-                    .min_by_key(|(_, (_, at))| *at)
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    entries.remove(&k);
-                }
-            }
-        }
-        entries.insert(key, (value, Instant::now()));
-    }
-}
-
 /// Delegated authentication and authorization against the API server, with a short cache.
 #[derive(Clone)]
 pub struct Delegation {
@@ -211,8 +182,8 @@ impl Delegation {
     ) -> Result<Self, SecureError> {
         Ok(Self {
             reviewer: Reviewer::new(config, user_agent, registry)?,
-            users: Arc::new(TtlCache::new(CACHE_CAPACITY)),
-            decisions: Arc::new(TtlCache::new(CACHE_CAPACITY)),
+            users: Arc::new(TtlCache::new(CACHE_TTL).bounded(CACHE_CAPACITY)),
+            decisions: Arc::new(TtlCache::new(CACHE_TTL).bounded(CACHE_CAPACITY)),
         })
     }
 
@@ -325,13 +296,6 @@ fn refusal(status: StatusCode, why: String) -> Response<Full<Bytes>> {
     resp
 }
 
-/// Binds the secure listener.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    Ok((listener, local))
-}
-
 /// Serves TLS with delegated auth until `cancel` fires.
 pub async fn serve(
     listener: TcpListener,
@@ -403,18 +367,17 @@ mod tests {
 
     #[test]
     fn a_flood_of_distinct_fresh_answers_keeps_the_cache_at_its_capacity_and_keeps_the_newest() {
-        let cache = TtlCache::new(8);
+        let cache = TtlCache::new(CACHE_TTL).bounded(8);
         for i in 0..1000u32 {
             cache.insert(token_key(&format!("bogus-{i}")), None::<UserInfo>);
         }
-        let len = cache.entries.lock().map(|e| e.len()).unwrap_or(usize::MAX);
-        assert_eq!(len, 8);
+        assert_eq!(cache.len(), 8);
         assert_eq!(cache.get(&token_key("bogus-999")), Some(None));
     }
 
     #[test]
     fn a_refused_token_is_remembered_like_an_accepted_one() {
-        let cache = TtlCache::new(8);
+        let cache = TtlCache::new(CACHE_TTL).bounded(8);
         cache.insert(token_key("bogus"), None::<UserInfo>);
         assert_eq!(cache.get(&token_key("bogus")), Some(None));
         assert_eq!(cache.get(&token_key("other")), None);

@@ -1,4 +1,4 @@
-//! Per-controller sync metrics, counted by the shared worker loop ([`crate::run_workers`]):
+//! Per-controller sync metrics, counted by the shared worker loop ([`crate::Controller`]):
 //! `netcm_sync_total{controller,result,reason}` and `netcm_sync_duration_seconds{controller}`.
 //!
 //! Why a process-wide handle: every controller's workers run through one function that has no registry
@@ -32,7 +32,7 @@ pub fn register(registry: &Registry) -> Result<(), prometheus::Error> {
             let total = IntCounterVec::new(
                 Opts::new(
                     "netcm_sync_total",
-                    "Syncs finished by each controller's workers, by result (success, requeue, error) and reason (for errors: fenced, the API's status reason in snake_case, transport, or error).",
+                    "Syncs finished by each controller's workers, by result (success, requeue, error) and reason (for errors: fenced, the API's status reason in snake_case, transport, a reason of the controller's own, or error).",
                 ),
                 &["controller", "result", "reason"],
             )?;
@@ -74,30 +74,37 @@ pub(crate) fn observe(controller: &str, result: &str, reason: &str, seconds: f64
     }
 }
 
-/// A bounded `reason` label for a failed sync, from the error and its sources: `fenced` for a write the
-/// leader fence refused, the API's status reason (`conflict`, `forbidden`, `not_found`, …) for a refused
-/// request, `transport` for a request that got no answer, else `error`.
-pub fn reason(err: &(dyn std::error::Error + 'static)) -> &'static str {
-    // `#[error(transparent)]` wrappers hide the fence error from the source chain; its text does not.
+/// `reason` of a sync whose write the leader fence refused.
+pub const REASON_FENCED: &str = "fenced";
+/// `reason` of a failure with no more specific label.
+pub const REASON_ERROR: &str = "error";
+
+/// The `reason` label of a failed API request: `fenced` for a write the leader fence refused in the
+/// client layer, the API's status reason (`conflict`, `forbidden`, `not_found`, …) for a refused
+/// request, `transport` for a request that got no answer, else `error`. For [`crate::SyncError::reason`].
+pub fn api_reason(err: &kube::Error) -> &'static str {
+    // The client layer's fence refusal travels as a service error; its text survives any wrapping.
     if err.to_string().contains(FENCE_TEXT) {
-        return "fenced";
+        return REASON_FENCED;
     }
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
     while let Some(e) = cur {
         if e.downcast_ref::<crate::leader::Fenced>().is_some() {
-            return "fenced";
-        }
-        if let Some(k) = e.downcast_ref::<kube::Error>() {
-            return match k {
-                kube::Error::Api(s) => status_reason(&s.reason, s.code),
-                // The client layer's fence refusal travels as a service error, caught above by its text.
-                kube::Error::HyperError(_) | kube::Error::Service(_) => "transport",
-                _ => "error",
-            };
+            return REASON_FENCED;
         }
         cur = e.source();
     }
-    "error"
+    match err {
+        kube::Error::Api(s) => status_reason(&s.reason, s.code),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => "transport",
+        _ => REASON_ERROR,
+    }
+}
+
+impl crate::SyncError for crate::leader::Fenced {
+    fn reason(&self) -> &'static str {
+        REASON_FENCED
+    }
 }
 
 /// What [`crate::leader::Fenced`] says, wherever it is wrapped.
@@ -126,37 +133,26 @@ fn status_reason(reason: &str, code: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SyncError;
 
-    #[derive(Debug, thiserror::Error)]
-    enum Wrapped {
-        #[error("patch: {0}")]
-        Api(#[from] kube::Error),
-        #[error(transparent)]
-        Fenced(#[from] crate::leader::Fenced),
-        #[error("something else")]
-        Other,
-    }
-
-    fn api(reason: &str, code: u16) -> Wrapped {
-        Wrapped::Api(kube::Error::Api(Box::new(
+    fn api(reason: &str, code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
             kube::core::Status::failure("refused", reason).with_code(code),
-        )))
+        ))
     }
 
     #[test]
     fn a_refused_request_is_labelled_by_the_apis_status_reason_in_snake_case() {
-        assert_eq!(reason(&api("Conflict", 409)), "conflict");
-        assert_eq!(reason(&api("Forbidden", 403)), "forbidden");
-        assert_eq!(reason(&api("SomethingNew", 503)), "server_error");
-        assert_eq!(reason(&api("SomethingNew", 418)), "api_error");
+        assert_eq!(api_reason(&api("Conflict", 409)), "conflict");
+        assert_eq!(api_reason(&api("Forbidden", 403)), "forbidden");
+        assert_eq!(api_reason(&api("SomethingNew", 503)), "server_error");
+        assert_eq!(api_reason(&api("SomethingNew", 418)), "api_error");
     }
 
     #[test]
-    fn a_fenced_write_and_an_unknown_error_have_their_own_reasons() {
-        assert_eq!(
-            reason(&Wrapped::Fenced(crate::leader::Fenced("not the leader"))),
-            "fenced"
-        );
-        assert_eq!(reason(&Wrapped::Other), "error");
+    fn a_write_the_fence_refused_is_fenced_also_when_the_client_layer_wrapped_it() {
+        let in_layer = kube::Error::Service(Box::new(crate::leader::Fenced("not the leader")));
+        assert_eq!(api_reason(&in_layer), "fenced");
+        assert_eq!(crate::leader::Fenced("not the leader").reason(), "fenced");
     }
 }

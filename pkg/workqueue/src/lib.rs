@@ -16,6 +16,9 @@
 //! Each queue can record client-go's `workqueue_*` Prometheus metrics,
 //! labelled with its name, through a shared [`WorkqueueMetrics`].
 //!
+//! [`TokenBucket`], the limiter behind the queue's overall rate, is the
+//! workspace's one token bucket: netcm's API clients use it too.
+//!
 //! ```
 //! use netcm_workqueue::{Queue, RateLimiter};
 //!
@@ -37,7 +40,9 @@ mod metrics;
 mod queue;
 mod rate_limiter;
 mod state;
+mod token_bucket;
 
 pub use metrics::{Error, WorkqueueMetrics};
 pub use queue::Queue;
 pub use rate_limiter::RateLimiter;
+pub use token_bucket::TokenBucket;

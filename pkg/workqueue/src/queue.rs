@@ -4,9 +4,10 @@ use std::fmt;
 use std::hash::Hash;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -51,7 +52,7 @@ struct Shared<K> {
 impl<K> Shared<K> {
     /// Locks the state, recovering it if a panicking thread poisoned the mutex.
     fn lock(&self) -> MutexGuard<'_, State<K>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 }
 

@@ -1,16 +1,16 @@
 //! Rate limiters deciding how long a failed key waits before it is retried.
 //!
 //! These mirror client-go's `ItemExponentialFailureRateLimiter`,
-//! `BucketRateLimiter` (a `golang.org/x/time/rate` token bucket) and
-//! `MaxOfRateLimiter`.
+//! `BucketRateLimiter` (a [`TokenBucket`]) and `MaxOfRateLimiter`.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use parking_lot::Mutex;
+
+use crate::token_bucket::TokenBucket;
 
 /// Base delay of the default controller's per-item exponential backoff.
 const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(5);
@@ -31,7 +31,7 @@ enum Kind<K> {
     /// Per-key exponential backoff.
     Exponential(ExponentialBackoff<K>),
     /// One token bucket shared by all keys.
-    Bucket(Mutex<TokenBucket>),
+    Bucket(TokenBucket),
     /// The largest delay of several limiters.
     MaxOf(Vec<RateLimiter<K>>),
 }
@@ -54,7 +54,7 @@ impl<K: Clone + Eq + Hash> RateLimiter<K> {
     /// burst and then delays for [`Duration::MAX`].
     pub fn bucket(qps: f64, burst: u32) -> Self {
         Self {
-            kind: Kind::Bucket(Mutex::new(TokenBucket::new(qps, burst))),
+            kind: Kind::Bucket(TokenBucket::new(qps, burst)),
         }
     }
 
@@ -77,7 +77,7 @@ impl<K: Clone + Eq + Hash> RateLimiter<K> {
     pub fn when(&self, key: &K) -> Duration {
         match &self.kind {
             Kind::Exponential(backoff) => backoff.when(key),
-            Kind::Bucket(bucket) => lock(bucket).reserve(Instant::now()),
+            Kind::Bucket(bucket) => bucket.reserve(),
             Kind::MaxOf(limiters) => limiters
                 .iter()
                 .map(|limiter| limiter.when(key))
@@ -90,7 +90,7 @@ impl<K: Clone + Eq + Hash> RateLimiter<K> {
     pub fn forget(&self, key: &K) {
         match &self.kind {
             Kind::Exponential(backoff) => {
-                lock(&backoff.failures).remove(key);
+                backoff.failures.lock().remove(key);
             }
             Kind::Bucket(_) => {}
             Kind::MaxOf(limiters) => limiters.iter().for_each(|limiter| limiter.forget(key)),
@@ -100,7 +100,7 @@ impl<K: Clone + Eq + Hash> RateLimiter<K> {
     /// How many times `key` has failed since it was last forgotten.
     pub fn num_requeues(&self, key: &K) -> u32 {
         match &self.kind {
-            Kind::Exponential(backoff) => lock(&backoff.failures).get(key).copied().unwrap_or(0),
+            Kind::Exponential(backoff) => backoff.failures.lock().get(key).copied().unwrap_or(0),
             Kind::Bucket(_) => 0,
             Kind::MaxOf(limiters) => limiters
                 .iter()
@@ -114,7 +114,7 @@ impl<K: Clone + Eq + Hash> RateLimiter<K> {
     #[cfg(test)]
     pub(crate) fn tracked_keys(&self) -> usize {
         match &self.kind {
-            Kind::Exponential(backoff) => lock(&backoff.failures).len(),
+            Kind::Exponential(backoff) => backoff.failures.lock().len(),
             Kind::Bucket(_) => 0,
             Kind::MaxOf(limiters) => limiters.iter().map(RateLimiter::tracked_keys).sum(),
         }
@@ -135,21 +135,10 @@ impl<K> fmt::Debug for RateLimiter<K> {
                 .field("base", &backoff.base)
                 .field("max", &backoff.max)
                 .finish_non_exhaustive(),
-            Kind::Bucket(bucket) => {
-                let bucket = lock(bucket);
-                f.debug_struct("Bucket")
-                    .field("qps", &bucket.qps)
-                    .field("burst", &bucket.burst)
-                    .finish_non_exhaustive()
-            }
+            Kind::Bucket(bucket) => f.debug_tuple("Bucket").field(bucket).finish(),
             Kind::MaxOf(limiters) => f.debug_tuple("MaxOf").field(limiters).finish(),
         }
     }
-}
-
-/// Locks `mutex`, recovering the data if a panicking thread poisoned it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// client-go's `ItemExponentialFailureRateLimiter`.
@@ -165,7 +154,7 @@ struct ExponentialBackoff<K> {
 impl<K: Clone + Eq + Hash> ExponentialBackoff<K> {
     /// Bumps the failure count of `key` and returns the backoff for its previous count.
     fn when(&self, key: &K) -> Duration {
-        let mut failures = lock(&self.failures);
+        let mut failures = self.failures.lock();
         let exponent = match failures.get_mut(key) {
             Some(count) => {
                 let previous = *count;
@@ -192,62 +181,6 @@ fn backoff(base: Duration, max: Duration, exponent: u32) -> Duration {
             .map(Duration::from_nanos)
             .unwrap_or(max),
         _ => max,
-    }
-}
-
-/// A `golang.org/x/time/rate` limiter, used through `Reserve().Delay()`.
-struct TokenBucket {
-    /// Tokens added per second.
-    qps: f64,
-    /// Largest number of stored tokens.
-    burst: f64,
-    /// Tokens available at `last`; negative when reservations are queued.
-    tokens: f64,
-    /// When `tokens` was last computed; `None` means the bucket is full.
-    last: Option<Instant>,
-}
-
-impl TokenBucket {
-    /// A full bucket.
-    fn new(qps: f64, burst: u32) -> Self {
-        Self {
-            qps,
-            burst: f64::from(burst),
-            tokens: f64::from(burst),
-            last: None,
-        }
-    }
-
-    /// Whether the bucket refills at a finite, positive rate.
-    fn refills(&self) -> bool {
-        self.qps.is_finite() && self.qps > 0.0
-    }
-
-    /// Reserves one token at `now` and returns how long until it may be used.
-    fn reserve(&mut self, now: Instant) -> Duration {
-        if self.qps.is_infinite() && self.qps > 0.0 {
-            return Duration::ZERO;
-        }
-        let available = match self.last {
-            None => self.burst,
-            Some(last) if self.refills() => {
-                let elapsed = now.saturating_duration_since(last).as_secs_f64();
-                (self.tokens + elapsed * self.qps).min(self.burst)
-            }
-            Some(_) => self.tokens,
-        };
-        self.last = Some(now);
-        if available >= 1.0 {
-            self.tokens = available - 1.0;
-            return Duration::ZERO;
-        }
-        if !self.refills() {
-            // Like x/time/rate, an unsatisfiable reservation consumes nothing.
-            self.tokens = available;
-            return Duration::MAX;
-        }
-        self.tokens = available - 1.0;
-        Duration::try_from_secs_f64(-self.tokens / self.qps).unwrap_or(Duration::MAX)
     }
 }
 
@@ -313,47 +246,6 @@ mod tests {
             }
             assert_eq!(limiter.tracked_keys(), 10, "round {round}");
         }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bucket_allows_the_burst_then_throttles_at_qps() {
-        let limiter = RateLimiter::bucket(10.0, 100);
-        for i in 0..100 {
-            assert_eq!(limiter.when(&i), Duration::ZERO, "call {i}");
-        }
-        assert_close(limiter.when(&100), 100 * MS);
-        assert_close(limiter.when(&101), 200 * MS);
-        assert_close(limiter.when(&102), 300 * MS);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bucket_refills_while_time_passes() {
-        let limiter = RateLimiter::bucket(10.0, 5);
-        for i in 0..5 {
-            assert_eq!(limiter.when(&i), Duration::ZERO);
-        }
-        assert_close(limiter.when(&5), 100 * MS);
-        // One token is owed; a second refills ten, but the bucket holds at
-        // most the burst.
-        tokio::time::advance(Duration::from_secs(1)).await;
-        for i in 0..5 {
-            assert_eq!(limiter.when(&i), Duration::ZERO, "call {i}");
-        }
-        assert_close(limiter.when(&5), 100 * MS);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bucket_with_infinite_qps_never_delays() {
-        let limiter = RateLimiter::bucket(f64::INFINITY, 0);
-        assert!((0..1000).all(|i| limiter.when(&i) == Duration::ZERO));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bucket_with_zero_qps_delays_forever_after_the_burst() {
-        let limiter = RateLimiter::bucket(0.0, 2);
-        assert_eq!(limiter.when(&0), Duration::ZERO);
-        assert_eq!(limiter.when(&1), Duration::ZERO);
-        assert_eq!(limiter.when(&2), Duration::MAX);
     }
 
     #[tokio::test(start_paused = true)]

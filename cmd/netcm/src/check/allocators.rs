@@ -67,7 +67,7 @@ pub fn check(s: &Snapshot) -> Vec<Finding> {
         let with_cidrs: Vec<&Node> = s
             .nodes
             .iter()
-            .filter(|n| !netcm_manager::node::pod_cidrs(n).is_empty())
+            .filter(|n| !netcm_node::raw_pod_cidrs(n).is_empty())
             .collect();
         let tracked = with_cidrs
             .iter()

@@ -23,7 +23,7 @@ pub fn lease_problem(s: &Snapshot, node: &Node) -> Option<Finding> {
         }
     };
     if let Some(w) = &p.waiting {
-        if netcm_manager::node::pod_cidrs(node).is_empty() {
+        if netcm_node::raw_pod_cidrs(node).is_empty() {
             return None; // the pools check reports Nodes without pod CIDRs.
         }
         return Some(
@@ -99,7 +99,7 @@ pub fn check(s: &Snapshot) -> Vec<Finding> {
         let with = s
             .nodes
             .iter()
-            .filter(|n| !netcm_manager::node::pod_cidrs(n).is_empty())
+            .filter(|n| !netcm_node::raw_pod_cidrs(n).is_empty())
             .count();
         return vec![Finding::ok(
             "leases",

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use netcm_ipam::{Family, HoldFinding, PoolStats, Pools};
+use netcm_ipam::{HoldFinding, PoolStats, Pools};
+use netcm_node::Family;
 
 use super::report::Finding;
 use super::snapshot::{ago, event_time, name, pod_cidrs, Snapshot, Source};
@@ -60,13 +61,6 @@ pub fn analyse(s: &Snapshot) -> Option<Result<Analysis, String>> {
     Some(Ok(Analysis { stats, full, bad }))
 }
 
-fn family_name(f: Family) -> &'static str {
-    match f {
-        Family::V4 => "IPv4",
-        Family::V6 => "IPv6",
-    }
-}
-
 fn cluster_cidr_fix(s: &Snapshot, full: &[&PoolStats]) -> String {
     let shown: Vec<String> = full.iter().map(|p| p.cluster_cidr.clone()).collect();
     format!(
@@ -107,10 +101,7 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
             let pct = p.usage * 100.0;
             let line = format!(
                 "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
-                p.cluster_cidr,
-                family_name(p.family),
-                p.allocated,
-                p.max
+                p.cluster_cidr, p.family, p.allocated, p.max
             );
             if p.allocated >= p.max {
                 Finding::fail("pool", format!("{line}: full"), cluster_cidr_fix(s, &[p]))
@@ -161,7 +152,7 @@ pub fn why_waiting(
                 "waiting",
                 format!(
                     "Node {n} has no pod CIDR: {} cluster CIDR {}",
-                    family_name(*fam),
+                    fam,
                     sizes.join(", ")
                 ),
                 cluster_cidr_fix(s, &full),
@@ -221,7 +212,7 @@ pub fn check_waiting(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) 
     let waiting: Vec<Finding> = s
         .nodes
         .iter()
-        .filter(|n| netcm_manager::node::pod_cidrs(n).is_empty())
+        .filter(|n| netcm_node::raw_pod_cidrs(n).is_empty())
         .map(|n| why_waiting(s, analysis, n))
         .collect();
     if waiting.is_empty() {

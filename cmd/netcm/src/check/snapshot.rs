@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use netcm_ipam::{AllocatorConfig, AllocatorFlags};
 use netcm_manager::published::EffectiveConfiguration;
+use netcm_node::PodCidrs;
 
 /// The Lease as read.
 #[derive(Debug, Clone)]
@@ -116,11 +117,13 @@ impl Snapshot {
     }
 }
 
-/// When an Event happened (eventTime, else creation).
+/// When an Event last happened: its series' last observation (a repeat updates the series, not the
+/// event), else eventTime, else creation.
 pub fn event_time(e: &Event) -> Option<Timestamp> {
-    e.event_time
+    e.series
         .as_ref()
-        .map(|t| t.0)
+        .map(|s| s.last_observed_time.0)
+        .or_else(|| e.event_time.as_ref().map(|t| t.0))
         .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
@@ -129,17 +132,12 @@ pub fn name(node: &Node) -> &str {
     node.metadata.name.as_deref().unwrap_or("")
 }
 
-/// A Node's pod CIDRs, parsed and not.
+/// A Node's pod CIDRs as the checks compare them: the networks (host bits cleared) and the entries that
+/// are not CIDRs.
 pub fn pod_cidrs(node: &Node) -> (Vec<IpNet>, Vec<String>) {
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for raw in netcm_manager::node::pod_cidrs(node) {
-        match raw.parse::<IpNet>() {
-            Ok(n) => good.push(n.trunc()),
-            Err(_) => bad.push(raw),
-        }
-    }
-    (good, bad)
+    let parsed = PodCidrs::of(node);
+    let bad = parsed.unparsable.iter().map(|u| u.raw.clone()).collect();
+    (parsed.networks().collect(), bad)
 }
 
 /// How long ago, in words ("42s", "3m", "5h", "2d").
@@ -254,8 +252,8 @@ impl Settings {
             annotation_prefix: given
                 .annotation_prefix
                 .clone()
-                .or_else(|| from("--annotation-prefix"))
-                .unwrap_or_else(|| "flannel.alpha.coreos.com".into()),
+                .or_else(|| from("--annotation-prefix")),
+            route_lease_annotation_prefix: None,
             backend_type: from("--backend-type").unwrap_or_else(|| "host-gw".into()),
             public_ip_address_types: given
                 .public_ip_address_types
@@ -383,6 +381,24 @@ pub mod fixtures {
 mod tests {
     use super::fixtures::*;
     use super::*;
+
+    #[test]
+    fn a_repeated_event_happened_when_its_series_last_saw_it() {
+        use k8s_openapi::api::events::v1::EventSeries;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let first: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
+        let last: Timestamp = "2026-01-01T00:05:00Z".parse().expect("time");
+        let mut e = Event {
+            event_time: Some(MicroTime(first)),
+            ..Default::default()
+        };
+        assert_eq!(event_time(&e), Some(first));
+        e.series = Some(EventSeries {
+            count: 2,
+            last_observed_time: MicroTime(last),
+        });
+        assert_eq!(event_time(&e), Some(last));
+    }
 
     #[test]
     fn given_flags_win_over_the_leaders_published_configuration() {

@@ -1,15 +1,17 @@
-//! The tower layer every request of a netcm client passes, in this order: the client-side token bucket,
+//! The tower layer every request of a netcm client passes, in this order: the client-side token bucket
+//! (client-go's `flowcontrol` QPS/burst limiter, the workqueue's [`TokenBucket`]),
 //! then — for a fenced client's writes — the leader fence and the write's deadline (sent to the API
 //! server as `timeout=` and enforced here with a timer), then the `rest_client_*` metrics.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::{Method, Request, Response, Uri};
 use kube::client::Body;
+use netcm_workqueue::TokenBucket;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use tower::{Layer, Service, ServiceExt};
 
@@ -49,40 +51,6 @@ impl ClientMetrics {
     }
 }
 
-/// A token bucket shared by every request of one client (client-go's `flowcontrol` QPS/burst limiter).
-#[derive(Debug)]
-pub struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl TokenBucket {
-    /// A full bucket of `burst` tokens refilled at `qps` per second.
-    pub fn new(qps: f32, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps: f64::from(qps).max(0.001),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
-        }
-    }
-
-    /// Reserves one token and returns how long to wait before using it.
-    pub fn reserve(&self) -> Duration {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(st.1).as_secs_f64();
-        st.0 = (st.0 + elapsed * self.qps).min(self.burst) - 1.0;
-        st.1 = now;
-        if st.0 >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-st.0 / self.qps)
-        }
-    }
-}
-
 /// A fenced write the API server did not answer by its deadline; abandoned before the lease could pass.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("write abandoned at its leader-fence deadline, {budget:?} after it was sent, before the lease could pass to another replica")]
@@ -104,7 +72,7 @@ impl NetcmLayer {
     /// A layer with its own token bucket; writes are fenced when a guard is given.
     pub fn new(qps: f32, burst: u32, guard: Option<LeaderGuard>, metrics: ClientMetrics) -> Self {
         Self {
-            bucket: Arc::new(TokenBucket::new(qps, burst)),
+            bucket: Arc::new(TokenBucket::new(f64::from(qps), burst)),
             guard,
             metrics,
         }
@@ -277,24 +245,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_token_bucket_allows_a_burst_then_spaces_requests_at_the_qps() {
-        let b = TokenBucket::new(10.0, 3);
-        assert!(b.reserve().is_zero());
-        assert!(b.reserve().is_zero());
-        assert!(b.reserve().is_zero());
-        let wait = b.reserve();
-        assert!(
-            wait > Duration::from_millis(80) && wait <= Duration::from_millis(100),
-            "{wait:?}"
-        );
-        let wait2 = b.reserve();
-        assert!(
-            wait2 > Duration::from_millis(180) && wait2 <= Duration::from_millis(200),
-            "{wait2:?}"
-        );
-    }
 
     fn req(m: Method, p: &str) -> Request<Body> {
         Request::builder()

@@ -6,9 +6,10 @@
 //! must end by that renewal + lease duration − safety margin: other replicas may take the lease only a
 //! lease duration after they *observed* the renewal, which is later than it was sent.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Mutex, MutexGuard};
 use prometheus::{IntCounter, Opts, Registry};
 
 use super::LeaderElectionConfig;
@@ -99,7 +100,7 @@ impl LeaderGuard {
     }
 
     fn state(&self) -> MutexGuard<'_, GuardState> {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.state.lock()
     }
 
     /// What every write's deadline keeps clear of the earliest takeover: half the gap between the renew

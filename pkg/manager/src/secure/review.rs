@@ -12,17 +12,17 @@ use std::time::Duration;
 
 use kube::api::{Api, PostParams};
 use kube::Resource;
+use netcm_workqueue::TokenBucket;
 use prometheus::{IntCounterVec, Opts, Registry};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::SecureError;
-use crate::client::TokenBucket;
 
 /// Reviews per second the secure port may send, and the burst. Scrapers' answers are cached, so a few
 /// scrapers need well under one review a second; the rest is headroom.
-const REVIEW_QPS: f32 = 20.0;
+const REVIEW_QPS: f64 = 20.0;
 const REVIEW_BURST: u32 = 40;
 /// Requests that may wait for reviews at once. A request needs at most two, so with the bucket empty the
 /// last waits `2 * MAX_WAITING / REVIEW_QPS` (1.6 s) for its turn: refusing the rest at once keeps the

@@ -4,14 +4,9 @@
 
 use std::net::IpAddr;
 
-/// The address family a value must have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// IPv4 (`public-ip`).
-    V4,
-    /// IPv6 (`public-ipv6`).
-    V6,
-}
+use k8s_openapi::api::core::v1::Node;
+
+use crate::Family;
 
 /// Why a value cannot be a Node's public IP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -102,9 +97,73 @@ pub fn public_ip(raw: &str, family: Family) -> Result<IpAddr, Unusable> {
     }
 }
 
+/// The first address of `family` in the Node's `status.addresses` that passes [`public_ip`], by type in
+/// `types` order, then in the order the Node lists them.
+pub fn first_address<T: AsRef<str>>(node: &Node, types: &[T], family: Family) -> Option<IpAddr> {
+    let addresses = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default();
+    types.iter().find_map(|t| {
+        addresses
+            .iter()
+            .filter(|a| a.type_ == t.as_ref())
+            .find_map(|a| public_ip(&a.address, family).ok())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+
+    fn node(addresses: &[(&str, &str)]) -> Node {
+        Node {
+            status: Some(NodeStatus {
+                addresses: Some(
+                    addresses
+                        .iter()
+                        .map(|(t, a)| NodeAddress {
+                            type_: t.to_string(),
+                            address: a.to_string(),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_first_address_follows_the_type_order_then_the_nodes_order_and_skips_unusable_ones() {
+        let n = node(&[
+            ("ExternalIP", "203.0.113.1"),
+            ("InternalIP", "127.0.0.1"),
+            ("InternalIP", "192.0.2.10"),
+            ("InternalIP", "192.0.2.11"),
+            ("InternalIP", "2001:db8::10"),
+        ]);
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("ip"));
+        assert_eq!(
+            first_address(&n, &["InternalIP", "ExternalIP"], Family::V4),
+            ip("192.0.2.10")
+        );
+        assert_eq!(
+            first_address(&n, &["ExternalIP", "InternalIP"], Family::V4),
+            ip("203.0.113.1")
+        );
+        assert_eq!(
+            first_address(&n, &["InternalIP"], Family::V6),
+            ip("2001:db8::10")
+        );
+        assert_eq!(first_address(&n, &["ExternalIP"], Family::V6), None);
+        assert_eq!(
+            first_address(&Node::default(), &["InternalIP"], Family::V4),
+            None
+        );
+    }
 
     #[test]
     fn ordinary_addresses_of_the_asked_family_are_accepted_in_canonical_form() {

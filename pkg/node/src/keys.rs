@@ -1,6 +1,8 @@
 //! The annotation keys of a flannel subnet lease, derived from `--annotation-prefix` with flannel's
 //! `--kube-annotation-prefix` rules, and checked to be keys the API server accepts.
 
+use crate::Family;
+
 /// The prefix is not one flannel (or the API server) accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrefixError {
@@ -109,6 +111,22 @@ impl Keys {
         Ok(keys)
     }
 
+    /// `<p>public-ip` or `<p>public-ipv6`: the lease's public IP of `family`.
+    pub fn public_ip_of(&self, family: Family) -> &str {
+        match family {
+            Family::V4 => &self.public_ip,
+            Family::V6 => &self.public_ipv6,
+        }
+    }
+
+    /// `<p>public-ip-overwrite` or `<p>public-ipv6-overwrite`: the users' overwrite of `family`.
+    pub fn public_ip_overwrite_of(&self, family: Family) -> &str {
+        match family {
+            Family::V4 => &self.public_ip_overwrite,
+            Family::V6 => &self.public_ipv6_overwrite,
+        }
+    }
+
     /// The keys of the lease itself, which a publisher writes (everything but the users' overwrites).
     pub fn lease(&self) -> [&str; 6] {
         [
@@ -208,6 +226,21 @@ mod tests {
         assert_eq!(
             k.public_ipv6_overwrite,
             "flannel.alpha.coreos.com/public-ipv6-overwrite"
+        );
+    }
+
+    #[test]
+    fn the_public_ip_keys_of_a_family_are_the_leases_and_the_overwrites() {
+        let k = Keys::new(F, "example.com/net").expect("valid");
+        assert_eq!(k.public_ip_of(Family::V4), "example.com/net-public-ip");
+        assert_eq!(k.public_ip_of(Family::V6), "example.com/net-public-ipv6");
+        assert_eq!(
+            k.public_ip_overwrite_of(Family::V4),
+            "example.com/net-public-ip-overwrite"
+        );
+        assert_eq!(
+            k.public_ip_overwrite_of(Family::V6),
+            "example.com/net-public-ipv6-overwrite"
         );
     }
 

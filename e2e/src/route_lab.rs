@@ -1,15 +1,16 @@
-//! The route e2e lab: a cluster, a network namespace with on-link subnets (more namespaces as more
-//! hosts when a test needs them), and the API forwarder into each.
+//! The route lab of the route-controller e2e tests and `bench-routes`: a cluster, a network namespace
+//! with on-link subnets (more namespaces as more hosts when a test needs them), and the API forwarder
+//! into each.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::netns::{Forwarder, NetNs, NetnsNetcm};
+use crate::{audit, wait_for, TestEnv};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use netcm_e2e::netns::{Forwarder, NetNs, NetnsNetcm};
-use netcm_e2e::{audit, wait_for, TestEnv};
 
 pub const TABLE: &str = "100";
 pub const PROTO: &str = "199";

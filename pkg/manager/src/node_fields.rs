@@ -1,0 +1,261 @@
+//! What of a Node a reconciler reads. Each reconciler declares its [`NodeFields`]; the manager caches
+//! only the union of the enabled controllers' declarations ([`NodeFields::trim`]), so at thousands of
+//! Nodes the cache stays a small fraction of a full Node list — and a controller that reads a field
+//! says so, instead of finding it silently dropped.
+//!
+//! Identity is always kept: name, uid, resourceVersion, creation and deletion timestamps.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The parts of a Node a reconciler reads from the cache, beyond its identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFields {
+    /// `spec.podCIDR` and `spec.podCIDRs`.
+    pub pod_cidrs: bool,
+    /// `spec.taints`.
+    pub taints: bool,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `spec.providerID`.
+    pub provider_id: bool,
+    /// `status.addresses`.
+    pub addresses: bool,
+    /// `status.conditions` of these types.
+    pub condition_types: BTreeSet<String>,
+    /// Annotations whose key starts with one of these prefixes (`""` keeps every annotation).
+    pub annotation_prefixes: BTreeSet<String>,
+    /// Labels whose key starts with one of these prefixes (`""` keeps every label).
+    pub label_prefixes: BTreeSet<String>,
+}
+
+impl NodeFields {
+    /// Nothing beyond the Node's identity.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Adds `spec.podCIDR(s)`.
+    pub fn pod_cidrs(mut self) -> Self {
+        self.pod_cidrs = true;
+        self
+    }
+
+    /// Adds `spec.taints`.
+    pub fn taints(mut self) -> Self {
+        self.taints = true;
+        self
+    }
+
+    /// Adds `status.addresses`.
+    pub fn addresses(mut self) -> Self {
+        self.addresses = true;
+        self
+    }
+
+    /// Adds the condition of type `type_`.
+    pub fn condition(mut self, type_: &str) -> Self {
+        self.condition_types.insert(type_.to_string());
+        self
+    }
+
+    /// Adds the annotations under `prefix`.
+    pub fn annotations(mut self, prefix: &str) -> Self {
+        self.annotation_prefixes.insert(prefix.to_string());
+        self
+    }
+
+    /// Adds the labels under `prefix`.
+    pub fn labels(mut self, prefix: &str) -> Self {
+        self.label_prefixes.insert(prefix.to_string());
+        self
+    }
+
+    /// Everything either declaration reads.
+    pub fn union(mut self, other: &NodeFields) -> Self {
+        self.pod_cidrs |= other.pod_cidrs;
+        self.taints |= other.taints;
+        self.unschedulable |= other.unschedulable;
+        self.provider_id |= other.provider_id;
+        self.addresses |= other.addresses;
+        self.condition_types
+            .extend(other.condition_types.iter().cloned());
+        self.annotation_prefixes
+            .extend(other.annotation_prefixes.iter().cloned());
+        self.label_prefixes
+            .extend(other.label_prefixes.iter().cloned());
+        self
+    }
+
+    /// Keeps the Node's identity and the declared fields, drops the rest. A keep-list, not a drop-list:
+    /// a field Kubernetes adds later is not cached until someone declares it.
+    pub fn trim(&self, node: &mut Node) {
+        let old = std::mem::take(node);
+        let meta = old.metadata;
+        node.metadata = ObjectMeta {
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            annotations: keep_prefixed(meta.annotations, &self.annotation_prefixes),
+            labels: keep_prefixed(meta.labels, &self.label_prefixes),
+            ..ObjectMeta::default()
+        };
+        node.spec = old.spec.map(|s| NodeSpec {
+            pod_cidr: s.pod_cidr.filter(|_| self.pod_cidrs),
+            pod_cidrs: s.pod_cidrs.filter(|_| self.pod_cidrs),
+            taints: s.taints.filter(|_| self.taints),
+            unschedulable: s.unschedulable.filter(|_| self.unschedulable),
+            provider_id: s.provider_id.filter(|_| self.provider_id),
+            ..NodeSpec::default()
+        });
+        node.status = old.status.map(|s| NodeStatus {
+            addresses: s.addresses.filter(|_| self.addresses),
+            conditions: s
+                .conditions
+                .map(|mut c| {
+                    c.retain(|c| self.condition_types.contains(&c.type_));
+                    c
+                })
+                .filter(|c| !c.is_empty()),
+            ..NodeStatus::default()
+        });
+    }
+}
+
+/// The entries whose key starts with one of `prefixes`; `None` when none is left.
+fn keep_prefixed(
+    map: Option<BTreeMap<String, String>>,
+    prefixes: &BTreeSet<String>,
+) -> Option<BTreeMap<String, String>> {
+    let kept: BTreeMap<String, String> = map?
+        .into_iter()
+        .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p.as_str())))
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, Taint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    fn full_node() -> Node {
+        let cond = |t: &str| NodeCondition {
+            type_: t.into(),
+            status: "False".into(),
+            ..Default::default()
+        };
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                uid: Some("u1".into()),
+                resource_version: Some("7".into()),
+                deletion_timestamp: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
+                annotations: Some(
+                    [
+                        ("flannel.alpha.coreos.com/public-ip", "192.0.2.1"),
+                        ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                    ]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+                ),
+                labels: Some(
+                    [("example.io/a", "1"), ("kubernetes.io/hostname", "n1")]
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .into(),
+                ),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: Some("10.0.0.0/24".into()),
+                pod_cidrs: Some(vec!["10.0.0.0/24".into()]),
+                taints: Some(vec![Taint {
+                    key: "k".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                provider_id: Some("p".into()),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(vec![NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: "192.0.2.1".into(),
+                }]),
+                conditions: Some(vec![cond("Ready"), cond("NetworkUnavailable")]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn trimmed(fields: &NodeFields) -> Node {
+        let mut node = full_node();
+        fields.trim(&mut node);
+        node
+    }
+
+    #[test]
+    fn without_declarations_only_the_nodes_identity_is_kept() {
+        let node = trimmed(&NodeFields::none());
+        let m = &node.metadata;
+        assert_eq!(m.name.as_deref(), Some("n1"));
+        assert_eq!(m.uid.as_deref(), Some("u1"));
+        assert_eq!(m.resource_version.as_deref(), Some("7"));
+        assert!(m.deletion_timestamp.is_some());
+        assert!(m.annotations.is_none() && m.labels.is_none() && m.managed_fields.is_none());
+        let spec = node.spec.expect("spec");
+        assert!(spec.pod_cidrs.is_none() && spec.taints.is_none() && spec.provider_id.is_none());
+        let status = node.status.expect("status");
+        assert!(status.addresses.is_none() && status.conditions.is_none());
+    }
+
+    #[test]
+    fn declared_fields_survive_and_prefixes_select_annotations_and_labels() {
+        let fields = NodeFields::none()
+            .pod_cidrs()
+            .addresses()
+            .condition("NetworkUnavailable")
+            .annotations("flannel.alpha.coreos.com/")
+            .labels("example.io/");
+        let node = trimmed(&fields);
+        let annotations = node.metadata.annotations.expect("annotations");
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["flannel.alpha.coreos.com/public-ip"]
+        );
+        let labels = node.metadata.labels.expect("labels");
+        assert_eq!(labels.keys().collect::<Vec<_>>(), ["example.io/a"]);
+        let spec = node.spec.expect("spec");
+        assert_eq!(spec.pod_cidr.as_deref(), Some("10.0.0.0/24"));
+        assert_eq!(spec.pod_cidrs.map(|c| c.len()), Some(1));
+        assert!(spec.taints.is_none());
+        let status = node.status.expect("status");
+        assert_eq!(status.addresses.map(|a| a.len()), Some(1));
+        let conditions = status.conditions.expect("conditions");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, "NetworkUnavailable");
+    }
+
+    #[test]
+    fn a_union_reads_what_either_side_reads() {
+        let a = NodeFields::none().pod_cidrs().annotations("a/");
+        let b = NodeFields::none().taints().annotations("b/").labels("");
+        let both = a.clone().union(&b);
+        assert!(both.pod_cidrs && both.taints && !both.addresses);
+        assert_eq!(both.annotation_prefixes.len(), 2);
+        let node = trimmed(&both);
+        assert_eq!(node.spec.and_then(|s| s.taints).map(|t| t.len()), Some(1));
+        // An empty prefix keeps every label.
+        assert_eq!(node.metadata.labels.map(|l| l.len()), Some(2));
+        assert_eq!(
+            a.union(&NodeFields::none()),
+            NodeFields::none().pod_cidrs().annotations("a/")
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! The tasks the main sequence starts and stops: the leader's renew loop ([`Term`]), the running
+//! controllers ([`Running`]) and the shared informer ([`Informer`]).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::DRAIN_TIMEOUT;
+use crate::controller::Controller;
+use crate::informer::SharedInformer;
+use crate::leader::{LeaderElector, TermEnd};
+use crate::node_fields::NodeFields;
+
+/// A leader's term: the renew loop on its own task, from the lease won until it is lost or stopped.
+/// Without leader election there is no lease, and the term ends only by shutdown.
+pub(super) struct Term {
+    /// `None` without leader election, or once the loop has ended by itself (lost).
+    renewing: Option<JoinHandle<(LeaderElector, TermEnd)>>,
+    stop: CancellationToken,
+}
+
+impl Term {
+    /// A term without leader election.
+    pub(super) fn unelected() -> Self {
+        Self {
+            renewing: None,
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Starts renewing the lease `elector` just won.
+    pub(super) fn start(mut elector: LeaderElector) -> Self {
+        let stop = CancellationToken::new();
+        let renewing = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let end = elector.renew_until_lost(&stop).await;
+                (elector, end)
+            }
+        });
+        Self {
+            renewing: Some(renewing),
+            stop,
+        }
+    }
+
+    /// Resolves when the renew loop ends by itself — the lease is lost, and its elector is dropped
+    /// unreleased; never without leader election. Cancel-safe: dropped early, the loop runs on.
+    pub(super) async fn renewal_ended(&mut self) -> TermEnd {
+        let Some(task) = self.renewing.as_mut() else {
+            return std::future::pending().await;
+        };
+        let end = task.await.map(|(_, end)| end).unwrap_or(TermEnd::Lost);
+        self.renewing = None;
+        end
+    }
+
+    /// Stops renewing: the elector to release the lease with, and how its loop ended; nothing when
+    /// there is no loop left to stop (no leader election, lost, or the task panicked).
+    pub(super) async fn stop(self) -> (Option<LeaderElector>, Option<TermEnd>) {
+        self.stop.cancel();
+        match self.renewing {
+            Some(task) => match task.await {
+                Ok((elector, end)) => (Some(elector), Some(end)),
+                Err(_) => (None, None),
+            },
+            None => (None, None),
+        }
+    }
+}
+
+/// The running controllers.
+pub(super) struct Running {
+    cancel: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// No controller yet.
+    pub(super) fn none() -> Self {
+        Self {
+            cancel: CancellationToken::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Runs `controller` until [`Running::stop`].
+    pub(super) fn spawn(&mut self, controller: Controller) {
+        self.tasks
+            .spawn(controller.run(self.cancel.child_token(), DRAIN_TIMEOUT));
+    }
+
+    /// Stops every controller and waits for their drains, bounded; a controller that overruns is aborted.
+    pub(super) async fn stop(mut self) {
+        self.cancel.cancel();
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT * 2, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!("controllers did not stop in time");
+            self.tasks.abort_all();
+        }
+    }
+}
+
+/// The shared Node informer's task.
+pub(super) struct Informer {
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Informer {
+    /// Starts the list+watch, caching only `fields` of each Node; subscriptions are closed from here on.
+    pub(super) fn start(
+        nodes: &SharedInformer<Node>,
+        client: &kube::Client,
+        fields: NodeFields,
+    ) -> Self {
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(nodes.clone().run(
+            Api::<Node>::all(client.clone()),
+            Arc::new(move |node: &mut Node| fields.trim(node)),
+            cancel.clone(),
+        ));
+        Self { cancel, task }
+    }
+
+    /// Stops the list+watch and waits for it to end.
+    pub(super) async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
