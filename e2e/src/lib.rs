@@ -112,6 +112,13 @@ pub fn pod_cidr_claims(client: &kube::Client) -> Api<kube::api::DynamicObject> {
     Api::all_with(client.clone(), &resource)
 }
 
+/// The ClusterCIDRs API (`networking.x-k8s.io/v1`, cluster-scoped).
+pub fn cluster_cidrs(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("networking.x-k8s.io", "v1", "ClusterCIDR");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "clustercidrs");
+    Api::all_with(client.clone(), &resource)
+}
+
 /// Stops and starts kube-apiserver, keeping etcd's data.
 pub fn restart_apiserver() {
     controlplane_sh(&["restart-apiserver"]);
@@ -270,7 +277,7 @@ impl TestEnv {
         }
     }
 
-    /// Deletes every Node, Lease (kube-system), Event (default), PodCIDRClaim and harness webhook, and
+    /// Deletes every Node, Lease (kube-system), Event (default), PodCIDRClaim, ClusterCIDR and harness webhook, and
     /// waits until the Nodes and Leases are gone.
     pub async fn clean(&self) {
         // First the webhooks a failed test may have left, so they cannot hold the deletes below.
@@ -308,6 +315,24 @@ impl TestEnv {
             .delete_collection(&dp, &ListParams::default())
             .await
             .expect("delete PodCIDRClaims");
+        // ClusterCIDRs a test left: their finalizer would hold them with no netcm to release it.
+        let pools = cluster_cidrs(&self.client);
+        for pool in pools
+            .list(&ListParams::default())
+            .await
+            .expect("list ClusterCIDRs")
+        {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let strip = serde_json::json!({"metadata": {"finalizers": null}});
+            let _ = pools
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&strip),
+                )
+                .await;
+            let _ = pools.delete(&name, &dp).await;
+        }
         wait_for(
             "nodes and leases to be deleted",
             Duration::from_secs(60),

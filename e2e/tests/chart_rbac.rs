@@ -29,6 +29,8 @@ const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The Pod netcm reads its Node from (POD_NAME), as the Deployment's pods do.
 const POD: &str = "netcm-chart-e2e";
 const POD_NODE: &str = "chart-node-0";
+/// A ClusterCIDR each run finds, so the ClusterCIDR rules are exercised.
+const POOL: &str = "chart-pool";
 const NODES: [&str; 3] = [POD_NODE, "chart-node-1", "chart-node-2"];
 const TIMEOUT: Duration = Duration::from_secs(30);
 const FIELD_MANAGER: &str = "netcm-e2e-chart";
@@ -59,6 +61,10 @@ struct Probe(
 /// Asks the API server's authorizer whether `user` (a ServiceAccount) may make the request.
 async fn allowed(env: &TestEnv, user: &str, p: Probe) -> bool {
     let Probe(verb, group, resource, namespace, name) = p;
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, sub)) => (r, Some(sub.to_string())),
+        None => (resource, None),
+    };
     let sar = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.to_string()),
@@ -71,6 +77,7 @@ async fn allowed(env: &TestEnv, user: &str, p: Probe) -> bool {
                 verb: Some(verb.into()),
                 group: Some(group.into()),
                 resource: Some(resource.into()),
+                subresource,
                 namespace: namespace.map(Into::into),
                 name: name.map(Into::into),
                 ..Default::default()
@@ -103,7 +110,7 @@ struct Case {
 
 const COORDINATION: &str = "coordination.k8s.io";
 
-static CASES: [Case; 9] = [
+static CASES: [Case; 11] = [
     Case {
         role: "ClusterRole",
         resource: "tokenreviews",
@@ -160,6 +167,30 @@ static CASES: [Case; 9] = [
         probe: Probe("list", "ipam.netcm.io", "podcidrclaims", None, None),
         message: "listing PodCIDRClaims failed",
         error: "cannot list resource \"podcidrclaims\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "clustercidrs",
+        verbs: &["get", "list", "patch", "watch"],
+        feature: "ClusterCIDR pools (watched; their finalizer set and released)",
+        probe: Probe("list", "networking.x-k8s.io", "clustercidrs", None, None),
+        message: "watching ClusterCIDRs failed",
+        error: "cannot list resource \"clustercidrs\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "clustercidrs/status",
+        verbs: &["patch"],
+        feature: "ClusterCIDR status (allocated, capacity, waiting)",
+        probe: Probe(
+            "patch",
+            "networking.x-k8s.io",
+            "clustercidrs/status",
+            None,
+            None,
+        ),
+        message: "could not update a ClusterCIDR's status",
+        error: "cannot patch resource \"clustercidrs/status\"",
     },
     Case {
         role: "ClusterRole",
@@ -252,6 +283,35 @@ async fn stage(env: &TestEnv) {
         )
         .await;
     }
+    // A ClusterCIDR without status, so a run writes its finalizer (first run) and its status (every run);
+    // it selects no Node, so the Nodes still get CIDRs from the chart's --cluster-cidr.
+    let pools = netcm_e2e::cluster_cidrs(&env.client);
+    if pools
+        .get_opt(POOL)
+        .await
+        .expect("get ClusterCIDR")
+        .is_none()
+    {
+        let pool: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.x-k8s.io/v1",
+            "kind": "ClusterCIDR",
+            "metadata": {"name": POOL},
+            "spec": {"perNodeHostBits": 8, "ipv4": "10.245.0.0/16", "nodeSelector": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "netcm.io/chart-pool", "operator": "Exists"}]}]}}
+        }))
+        .expect("ClusterCIDR");
+        pools
+            .create(&PostParams::default(), &pool)
+            .await
+            .expect("create ClusterCIDR");
+    }
+    let _ = pools
+        .patch_status(
+            POOL,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": null})),
+        )
+        .await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
     if pods.get_opt(POD).await.expect("get pod").is_none() {
         let pod = Pod {
@@ -475,7 +535,11 @@ async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly
         )
         .await;
         stage(&env).await;
-        let label = format!("without-{}-{}", case.resource, case.verbs.join("-"));
+        let label = format!(
+            "without-{}-{}",
+            case.resource.replace('/', "-"),
+            case.verbs.join("-")
+        );
         let mut netcm = start_netcm(&label, &kubeconfig, &chart, "subnet-allocator");
         wait_started(&mut netcm).await;
         wait_for(

@@ -93,6 +93,7 @@ numbers from values files as floats and would print 1000000 as 1e+06. */}}
 - --service-cluster-ip-range={{ . }}
 {{- end }}
 - --record-cidr-assigned-events={{ .Values.allocator.recordCIDRAssignedEvents }}
+- --cluster-cidr-objects={{ .Values.allocator.clusterCIDRObjects }}
 - --concurrent-node-cidr-syncs={{ .Values.allocator.concurrentSyncs | int64 }}
 {{- end }}
 

@@ -134,6 +134,8 @@ pub struct Allocator {
     /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts`).
     pub(crate) flagged: Mutex<BTreeSet<String>>,
     pub(crate) record_assigned: bool,
+    /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
+    pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
@@ -164,11 +166,11 @@ impl Allocator {
         self.metrics.conflicts.set(set.len() as i64);
     }
 
-    /// Counts `released` CIDRs in the metrics of the cluster CIDRs they came from.
+    /// Counts `released` CIDRs in the metrics of the pools and cluster CIDRs they came from.
     pub(crate) fn count_released(&self, pools: &Pools, released: &[IpNet]) {
         for cidr in released {
-            if let Some(set) = pools.sets().iter().find(|s| s.contains(*cidr)) {
-                self.metrics.released(&set.cluster().to_string());
+            if let Some((pool, cluster)) = pools.pool_of(*cidr) {
+                self.metrics.released(pool, &cluster.to_string());
             }
         }
         self.publish_usage(pools);
@@ -201,6 +203,10 @@ impl Allocator {
         }
         tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released the pod CIDRs of a deleted node");
         self.wake_waiting();
+        // A draining ClusterCIDR may have lost its last holder: its finalizer can go now.
+        if let Some(cc) = &self.cluster_cidrs {
+            cc.changed.notify_one();
+        }
         Ok(())
     }
 
@@ -383,8 +389,14 @@ impl Reconciler for Allocator {
     }
 
     /// Pod CIDRs, also for [`Allocator::record_all_existing`]; Events name the Node by its identity.
+    /// With ClusterCIDR pools, every label: a pool's node selector may name any key, and pools come
+    /// and go at runtime while the cache's trim is fixed at start.
     fn node_fields(&self) -> NodeFields {
-        NodeFields::none().pod_cidrs()
+        let fields = NodeFields::none().pod_cidrs();
+        match self.cluster_cidrs {
+            Some(_) => fields.labels(""),
+            None => fields,
+        }
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {

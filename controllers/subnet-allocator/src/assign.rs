@@ -55,18 +55,22 @@ impl Allocator {
         let cidrs = loop {
             let allocation = {
                 let mut pools = lock(&self.pools);
-                let a = pools.allocate_detailed(uid);
+                let empty = std::collections::BTreeMap::new();
+                let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+                let a = pools.allocate_for(uid, &netcm_ipam::NodeView { name, labels });
                 if let Ok(a) = &a {
-                    self.metrics.allocated(&a.fresh);
+                    self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(&pools);
                 }
                 a
             };
             let allocation = match allocation {
                 Ok(a) => a,
-                Err(e @ netcm_ipam::Error::Full { .. }) => {
-                    return Err(self.wait_for_cidr(node, name, e).await)
-                }
+                Err(
+                    e @ (netcm_ipam::Error::Full { .. }
+                    | netcm_ipam::Error::PoolsFull { .. }
+                    | netcm_ipam::Error::NoPool { .. }),
+                ) => return Err(self.wait_for_cidr(node, name, e).await),
                 Err(e) => return Err(SyncError::NoCidrAvailable(e)),
             };
             lock(&self.tracking).track(name, uid);

@@ -43,6 +43,11 @@ pub struct Flags {
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub pod_cidr_claims: bool,
 
+    /// Also allocate from ClusterCIDR objects (CRD clustercidrs.networking.x-k8s.io, node-ipam-controller's API)
+    /// as pools beside --cluster-cidr; if the CRD is not installed, allocation goes on from the flags alone.
+    #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
+    pub cluster_cidr_objects: bool,
+
     /// Number of Nodes the subnet-allocator syncs concurrently.
     #[arg(long, default_value_t = 32)]
     pub concurrent_node_cidr_syncs: usize,
@@ -94,6 +99,10 @@ impl ControllerOptions for Flags {
                 self.service_cluster_ip_range.clone(),
             ),
             ("--pod-cidr-claims", self.pod_cidr_claims.to_string()),
+            (
+                "--cluster-cidr-objects",
+                self.cluster_cidr_objects.to_string(),
+            ),
             (
                 "--concurrent-node-cidr-syncs",
                 self.concurrent_node_cidr_syncs.to_string(),

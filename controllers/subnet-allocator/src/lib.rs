@@ -10,11 +10,16 @@
 //! data (unparsable, out-of-range or overlapping pod CIDRs) becomes a Warning Event and a metric, never a
 //! crash, and nothing overlapping it is ever handed out. The CIDR arithmetic lives in `netcm-ipam`.
 //!
+//! Pools: `--cluster-cidr` is the flag pool (`default-cluster-cidr`); ClusterCIDR objects
+//! (`networking.x-k8s.io/v1`, node-ipam-controller's API) add pools with node selectors and masks of their
+//! own, at runtime ([`cluster_cidrs`]).
+//!
 //! Start reading at [`allocator::Allocator::sync_node`].
 
 pub mod allocator;
 mod assign;
 pub mod claims;
+pub mod cluster_cidrs;
 mod decision;
 pub mod flags;
 pub mod metrics;
@@ -39,7 +44,10 @@ pub fn descriptor(flags: Flags) -> ControllerDescriptor {
 }
 
 /// Builds the allocator, or `None` with `--allocate-node-cidrs=false`. Before its workers start it
-/// records every CIDR the cached Nodes hold and reconciles the claims earlier leaders left.
+/// waits for the first list of ClusterCIDRs (with `--cluster-cidr-objects`), records every CIDR the
+/// cached Nodes hold and reconciles the claims earlier leaders left; beside them, the ClusterCIDR watch
+/// (a service: the syncs read its pools) and the pool reconcile loop (a task: it writes, so it stops at
+/// shutdown).
 fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let Some(config) = flags.config().map_err(InitError::new)? else {
         return Ok(None);
@@ -63,11 +71,36 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         waiting: Mutex::new(BTreeSet::new()),
         flagged: Mutex::new(BTreeSet::new()),
         record_assigned: flags.record_cidr_assigned_events,
+        cluster_cidrs: flags
+            .cluster_cidr_objects
+            .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone()))),
     });
+    let mut controller = Controller::new();
+    // The first list of ClusterCIDRs is in the pools before any allocation: else a Node a pool selects
+    // could get a CIDR from the flag pool.
+    let mut pools_listed = None;
+    if let Some(cc) = allocator.cluster_cidrs.clone() {
+        let (listed, is_listed) = tokio::sync::watch::channel(false);
+        pools_listed = Some(is_listed);
+        let reconcile = allocator.clone();
+        controller =
+            controller
+                .service(cc.clone().watch(listed))
+                .task(move |shutdown| async move {
+                    reconcile.reconcile_pools_loop(&cc, shutdown).await
+                });
+    }
     let prepare = allocator.clone();
     Ok(Some(
-        Controller::new()
+        controller
             .prepare(|shutdown| async move {
+                if let (Some(mut listed), Some(cc)) = (pools_listed, &prepare.cluster_cidrs) {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Prepared::ShutDown,
+                        _ = listed.wait_for(|l| *l) => {}
+                    }
+                    prepare.reconcile_pools(cc).await;
+                }
                 prepare.record_all_existing().await;
                 match &prepare.claims {
                     Some(claims) if !prepare.reconcile_claims(claims, &shutdown).await => {

@@ -59,6 +59,23 @@ pub enum Error {
         clusters: Vec<IpNet>,
     },
 
+    /// Every pool selecting the Node is full.
+    #[error(
+        "CIDR allocation failed; every pool that selects the node is full (pools: {})",
+        .pools.join(", ")
+    )]
+    PoolsFull {
+        /// The pools tried, most preferred first.
+        pools: Vec<String>,
+    },
+
+    /// No active pool selects the Node.
+    #[error("CIDR allocation failed; no active pool selects node {node}")]
+    NoPool {
+        /// The Node.
+        node: String,
+    },
+
     /// A CIDR shares no address with the cluster CIDR.
     #[error("cidr {cidr} is out the range of cluster cidr {cluster}")]
     OutOfRange {

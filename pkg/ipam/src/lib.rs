@@ -10,7 +10,10 @@
 //! - [`AllocatorConfig`] — KCM's `--cluster-cidr`, `--node-cidr-mask-size*`
 //!   and `--service-cluster-ip-range` rules and messages, extended so a
 //!   family may have several cluster CIDRs, tried in the order given.
-//! - [`Pools`] — every cluster CIDR plus a ledger of which node holds which
+//! - [`NodeSelector`], [`PoolSpec`] — pools as ClusterCIDR objects
+//!   (`networking.x-k8s.io/v1`) describe them: which Nodes, which ranges, which mask.
+//! - [`Pools`] — the flag pool ([`DEFAULT_POOL`]) and the ClusterCIDR pools, each a
+//!   set of cluster CIDRs, plus a ledger of which node holds which
 //!   CIDRs: it allocates one CIDR per family (primary first), records CIDRs
 //!   read from the API, reports conflicts, and never hands out a CIDR that
 //!   overlaps one a node holds or a service range.
@@ -38,7 +41,9 @@ mod config;
 mod error;
 mod ledger;
 mod outcome;
+mod pool;
 mod pools;
+mod selector;
 
 pub use addr::Family;
 pub use cidr_set::{max_node_bits, Allocation, CidrSet, MAX_NODE_BITS_V4, MAX_NODE_BITS_V6};
@@ -48,4 +53,9 @@ pub use config::{
 };
 pub use error::Error;
 pub use outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
+pub use pool::{
+    ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
+    MIN_PER_NODE_HOST_BITS,
+};
 pub use pools::Pools;
+pub use selector::{NodeSelector, NodeView, Operator, Requirement, Term};

@@ -127,11 +127,15 @@ pub struct NodeAllocation {
     /// One entry per CIDR carved in this call; empty when the node already
     /// held CIDRs and those were returned unchanged.
     pub fresh: Vec<PoolTries>,
+    /// The pool the CIDRs came from (empty if none contains them).
+    pub pool: String,
 }
 
 /// Usage of one cluster CIDR, for metrics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolStats {
+    /// The pool's name (node-ipam-controller's `clusterCIDRName` label).
+    pub pool: String,
     /// The cluster CIDR as text (KCM's `clusterCIDR` metric label).
     pub cluster_cidr: String,
     /// Its address family.

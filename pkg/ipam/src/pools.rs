@@ -17,21 +17,42 @@ use crate::config::AllocatorConfig;
 use crate::error::Error;
 use crate::ledger::Ledger;
 use crate::outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
+use crate::pool::{PoolState, DEFAULT_POOL};
+use crate::selector::{NodeSelector, NodeView};
 
-/// Every cluster CIDR's [`CidrSet`] plus who holds what.
+/// One pool: the flag pool (first) or a ClusterCIDR, and the sets it allocates from.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    pub(crate) name: String,
+    pub(crate) selector: NodeSelector,
+    /// Each family and the range of `sets` it owns, in allocation order; empty for a refused pool.
+    pub(crate) families: Vec<(Family, Range<usize>)>,
+    pub(crate) state: PoolState,
+    /// Whether it comes from a ClusterCIDR object (false for the flag pool).
+    pub(crate) is_object: bool,
+    /// The ranges it asked for, reported even when refused.
+    pub(crate) asked: Vec<IpNet>,
+    /// The object's UID (empty for the flag pool).
+    pub(crate) uid: String,
+}
+
+/// A candidate's sort key: fallback last, more matches first, then capacity, host bits, name; and its index.
+type Rank<'a> = (bool, std::cmp::Reverse<usize>, u64, u8, &'a str, usize);
+
+/// Every pool's [`CidrSet`]s plus who holds what.
 #[derive(Debug)]
 pub struct Pools {
-    /// All sets, grouped by family (primary first), config order within a family.
-    sets: Vec<CidrSet>,
-    /// Each family and the range of `sets` it owns, primary first.
-    families: Vec<(Family, Range<usize>)>,
-    services: Vec<IpNet>,
-    ledger: Ledger,
+    /// All sets: each pool's in a contiguous run, grouped by family, config order within a family.
+    pub(crate) sets: Vec<CidrSet>,
+    /// The flag pool first, then ClusterCIDR pools in the order they were seen.
+    pub(crate) pools: Vec<Pool>,
+    pub(crate) services: Vec<IpNet>,
+    pub(crate) ledger: Ledger,
 }
 
 impl Pools {
-    /// Builds one [`CidrSet`] per cluster CIDR and marks the service ranges
-    /// in use wherever they overlap a cluster CIDR.
+    /// Builds the flag pool ([`DEFAULT_POOL`]): one [`CidrSet`] per cluster CIDR, with the service
+    /// ranges marked in use wherever they overlap a cluster CIDR.
     pub fn new(config: &AllocatorConfig) -> Result<Pools, Error> {
         let mut sets = Vec::new();
         let mut families = Vec::new();
@@ -48,7 +69,19 @@ impl Pools {
         }
         Ok(Pools {
             sets,
-            families,
+            pools: vec![Pool {
+                name: DEFAULT_POOL.to_string(),
+                selector: NodeSelector::Fallback,
+                families,
+                state: PoolState::Active,
+                is_object: false,
+                asked: config
+                    .families
+                    .iter()
+                    .flat_map(|f| f.cluster_cidrs.iter().copied())
+                    .collect(),
+                uid: String::new(),
+            }],
             services,
             ledger: Ledger::new(),
         })
@@ -115,28 +148,121 @@ impl Pools {
         out
     }
 
-    /// Allocates one node CIDR per family, primary first, each from the
-    /// first cluster CIDR of that family with room; see [`Pools::allocate_detailed`].
+    /// Allocates for a Node without labels; see [`Pools::allocate_for`].
     pub fn allocate(&mut self, node: &str) -> Result<Vec<IpNet>, Error> {
         self.allocate_detailed(node).map(|a| a.cidrs)
     }
 
-    /// Like [`Pools::allocate`], also reporting which cluster CIDR each
-    /// fresh CIDR came from and how many candidates were skipped.
-    ///
-    /// If `node` already holds CIDRs (allocated earlier but not yet seen on
-    /// the API, or recorded by [`Pools::hold`]) those are returned unchanged.
-    /// If a family is exhausted, CIDRs taken for earlier families are
-    /// released and [`Error::Full`] names the family and its cluster CIDRs.
+    /// [`Pools::allocate_for`] a Node without labels, named like its ledger owner.
     pub fn allocate_detailed(&mut self, node: &str) -> Result<NodeAllocation, Error> {
-        if let Some(held) = self.ledger.held_by(node) {
+        let labels = std::collections::BTreeMap::new();
+        self.allocate_for(
+            node,
+            &NodeView {
+                name: node,
+                labels: &labels,
+            },
+        )
+    }
+
+    /// Allocates one node CIDR per family of the first pool, in [`Pools::candidates`] order, that has
+    /// room in every family, each from the first cluster CIDR of that family with room.
+    ///
+    /// If `owner` already holds CIDRs (allocated earlier but not yet seen on the API, or recorded by
+    /// [`Pools::hold`]) those are returned unchanged. If every candidate pool is full: the pool's
+    /// [`Error::Full`] when there is one candidate, [`Error::PoolsFull`] when several, and
+    /// [`Error::NoPool`] when no active pool selects the Node.
+    pub fn allocate_for(
+        &mut self,
+        owner: &str,
+        node: &NodeView<'_>,
+    ) -> Result<NodeAllocation, Error> {
+        if let Some(held) = self.ledger.held_by(owner) {
             return Ok(NodeAllocation {
                 cidrs: held.to_vec(),
                 fresh: Vec::new(),
+                pool: self.pool_of_cidrs(held).unwrap_or_default(),
             });
         }
-        let mut fresh: Vec<PoolTries> = Vec::with_capacity(self.families.len());
-        for (family, range) in self.families.clone() {
+        let candidates = self.candidates(node);
+        let mut last_full = None;
+        for &p in &candidates {
+            match self.allocate_from(p) {
+                Ok(fresh) => {
+                    let cidrs: Vec<IpNet> = fresh.iter().map(|t| t.cidr).collect();
+                    self.ledger.insert(owner, cidrs.clone());
+                    return Ok(NodeAllocation {
+                        cidrs,
+                        fresh,
+                        pool: self.pools[p].name.clone(),
+                    });
+                }
+                Err(e) => last_full = Some(e),
+            }
+        }
+        match (candidates.len(), last_full) {
+            (1, Some(e)) => Err(e),
+            (0, _) | (_, None) => Err(Error::NoPool {
+                node: node.name.to_string(),
+            }),
+            _ => Err(Error::PoolsFull {
+                pools: candidates
+                    .iter()
+                    .map(|&p| self.pools[p].name.clone())
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The active pools selecting `node`, most preferred first (KEP-2593's order): pools with a
+    /// selector before the fallback ones, then more matching requirements, fewer node CIDRs in all,
+    /// fewer addresses per node, and the name.
+    pub fn candidates(&self, node: &NodeView<'_>) -> Vec<usize> {
+        let mut ranked: Vec<Rank<'_>> = self
+            .pools
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.state == PoolState::Active && !p.families.is_empty())
+            .filter_map(|(i, p)| {
+                let score = p.selector.score(node)?;
+                Some((
+                    p.selector.is_fallback(),
+                    std::cmp::Reverse(score),
+                    self.capacity(i),
+                    self.host_bits(i),
+                    p.name.as_str(),
+                    i,
+                ))
+            })
+            .collect();
+        ranked.sort();
+        ranked.into_iter().map(|r| r.5).collect()
+    }
+
+    /// How many Nodes pool `i` can serve in all: its smallest family's node CIDR count.
+    pub(crate) fn capacity(&self, i: usize) -> u64 {
+        self.pools[i]
+            .families
+            .iter()
+            .map(|(_, r)| self.sets[r.clone()].iter().map(CidrSet::max_cidrs).sum())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Host bits of pool `i`'s node CIDRs in its first family.
+    fn host_bits(&self, i: usize) -> u8 {
+        self.pools[i]
+            .families
+            .first()
+            .and_then(|(f, r)| self.sets.get(r.start).map(|s| f.bits() - s.node_mask()))
+            .unwrap_or(u8::MAX)
+    }
+
+    /// One node CIDR per family of pool `p`, or its [`Error::Full`] (giving back what it took).
+    fn allocate_from(&mut self, p: usize) -> Result<Vec<PoolTries>, Error> {
+        let families = self.pools[p].families.clone();
+        let mut fresh: Vec<PoolTries> = Vec::with_capacity(families.len());
+        for (family, range) in families {
             let got = self.sets[range.clone()].iter_mut().find_map(|set| {
                 let cluster = set.cluster();
                 set.allocate_next().ok().map(|a| PoolTries {
@@ -147,7 +273,7 @@ impl Pools {
             });
             match got {
                 Some(t) => {
-                    // Keeps overlapping sets (if a hand-built config has any) in step.
+                    // Keeps overlapping sets (pools sharing a range) in step.
                     mark(&mut self.sets, &Span::of(&t.cidr));
                     fresh.push(t);
                 }
@@ -167,20 +293,51 @@ impl Pools {
                 }
             }
         }
-        let cidrs: Vec<IpNet> = fresh.iter().map(|t| t.cidr).collect();
-        self.ledger.insert(node, cidrs.clone());
-        Ok(NodeAllocation { cidrs, fresh })
+        Ok(fresh)
     }
 
-    /// Whether `cidrs` is exactly what [`Pools::allocate`] could give `owner` under today's configuration:
-    /// one node-sized CIDR per family in family order, each inside a cluster CIDR of that family and
-    /// overlapping neither a service range nor anything held by another owner. Used before adopting a
-    /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current flags.
+    /// The pool `cidrs` (one per family) were allocated from: the first pool with a set containing
+    /// the first CIDR at its node mask.
+    pub fn pool_of_cidrs(&self, cidrs: &[IpNet]) -> Option<String> {
+        let first = cidrs.first()?;
+        self.pool_of(*first).map(|(p, _)| p.to_string())
+    }
+
+    /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at its node mask,
+    /// else the first set containing it.
+    pub fn pool_of(&self, cidr: IpNet) -> Option<(&str, IpNet)> {
+        let cidr = cidr.trunc();
+        let owner_of = |exact: bool| {
+            self.pools.iter().find_map(|p| {
+                p.families.iter().find_map(|(_, r)| {
+                    self.sets[r.clone()]
+                        .iter()
+                        .find(|s| {
+                            s.contains(cidr) && (!exact || s.node_mask() == cidr.prefix_len())
+                        })
+                        .map(|s| (p.name.as_str(), s.cluster()))
+                })
+            })
+        };
+        owner_of(true).or_else(|| owner_of(false))
+    }
+
+    /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:
+    /// one node-sized CIDR per family of the pool in its order, each inside a cluster CIDR of that family
+    /// and overlapping neither a service range nor anything held by another owner. Used before adopting a
+    /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current pools.
     pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
-        if cidrs.len() != self.families.len() {
+        self.pools
+            .iter()
+            .filter(|p| p.state == PoolState::Active)
+            .any(|p| self.fits_pool(p, owner, cidrs))
+    }
+
+    fn fits_pool(&self, pool: &Pool, owner: &str, cidrs: &[IpNet]) -> bool {
+        if cidrs.len() != pool.families.len() || pool.families.is_empty() {
             return false;
         }
-        self.families
+        pool.families
             .iter()
             .zip(cidrs)
             .all(|((family, range), cidr)| {
@@ -243,16 +400,22 @@ impl Pools {
         &self.sets
     }
 
-    /// Usage of every cluster CIDR, primary family first.
+    /// Usage of every cluster CIDR of every pool that has sets, the flag pool first (primary family
+    /// first).
     pub fn stats(&self) -> Vec<PoolStats> {
-        self.sets
+        self.pools
             .iter()
-            .map(|s| PoolStats {
-                cluster_cidr: s.cluster().to_string(),
-                family: s.family(),
-                allocated: s.allocated(),
-                max: s.max_cidrs(),
-                usage: s.usage(),
+            .flat_map(|p| {
+                p.families.iter().flat_map(move |(_, r)| {
+                    self.sets[r.clone()].iter().map(move |s| PoolStats {
+                        pool: p.name.clone(),
+                        cluster_cidr: s.cluster().to_string(),
+                        family: s.family(),
+                        allocated: s.allocated(),
+                        max: s.max_cidrs(),
+                        usage: s.usage(),
+                    })
+                })
             })
             .collect()
     }
@@ -285,6 +448,9 @@ fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], span: &Span
         }
     }
 }
+
+#[path = "pools_objects.rs"]
+mod objects;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -12,6 +12,8 @@ pub enum Needed {
     Always,
     /// With the allocator.
     Allocator,
+    /// With the allocator watching ClusterCIDR objects.
+    ClusterCidrs,
     /// With the allocator or the node-annotation-syncer.
     NodeWriters,
     /// With the route controller (NetworkUnavailable).
@@ -67,6 +69,24 @@ pub const RULES: &[Rule] = &[
         lease_only: false,
         needed: Needed::Allocator,
         feature: "PodCIDRClaims",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "networking.x-k8s.io",
+        resource: "clustercidrs",
+        verbs: &["get", "list", "patch", "watch"],
+        lease_only: false,
+        needed: Needed::ClusterCidrs,
+        feature: "ClusterCIDR pools",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "networking.x-k8s.io",
+        resource: "clustercidrs/status",
+        verbs: &["patch"],
+        lease_only: false,
+        needed: Needed::ClusterCidrs,
+        feature: "ClusterCIDR status",
     },
     Rule {
         role: "ClusterRole",
@@ -184,6 +204,10 @@ pub fn requests(settings: &Settings, lease_namespace: &str, lease_name: &str) ->
             Needed::Always => (true, false),
             Needed::Allocator => (
                 settings.allocates != Some(false) && settings.pod_cidr_claims != Some(false),
+                false,
+            ),
+            Needed::ClusterCidrs => (
+                settings.allocates != Some(false) && settings.cluster_cidr_objects != Some(false),
                 false,
             ),
             Needed::NodeWriters => (
@@ -351,7 +375,9 @@ mod tests {
             get_lease.can_i(),
             "get leases.coordination.k8s.io/netcm -n kube-system"
         );
-        assert!(!reqs.iter().any(|r| r.subresource == "status"));
+        assert!(!reqs
+            .iter()
+            .any(|r| r.resource == "nodes" && r.subresource == "status"));
         let mut routes = s.settings.clone();
         routes.routes = Some(true);
         assert!(requests(&routes, "kube-system", "netcm")

@@ -194,6 +194,8 @@ pub struct Settings {
     pub allocates: Option<bool>,
     /// Whether the leader claims CIDRs with PodCIDRClaims (`None`: unknown).
     pub pod_cidr_claims: Option<bool>,
+    /// Whether the leader watches ClusterCIDR objects (`None`: unknown).
+    pub cluster_cidr_objects: Option<bool>,
     /// The lease-annotation configuration.
     pub syncer: Result<netcm_node_annotation_syncer::Config, String>,
     /// Whether the leader runs the node-annotation-syncer (`None`: unknown).
@@ -269,6 +271,7 @@ impl Settings {
             cluster_cidr,
             allocates,
             pod_cidr_claims: from("--pod-cidr-claims").map(|v| v != "false"),
+            cluster_cidr_objects: from("--cluster-cidr-objects").map(|v| v != "false"),
             syncer: syncer_flags.config().map_err(|e| e.to_string()),
             syncs_leases: runs(netcm_node_annotation_syncer::NAME),
             routes: runs(netcm_route_controller::NAME),

@@ -1,0 +1,349 @@
+//! ClusterCIDR objects (`clustercidrs.networking.x-k8s.io/v1`, node-ipam-controller's API) as pools.
+//!
+//! One watch of its own (the kind is the allocator's alone; a service of the allocator's controller)
+//! keeps a store; after every change, on every Node release (a draining pool may be free now) and once a
+//! second (status counts), a task of the controller runs [`Allocator::reconcile_pools`], which
+//! brings the `netcm-ipam` pools in line with the store and writes what follows: the finalizer on every
+//! pool (removed once a deleted pool is drained), a Warning Event on a refused one, and the status where
+//! the CRD is netcm's (it has a status subresource; node-ipam-controller's does not). A pool that starts
+//! allocating wakes the Nodes waiting for a CIDR at once.
+
+mod convert;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use netcm_ipam::{NodeView, PoolState};
+use netcm_manager::informer::watch_backoff;
+use netcm_manager::EventType;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::allocator::{lock, Allocator, NAME};
+
+/// node-ipam-controller's finalizer, so objects moved over from it keep theirs.
+pub const FINALIZER: &str = "networking.x-k8s.io/cluster-cidr-finalizer";
+
+/// The ClusterCIDR API resource.
+pub fn api_resource() -> ApiResource {
+    ApiResource::erase::<ClusterCidr>(&())
+}
+
+/// A ClusterCIDR's identity, the kind in Rust's types: what Events name as their subject. The watch
+/// reads objects as [`DynamicObject`]s, since the spec is parsed by hand ([`convert`]).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterCidr {
+    /// Name and uid are what an Event's `regarding` takes.
+    pub metadata: ObjectMeta,
+}
+
+impl ClusterCidr {
+    /// The identity of `obj`.
+    fn about(obj: &DynamicObject) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                name: obj.metadata.name.clone(),
+                uid: obj.metadata.uid.clone(),
+                ..ObjectMeta::default()
+            },
+        }
+    }
+}
+
+impl kube::Resource for ClusterCidr {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ClusterCIDR".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "networking.x-k8s.io".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "clustercidrs".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The watch's store and what wakes the reconciler.
+pub(crate) struct ClusterCidrs {
+    api: Api<DynamicObject>,
+    store: Mutex<BTreeMap<String, DynamicObject>>,
+    /// Wakes the reconciler (a Node released its CIDRs).
+    pub(crate) changed: Notify,
+    /// False once a status write found no status subresource (node-ipam-controller's CRD).
+    status_supported: AtomicBool,
+    /// Refusals already logged, so the once-a-second reconcile does not repeat them.
+    logged: Mutex<HashSet<(String, String)>>,
+}
+
+impl ClusterCidrs {
+    /// A store for `client`'s ClusterCIDRs.
+    pub(crate) fn new(client: kube::Client) -> Self {
+        Self {
+            api: Api::all_with(client, &api_resource()),
+            store: Mutex::new(BTreeMap::new()),
+            changed: Notify::new(),
+            status_supported: AtomicBool::new(true),
+            logged: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn put(&self, obj: DynamicObject) {
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        lock(&self.store).insert(name, obj);
+    }
+}
+
+/// Whether a watch error means the API has no such resource (the CRD is not installed).
+fn not_installed(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        _ => false,
+    }
+}
+
+impl ClusterCidrs {
+    /// Keeps the store in line with the API's ClusterCIDRs and wakes the reconcile loop on every change;
+    /// `listed` turns true once the first list is in the store (or the CRD is found missing), before
+    /// which nothing is allocated. It writes nothing, so it may run until the controller drops it.
+    pub(crate) async fn watch(self: Arc<Self>, listed: watch::Sender<bool>) {
+        let stream = watcher(self.api.clone(), watcher::Config::default()).backoff(watch_backoff());
+        let mut stream = std::pin::pin!(stream);
+        let mut relist: Option<BTreeMap<String, DynamicObject>> = None;
+        let mut missing_logged = false;
+        while let Some(item) = stream.next().await {
+            match item {
+                Err(e) if not_installed(&e) => {
+                    if !missing_logged {
+                        tracing::warn!(controller = NAME, error = %e, "the ClusterCIDR CRD (clustercidrs.networking.x-k8s.io) is not installed; allocating from --cluster-cidr only until it is");
+                        missing_logged = true;
+                    }
+                    listed.send_replace(true);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(controller = NAME, error = %e, "watching ClusterCIDRs failed; retrying with backoff");
+                    continue;
+                }
+                Ok(Event::Init) => {
+                    relist = Some(BTreeMap::new());
+                    continue;
+                }
+                Ok(Event::InitApply(obj)) => {
+                    if let Some(r) = relist.as_mut() {
+                        r.insert(obj.metadata.name.clone().unwrap_or_default(), obj);
+                    }
+                    continue;
+                }
+                Ok(Event::InitDone) => {
+                    *lock(&self.store) = relist.take().unwrap_or_default();
+                    missing_logged = false;
+                    listed.send_replace(true);
+                }
+                Ok(Event::Apply(obj)) => self.put(obj),
+                Ok(Event::Delete(obj)) => {
+                    lock(&self.store).remove(obj.metadata.name.as_deref().unwrap_or_default());
+                }
+            }
+            self.changed.notify_one();
+        }
+    }
+}
+
+impl Allocator {
+    /// Reconciles the pools after every ClusterCIDR change, every Node release and once a second
+    /// (status counts), until `shutdown`. Started after the first reconcile, once the first list is in.
+    pub(crate) async fn reconcile_pools_loop(
+        &self,
+        cc: &ClusterCidrs,
+        shutdown: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = cc.changed.notified() => {}
+                _ = tick.tick() => {}
+            }
+            self.reconcile_pools(cc).await;
+        }
+    }
+
+    /// Brings the pools in line with the store and writes finalizers, Events and status.
+    pub(crate) async fn reconcile_pools(&self, cc: &ClusterCidrs) {
+        let mut objects: Vec<DynamicObject> = lock(&cc.store).values().cloned().collect();
+        objects.sort_by(|a, b| {
+            let key = |o: &DynamicObject| {
+                (
+                    o.metadata.creation_timestamp.clone().map(|t| t.0),
+                    o.metadata.name.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        let wanted: Vec<_> = objects.iter().map(convert::object_pool).collect();
+        let (report, reports) = {
+            let mut pools = lock(&self.pools);
+            let report = pools.sync_objects(&wanted);
+            self.publish_usage(&pools);
+            (report, pools.reports())
+        };
+        for name in &report.removed {
+            tracing::info!(controller = NAME, pool = %name, "ClusterCIDR is gone; its pool is dropped");
+        }
+        if !report.activated.is_empty() {
+            tracing::info!(controller = NAME, pools = ?report.activated, "ClusterCIDR pools allocate now; waking the nodes waiting for a CIDR");
+            self.wake_waiting();
+        }
+        let waiting = self.waiting_per_pool();
+        for obj in objects {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let Some(rep) = reports.iter().find(|r| r.is_object && r.name == name) else {
+                continue;
+            };
+            let deleting = obj.metadata.deletion_timestamp.is_some();
+            let finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
+            let has = finalizers.iter().any(|f| f == FINALIZER);
+            if !deleting && !has {
+                let mut f = finalizers.clone();
+                f.push(FINALIZER.to_string());
+                self.set_finalizers(cc, &obj, f, "add").await;
+                continue;
+            }
+            if deleting && has && lock(&self.pools).drained(&name) {
+                let f: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
+                if self.set_finalizers(cc, &obj, f, "remove").await {
+                    tracing::info!(controller = NAME, pool = %name, "no node holds a CIDR from the deleted ClusterCIDR any more; released its finalizer");
+                }
+                continue;
+            }
+            if let PoolState::Refused(refusal) = &rep.state {
+                let text = refusal.to_string();
+                if lock(&cc.logged).insert((name.clone(), text.clone())) {
+                    tracing::warn!(controller = NAME, pool = %name, reason = refusal.reason(), why = %text, "ClusterCIDR refused; nothing is allocated from it");
+                }
+                self.recorder
+                    .publish(
+                        &ClusterCidr::about(&obj),
+                        EventType::Warning,
+                        refusal.reason(),
+                        "AllocateCIDR",
+                        format!("ClusterCIDR {name} is refused: {text}"),
+                    )
+                    .await;
+            }
+            if cc.status_supported.load(Ordering::Relaxed) {
+                let status = convert::status(
+                    rep,
+                    waiting.get(&name).copied().unwrap_or(0),
+                    obj.metadata.generation,
+                );
+                if obj.data.get("status") != Some(&status) {
+                    self.write_status(cc, &name, status).await;
+                }
+            }
+        }
+    }
+
+    /// How many waiting Nodes each pool selects.
+    fn waiting_per_pool(&self) -> HashMap<String, usize> {
+        let names: Vec<String> = lock(&self.waiting).iter().cloned().collect();
+        let pools = lock(&self.pools);
+        let reports = pools.reports();
+        let mut out: HashMap<String, usize> = HashMap::new();
+        let empty = BTreeMap::new();
+        for name in names {
+            let Some(node) = self.nodes.get(&name) else {
+                continue;
+            };
+            let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+            for i in pools.candidates(&NodeView {
+                name: &name,
+                labels,
+            }) {
+                if let Some(r) = reports.get(i) {
+                    *out.entry(r.name.clone()).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Sets the object's finalizers (merge patch with its resourceVersion: a concurrent change wins and
+    /// the next reconcile decides again). True if written.
+    async fn set_finalizers(
+        &self,
+        cc: &ClusterCidrs,
+        obj: &DynamicObject,
+        finalizers: Vec<String>,
+        what: &str,
+    ) -> bool {
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        if self.guard.ensure_leader().is_err() {
+            return false;
+        }
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}});
+        match cc
+            .api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(updated) => {
+                cc.put(updated);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(controller = NAME, pool = %name, error = %e, "could not {what} the finalizer of a ClusterCIDR; retrying");
+                false
+            }
+        }
+    }
+
+    async fn write_status(&self, cc: &ClusterCidrs, name: &str, status: serde_json::Value) {
+        if self.guard.ensure_leader().is_err() {
+            return;
+        }
+        let patch = json!({ "status": status });
+        match cc
+            .api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(updated) => cc.put(updated),
+            // 404 from the status subresource of an object that exists: the CRD has none.
+            Err(kube::Error::Api(s))
+                if s.code == 404 && matches!(cc.api.get_opt(name).await, Ok(Some(_))) =>
+            {
+                cc.status_supported.store(false, Ordering::Relaxed);
+                tracing::info!(controller = NAME, "the installed ClusterCIDR CRD has no status subresource (node-ipam-controller's); writing no status");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(controller = NAME, pool = %name, error = %e, "could not update a ClusterCIDR's status; retrying");
+            }
+        }
+    }
+}
