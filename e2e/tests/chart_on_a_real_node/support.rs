@@ -1,0 +1,306 @@
+//! What the real-node tests share: the node lock, install values, pods, the Lease and its log, the audit
+//! log, `kubectl logs`.
+
+use super::*;
+
+/// One test at a time on the node (the release name and the Lease are shared), across test binaries.
+pub(super) async fn lock_node(node: &RealNode) -> std::fs::File {
+    let path = std::path::Path::new(node.fact("STATE_DIR")).join("e2e.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    tokio::task::spawn_blocking(move || {
+        file.lock().expect("lock the node");
+        file
+    })
+    .await
+    .expect("lock task")
+}
+
+/// `helm install`'s values for this node: the local image, never pulled, and the node's free ranges.
+pub(super) fn install_values(node: &RealNode) -> Vec<String> {
+    let (repository, tag) = netcm_image();
+    [
+        format!("image.repository={repository}"),
+        format!("image.tag={tag}"),
+        "image.pullPolicy=Never".to_string(),
+        format!("allocator.clusterCIDR={}", node.fact("FREE_CLUSTER_CIDR")),
+        format!(
+            "allocator.serviceClusterIPRange={}",
+            node.fact("SERVICE_CIDR")
+        ),
+    ]
+    .into_iter()
+    .flat_map(|v| ["--set".to_string(), v])
+    .collect()
+}
+
+pub(super) fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// A release left by an earlier, failed run is removed first, with what it made.
+pub(super) async fn uninstall_leftovers(node: &RealNode, client: &kube::Client) {
+    let releases = node.helm(&strings(&["list", "-n", NS, "-q"])).await;
+    if releases.lines().any(|r| r.trim() == RELEASE) {
+        node.helm(&strings(&["uninstall", RELEASE, "-n", NS, "--wait"]))
+            .await;
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let _ = leases.delete(LEASE, &DeleteParams::default()).await;
+    wait_for("no netcm pods", TIMEOUT, || async {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let lp = ListParams::default().labels("app.kubernetes.io/instance=netcm");
+        pods.list(&lp).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+}
+
+pub(super) fn ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub(super) fn pod_ip(p: &Pod) -> Option<String> {
+    p.status.as_ref()?.pod_ip.clone()
+}
+
+pub(super) fn name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+pub(super) async fn pods(client: &kube::Client, selector: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    api.list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods")
+        .items
+}
+
+/// Waits until exactly `n` pods of the selector are Ready (and none is terminating).
+pub(super) async fn ready_pods(client: &kube::Client, selector: &str, n: usize) -> Vec<Pod> {
+    wait_for(
+        &format!("{n} Ready pods of {selector}"),
+        TIMEOUT,
+        || async {
+            let all = pods(client, selector).await;
+            (all.len() == n && all.iter().all(ready)).then_some(all)
+        },
+    )
+    .await
+}
+
+pub(super) async fn lease_holder(client: &kube::Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    leases
+        .get_opt(LEASE)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// The pod a Lease holder identity (`<pod>_<uuid>`) names.
+pub(super) fn holder_pod(holder: &str) -> &str {
+    holder.rsplit_once('_').map_or(holder, |(pod, _)| pod)
+}
+
+/// `leader_election_master_status{name="netcm"}` of a pod, from its plain metrics port.
+pub(super) async fn master_status(ip: &str) -> Option<f64> {
+    let (code, body) = curl(&format!("http://{ip}:10271/metrics"), None).await;
+    if code != 200 {
+        return None;
+    }
+    body.lines().find_map(|l| {
+        l.strip_prefix("leader_election_master_status{name=\"netcm\"} ")
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// Every change of the Lease, as seen by a watch that resumes from the last resourceVersion (so no
+/// intermediate state is skipped): (when, holder or "" when released).
+#[derive(Clone, Default)]
+pub(super) struct LeaseLog(Arc<Mutex<Vec<(Instant, String)>>>);
+
+impl LeaseLog {
+    pub(super) fn start(client: &kube::Client) -> (LeaseLog, tokio::task::JoinHandle<()>) {
+        let log = LeaseLog::default();
+        let api: Api<Lease> = Api::namespaced(client.clone(), NS);
+        let sink = log.clone();
+        let task = tokio::spawn(async move {
+            let mut version = "0".to_string();
+            loop {
+                let wp = WatchParams::default()
+                    .fields(&format!("metadata.name={LEASE}"))
+                    .timeout(290);
+                let Ok(stream) = api.watch(&wp, &version).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let mut stream = stream.boxed();
+                while let Ok(Some(event)) = stream.try_next().await {
+                    let lease = match event {
+                        WatchEvent::Added(l) | WatchEvent::Modified(l) => l,
+                        WatchEvent::Deleted(l) => {
+                            version = l.metadata.resource_version.clone().unwrap_or(version);
+                            sink.push(String::new());
+                            continue;
+                        }
+                        WatchEvent::Bookmark(b) => {
+                            version = b.metadata.resource_version;
+                            continue;
+                        }
+                        // Too old a version: start over from the current state.
+                        WatchEvent::Error(_) => {
+                            version = "0".into();
+                            break;
+                        }
+                    };
+                    version = lease.metadata.resource_version.clone().unwrap_or(version);
+                    let holder = lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .unwrap_or_default();
+                    sink.push(holder);
+                }
+            }
+        });
+        (log, task)
+    }
+
+    pub(super) fn push(&self, holder: String) {
+        let mut v = self.0.lock().expect("lease log");
+        if v.last().map(|(_, h)| h) != Some(&holder) {
+            v.push((Instant::now(), holder));
+        }
+    }
+
+    pub(super) fn entries(&self) -> Vec<(Instant, String)> {
+        self.0.lock().expect("lease log").clone()
+    }
+
+    /// Holder changes from one replica straight to another (no release in between): a second leader
+    /// took the Lease while the first still held it.
+    pub(super) fn takeovers(&self) -> Vec<(String, String)> {
+        self.entries()
+            .windows(2)
+            .filter(|w| !w[0].1.is_empty() && !w[1].1.is_empty() && w[0].1 != w[1].1)
+            .map(|w| (w[0].1.clone(), w[1].1.clone()))
+            .collect()
+    }
+}
+
+/// Samples every running netcm pod's `leader_election_master_status` until stopped; returns the
+/// largest number of pods that said "I lead" in one sample, and that sample.
+pub(super) fn sample_leaders(
+    client: &kube::Client,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, Vec<String>, usize)> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let mut worst = (0, Vec::new());
+        let mut samples = 0;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let running: Vec<(String, String)> = pods(&client, DEPLOYMENT_PODS)
+                .await
+                .iter()
+                .filter_map(|p| Some((name(p), pod_ip(p)?)))
+                .collect();
+            let statuses =
+                futures::future::join_all(running.iter().map(|(_, ip)| master_status(ip))).await;
+            let leaders: Vec<String> = running
+                .iter()
+                .zip(statuses)
+                .filter(|(_, s)| *s == Some(1.0))
+                .map(|((n, _), _)| n.clone())
+                .collect();
+            samples += 1;
+            if leaders.len() > worst.0 {
+                worst = (leaders.len(), leaders);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (worst.0, worst.1, samples)
+    })
+}
+
+/// Where the audit log ends now: entries after it are this test's (the log outlives runs and tests).
+pub(super) fn audit_mark(node: &RealNode) -> u64 {
+    std::fs::metadata(&node.audit_log).map_or(0, |m| m.len())
+}
+
+/// Audit entries written after `mark`.
+pub(super) fn audit_since(node: &RealNode, mark: u64) -> Vec<Value> {
+    let log = std::fs::read(&node.audit_log).unwrap_or_default();
+    let from = usize::try_from(mark).unwrap_or(0).min(log.len());
+    String::from_utf8_lossy(&log[from..])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+/// Writes of the chart's ServiceAccount since `mark` that the API server refused with 403 (the audit
+/// log records every write to nodes, leases, events and PodCIDRClaims).
+pub(super) fn refused_writes(node: &RealNode, mark: u64) -> Vec<String> {
+    audit_since(node, mark)
+        .into_iter()
+        .filter(|e| e["user"]["username"] == SA_USER && e["responseStatus"]["code"] == 403)
+        .map(|e| {
+            format!(
+                "{} {}/{} {}",
+                e["verb"],
+                e["objectRef"]["resource"],
+                e["objectRef"]["subresource"],
+                e["objectRef"]["name"]
+            )
+        })
+        .collect()
+}
+
+/// Node writes the chart's ServiceAccount made since `mark` that succeeded: (verb, subresource-or-"",
+/// name).
+pub(super) fn sa_node_writes(node: &RealNode, mark: u64) -> Vec<(String, String, String)> {
+    audit_since(node, mark)
+        .into_iter()
+        .filter(|e| {
+            e["user"]["username"] == SA_USER
+                && e["objectRef"]["resource"] == "nodes"
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| c < 300)
+        })
+        .map(|e| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&e["verb"]),
+                s(&e["objectRef"]["subresource"]),
+                s(&e["objectRef"]["name"]),
+            )
+        })
+        .collect()
+}
+
+/// The pod's log through `kubectl logs` (the API server asks the kubelet), as a user reads it.
+pub(super) async fn kubectl_logs(node: &RealNode, pod: &str) -> String {
+    node.kubectl(&["-n", NS, "logs", pod]).await
+}
+
+/// The one line of a log that contains all of `parts`; fails naming what was looked for.
+pub(super) fn one_line<'a>(log: &'a str, what: &str, parts: &[&str]) -> &'a str {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no log line with {what} ({parts:?}) in:\n{log}"
+    );
+    lines[0]
+}
