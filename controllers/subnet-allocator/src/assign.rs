@@ -157,10 +157,13 @@ impl Allocator {
         let cidrs: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
         self.guard.ensure_leader()?;
         let patch = pod_cidr_patch(uid, &cidrs);
-        let result = self
-            .api
-            .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await;
+        let result = netcm_manager::client::unread::patch_unread(
+            &self.api,
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await;
         let e = match result {
             Ok(_) => {
                 self.mark_written(name, uid);

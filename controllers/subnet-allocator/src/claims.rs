@@ -159,7 +159,9 @@ impl Claims {
         obj.data = serde_json::json!({
             "spec": { "cidr": cidr.trunc().to_string(), "nodeName": node_name, "nodeUID": node_uid }
         });
-        match self.api.create(&PostParams::default(), &obj).await {
+        match netcm_manager::client::unread::create_unread(&self.api, &PostParams::default(), &obj)
+            .await
+        {
             Ok(_) => Ok(ClaimOutcome::Ours),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let existing = self.api.get(&name).await.map_err(api_error)?;
