@@ -261,18 +261,6 @@ impl CachedNode {
             ..ObjectReference::default()
         }
     }
-
-    /// Heap bytes this Node holds beyond `size_of::<CachedNode>()` (the buffer and the tables).
-    pub fn heap_bytes(&self) -> usize {
-        use std::mem::size_of_val;
-        self.text.len()
-            + size_of_val(&*self.pod_cidrs)
-            + size_of_val(&*self.addresses)
-            + size_of_val(&*self.annotations)
-            + size_of_val(&*self.labels)
-            + size_of_val(&*self.conditions)
-            + size_of_val(&*self.taints)
-    }
 }
 
 /// Everything a `CachedNode` can hold, from a full Node (as read from the API, or built by a test).
