@@ -3,8 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
-use netcm_node::{Family, PodCidrs};
+use netcm_node::{CachedNode, Family, PodCidrs};
 
 use crate::flags::Config;
 
@@ -116,14 +115,14 @@ pub fn usable_ip(raw: &str, family: Family) -> Result<String, &'static str> {
 
 /// The first usable address of `family` in `status.addresses`, by type in `types` order, then by the
 /// order the Node lists them.
-pub fn address_ip(node: &Node, types: &[String], family: Family) -> Option<String> {
+pub fn address_ip(node: &CachedNode, types: &[String], family: Family) -> Option<String> {
     netcm_node::first_address(node, types, family).map(|ip| ip.to_string())
 }
 
 /// The public IP of one family: `Some(value)` to publish, `None` for "keep what is there" or "nothing".
 fn public_ip(
     cfg: &Config,
-    node: &Node,
+    node: &CachedNode,
     current: &BTreeMap<String, String>,
     family: Family,
     invalid: &mut Vec<InvalidOverwrite>,
@@ -166,9 +165,9 @@ fn public_ip(
 
 /// Computes what to write for `node`, whose annotations are `current` (the cache's, plus netcm's own
 /// writes the cache has not seen yet).
-pub fn plan(cfg: &Config, node: &Node, current: &BTreeMap<String, String>) -> Plan {
+pub fn plan(cfg: &Config, node: &CachedNode, current: &BTreeMap<String, String>) -> Plan {
     let mut plan = Plan::default();
-    let fams = match families(&PodCidrs::of(node)) {
+    let fams = match families(&node.pod_cidrs()) {
         Ok(f) => f,
         Err(w) => {
             plan.waiting = Some(w);

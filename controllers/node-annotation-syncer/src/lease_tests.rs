@@ -12,12 +12,12 @@ fn cfg(args: &[&str]) -> Config {
         .expect("valid flags")
 }
 
-fn node(cidrs: &[&str], addrs: &[(&str, &str)]) -> Node {
+fn node(cidrs: &[&str], addrs: &[(&str, &str)]) -> CachedNode {
     netcm_node::test_support::node("n1", cidrs, addrs, &[])
 }
 
 /// A dual-stack Node with an InternalIP of each family.
-fn dual_stack() -> Node {
+fn dual_stack() -> CachedNode {
     node(
         &["10.244.1.0/24", "fd00::/64"],
         &[("InternalIP", "192.0.2.10"), ("InternalIP", "2001:db8::a")],
@@ -248,11 +248,13 @@ fn unusable_pod_cidrs_are_not_published() {
 
 #[test]
 fn the_single_pod_cidr_field_is_read_when_the_list_is_empty() {
-    let mut n = node(&[], &[("InternalIP", "192.0.2.10")]);
-    if let Some(spec) = n.spec.as_mut() {
+    let mut full =
+        netcm_node::test_support::full_node("n1", &[], &[("InternalIP", "192.0.2.10")], &[]);
+    if let Some(spec) = full.spec.as_mut() {
         spec.pod_cidr = Some("10.244.1.0/24".into());
     }
-    assert_eq!(netcm_node::raw_pod_cidrs(&n), ["10.244.1.0/24"]);
+    let n = CachedNode::from(&full);
+    assert_eq!(n.raw_pod_cidrs().collect::<Vec<_>>(), ["10.244.1.0/24"]);
     assert_eq!(plan(&cfg(&[]), &n, &BTreeMap::new()).waiting, None);
 }
 

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
 use netcm_manager::{
-    EventRecorder, EventType, Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer,
-    SyncOutcome,
+    CachedNode, EventRecorder, EventType, Fenced, LeaderGuard, NodeFields, Reconciler,
+    SharedInformer, SyncOutcome,
 };
 use netcm_node::Keys;
 use parking_lot::{Mutex, MutexGuard};
@@ -63,7 +63,7 @@ struct Written {
 /// A Node whose lease is left to the node agent that publishes it.
 struct Deferred {
     /// The Node it was decided for.
-    uid: Option<String>,
+    uid: String,
     /// The lease keys' values when the agent was found owning them. Ownership moves only with a write that
     /// changes one of them, so while they stay the same the verdict holds without reading the Node again.
     lease: BTreeMap<String, String>,
@@ -84,22 +84,17 @@ struct State {
     deferred: HashMap<String, Deferred>,
 }
 
-/// The values of the lease keys among `annotations`.
-fn lease_values(
-    keys: &Keys,
-    annotations: Option<&BTreeMap<String, String>>,
-) -> BTreeMap<String, String> {
-    let empty = BTreeMap::new();
-    let annotations = annotations.unwrap_or(&empty);
+/// The values of the lease keys among the Node's annotations.
+fn lease_values(keys: &Keys, node: &CachedNode) -> BTreeMap<String, String> {
     keys.lease()
         .iter()
-        .filter_map(|k| Some((k.to_string(), annotations.get(*k)?.clone())))
+        .filter_map(|k| Some((k.to_string(), node.annotation(k)?.to_string())))
         .collect()
 }
 
 /// The syncer's shared state.
 pub struct Syncer {
-    pub(crate) nodes: SharedInformer<Node>,
+    pub(crate) nodes: SharedInformer<CachedNode>,
     pub(crate) api: Api<Node>,
     pub(crate) config: Config,
     pub(crate) recorder: EventRecorder,
@@ -111,7 +106,7 @@ pub struct Syncer {
 impl Syncer {
     /// Builds the syncer (spawns nothing).
     pub(crate) fn new(
-        nodes: SharedInformer<Node>,
+        nodes: SharedInformer<CachedNode>,
         api: Api<Node>,
         config: Config,
         recorder: EventRecorder,
@@ -147,23 +142,22 @@ impl Syncer {
     }
 
     /// Whether the Node's lease is still the one found managed by a node agent (same Node, same values).
-    fn still_deferred(&self, name: &str, node: &Node) -> bool {
+    fn still_deferred(&self, name: &str, node: &CachedNode) -> bool {
         let st = self.state();
         st.deferred.get(name).is_some_and(|d| {
-            d.uid == node.metadata.uid
-                && d.lease == lease_values(&self.config.keys, node.metadata.annotations.as_ref())
+            d.uid == node.uid() && d.lease == lease_values(&self.config.keys, node)
         })
     }
 
     /// Leaves the lease of `live` to its agent; logs when that is news.
-    fn defer(&self, name: &str, live: &Node, agent: AgentLease, would: &Plan) {
-        let lease = lease_values(&self.config.keys, live.metadata.annotations.as_ref());
+    fn defer(&self, name: &str, live: &CachedNode, agent: AgentLease, would: &Plan) {
+        let lease = lease_values(&self.config.keys, live);
         let mut st = self.state();
         let news = st.deferred.get(name).is_none_or(|d| d.agent != agent);
         st.deferred.insert(
             name.to_string(),
             Deferred {
-                uid: live.metadata.uid.clone(),
+                uid: live.uid().to_string(),
                 lease,
                 agent: agent.clone(),
             },
@@ -203,12 +197,14 @@ impl Syncer {
     /// The Node's annotations as the API server has them: the cache's, plus netcm's own last write while
     /// the cache still shows the version that write was based on. Without this, a second event queued
     /// before the write's watch event arrives would PATCH the same values again.
-    fn current_annotations(&self, name: &str, node: &Node) -> BTreeMap<String, String> {
-        let mut current = node.metadata.annotations.clone().unwrap_or_default();
-        let rv = node.metadata.resource_version.as_deref();
+    fn current_annotations(&self, name: &str, node: &CachedNode) -> BTreeMap<String, String> {
+        let mut current: BTreeMap<String, String> = node
+            .annotations()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut st = self.state();
         if let Some(w) = st.written.get(name) {
-            if rv == Some(w.base_rv.as_str()) {
+            if node.resource_version() == w.base_rv {
                 current.extend(w.values.clone());
             } else {
                 st.written.remove(name);
@@ -218,7 +214,7 @@ impl Syncer {
     }
 
     /// Reports each invalid overwrite value once per Node: a Warning Event, a log line and the counter.
-    async fn report_invalid(&self, node: &Node, name: &str, invalid: &[InvalidOverwrite]) {
+    async fn report_invalid(&self, node: &CachedNode, name: &str, invalid: &[InvalidOverwrite]) {
         let fresh: Vec<&InvalidOverwrite> = {
             let mut st = self.state();
             if invalid.is_empty() {
@@ -252,7 +248,7 @@ impl Syncer {
             );
             self.recorder
                 .publish(
-                    node,
+                    &node.object_ref(),
                     EventType::Warning,
                     REASON_INVALID_OVERWRITE,
                     "PublishLease",
@@ -268,7 +264,7 @@ impl Syncer {
             self.forget(name);
             return Ok(SyncOutcome::Done);
         };
-        if node.metadata.deletion_timestamp.is_some() {
+        if node.is_deleting() {
             // Going away: a lease for it would only make peers route to it a little longer.
             return Ok(SyncOutcome::Done);
         }
@@ -301,8 +297,11 @@ impl Syncer {
             Err(e) => return Err(SyncError::Get(e)),
         };
         let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
-        if let Some(agent) = owner::agent_lease(&self.config.keys, managed) {
-            self.defer(name, &live, agent, &plan);
+        let agent = owner::agent_lease(&self.config.keys, managed);
+        // What the plan reads of the Node as read: its pod CIDRs, addresses and annotations.
+        let live_node = CachedNode::from(&live);
+        if let Some(agent) = agent {
+            self.defer(name, &live_node, agent, &plan);
             return Ok(SyncOutcome::Done);
         }
         self.undefer(name);
@@ -310,7 +309,7 @@ impl Syncer {
         // Decide again from the Node as read, and write only onto that version: an agent that writes its
         // lease in between makes the PATCH fail with 409 instead of being overwritten.
         let live_annotations = live.metadata.annotations.clone().unwrap_or_default();
-        let plan = lease::plan(&self.config, &live, &live_annotations);
+        let plan = lease::plan(&self.config, &live_node, &live_annotations);
         if plan.waiting.is_some() || plan.changes.is_empty() {
             return Ok(SyncOutcome::Done);
         }
@@ -335,15 +334,13 @@ impl Syncer {
                     })
                     .collect();
                 tracing::info!(controller = NAME, node = name, changed = %changed.join(","), "published lease annotations");
-                if let Some(rv) = node.metadata.resource_version.clone() {
-                    self.state().written.insert(
-                        name.to_string(),
-                        Written {
-                            base_rv: rv,
-                            values: plan.changes,
-                        },
-                    );
-                }
+                self.state().written.insert(
+                    name.to_string(),
+                    Written {
+                        base_rv: node.resource_version().to_string(),
+                        values: plan.changes,
+                    },
+                );
                 Ok(SyncOutcome::Done)
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -381,7 +378,6 @@ impl Reconciler for Syncer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use netcm_node::Family;
 
     const P: &str = "flannel.alpha.coreos.com/";
@@ -408,21 +404,17 @@ mod tests {
         )
     }
 
-    fn node(rv: &str, annotations: &[(&str, &str)]) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some("n1".into()),
-                resource_version: Some(rv.into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (format!("{P}{k}"), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            ..Default::default()
+    /// The cached Node `n1` with `uid`, at `rv`, with these lease annotations (keys without the prefix).
+    fn node_of(uid: &str, rv: &str, annotations: &[(&str, &str)]) -> CachedNode {
+        let mut b = CachedNode::builder("n1", uid, rv);
+        for (k, v) in annotations {
+            b.annotation(&format!("{P}{k}"), v);
         }
+        b.build()
+    }
+
+    fn node(rv: &str, annotations: &[(&str, &str)]) -> CachedNode {
+        node_of("uid-1", rv, annotations)
     }
 
     #[tokio::test]
@@ -478,11 +470,8 @@ mod tests {
     async fn a_lease_left_to_its_agent_needs_no_new_read_until_its_values_or_its_node_change() {
         let s = syncer();
         let gauge = || s.metrics.agent_managed.get();
-        let mut live = node(
-            "7",
-            &[("backend-type", "vxlan"), ("public-ip", "192.0.2.10")],
-        );
-        live.metadata.uid = Some("uid-1".into());
+        let lease = [("backend-type", "vxlan"), ("public-ip", "192.0.2.10")];
+        let live = node("7", &lease);
         let agent = AgentLease {
             managers: ["flanneld".to_string()].into(),
             keys: [format!("{P}backend-type")].into(),
@@ -490,24 +479,15 @@ mod tests {
         s.defer("n1", &live, agent, &Plan::default());
         assert_eq!(gauge(), 1);
         // Other annotations, status and resourceVersion may move: the verdict holds.
-        let mut cached = live.clone();
-        cached.metadata.resource_version = Some("9".into());
-        cached
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(format!("{P}custom"), "x".into());
+        let cached = node("9", &[lease[0], lease[1], ("custom", "x")]);
         assert!(s.still_deferred("n1", &cached));
         // A lease key changed (someone wrote it), or the Node was re-created: read it again.
-        let mut rewritten = cached.clone();
-        rewritten
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(format!("{P}public-ip"), "192.0.2.11".into());
+        let rewritten = node(
+            "10",
+            &[lease[0], ("public-ip", "192.0.2.11"), ("custom", "x")],
+        );
         assert!(!s.still_deferred("n1", &rewritten));
-        let mut recreated = cached.clone();
-        recreated.metadata.uid = Some("uid-2".into());
+        let recreated = node_of("uid-2", "9", &[lease[0], lease[1], ("custom", "x")]);
         assert!(!s.still_deferred("n1", &recreated));
         s.undefer("n1");
         assert!(!s.still_deferred("n1", &cached));

@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
 use netcm_manager::ttl_cache::TtlCache;
-use netcm_manager::{Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome};
+use netcm_manager::{
+    CachedNode, Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
+};
 use netcm_workqueue::Queue;
 
 /// How long a condition write may take to show up in the cache before it is written again.
@@ -70,14 +72,9 @@ impl netcm_manager::SyncError for ConditionError {
 
 /// Whether the Node's condition differs from `verdict` in status or reason (the message and times do
 /// not count, as in the cloud route controller).
-pub fn needs_write(node: &Node, verdict: &Verdict) -> bool {
-    let current = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_TYPE));
-    match current {
-        Some(c) => c.status != verdict.status || c.reason.as_deref() != Some(verdict.reason),
+pub fn needs_write(node: &CachedNode, verdict: &Verdict) -> bool {
+    match node.condition(CONDITION_TYPE) {
+        Some(c) => c.status != verdict.status || c.reason != Some(verdict.reason),
         None => true,
     }
 }
@@ -98,7 +95,7 @@ pub fn patch_body(verdict: &Verdict, now: jiff::Timestamp) -> serde_json::Value 
 /// Holds the verdict of each Node's last route sync and writes it to the Node when it changes.
 pub struct ConditionWriter {
     api: Api<Node>,
-    nodes: SharedInformer<Node>,
+    nodes: SharedInformer<CachedNode>,
     guard: LeaderGuard,
     /// Node names whose condition may need a write.
     pub queue: Queue<String>,
@@ -113,7 +110,7 @@ impl ConditionWriter {
     /// A writer with its own queue.
     pub fn new(
         api: Api<Node>,
-        nodes: SharedInformer<Node>,
+        nodes: SharedInformer<CachedNode>,
         guard: LeaderGuard,
         queue: Queue<String>,
     ) -> Self {
@@ -206,22 +203,11 @@ impl Reconciler for ConditionWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeStatus;
 
-    fn with_condition(status: &str, reason: &str) -> Node {
-        Node {
-            status: Some(NodeStatus {
-                conditions: Some(vec![NodeCondition {
-                    type_: CONDITION_TYPE.into(),
-                    status: status.into(),
-                    reason: Some(reason.into()),
-                    message: Some("whatever".into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+    fn with_condition(status: &str, reason: &str) -> CachedNode {
+        let mut b = CachedNode::builder("n1", "u1", "1");
+        b.condition(CONDITION_TYPE, status, Some(reason), Some("whatever"));
+        b.build()
     }
 
     #[test]
@@ -250,7 +236,10 @@ mod tests {
 
     #[test]
     fn a_write_is_needed_only_when_status_or_reason_differ() {
-        assert!(needs_write(&Node::default(), &ROUTE_CREATED));
+        assert!(needs_write(
+            &CachedNode::builder("n1", "u1", "1").build(),
+            &ROUTE_CREATED
+        ));
         assert!(!needs_write(
             &with_condition("False", "RouteCreated"),
             &ROUTE_CREATED

@@ -7,8 +7,8 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
-use netcm_node::{Family, Keys, PodCidrs};
+use netcm_node::CachedNode;
+use netcm_node::{Family, Keys};
 
 use crate::backend::Route;
 
@@ -97,8 +97,8 @@ impl NodeRoutes {
 
 /// The Node's pod CIDRs ([`PodCidrs`]) reduced to their network address, each once; unparsable entries
 /// are skipped (subnet-allocator reports them).
-pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
-    let parsed = PodCidrs::of(node);
+pub fn pod_cidrs(node: &CachedNode) -> Vec<IpNet> {
+    let parsed = node.pod_cidrs();
     for bad in &parsed.unparsable {
         tracing::debug!(cidr = %bad.raw, "skipping an unparsable pod CIDR");
     }
@@ -116,28 +116,22 @@ pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
 /// else the first usable InternalIP, else the first usable ExternalIP of that family. "Usable" is the
 /// rule node-annotation-syncer publishes by ([`netcm_node::public_ip`]), so a gateway is always a
 /// value the syncer could have written.
-pub fn gateway(node: &Node, family: Family, keys: &Keys) -> Option<IpAddr> {
+pub fn gateway(node: &CachedNode, family: Family, keys: &Keys) -> Option<IpAddr> {
     let annotated = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys.public_ip_of(family)))
+        .annotation(keys.public_ip_of(family))
         .and_then(|v| netcm_node::public_ip(v, family).ok());
     annotated.or_else(|| netcm_node::first_address(node, &["InternalIP", "ExternalIP"], family))
 }
 
 /// Whether the kubelet has reported the Node's addresses yet.
-fn has_reported_addresses(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .is_some_and(|a| !a.is_empty())
+fn has_reported_addresses(node: &CachedNode) -> bool {
+    node.addresses().len() > 0
 }
 
 /// The routes a Node asks for: `podCIDR via gateway` per pod CIDR. A pod CIDR without a gateway is a
 /// failure once the Node has reported its addresses (it has none of that family); before that it is
 /// only waiting (a kubelet reports its addresses right after registering), which is not a failure.
-pub fn node_routes(node: &Node, keys: &Keys) -> NodeRoutes {
+pub fn node_routes(node: &CachedNode, keys: &Keys) -> NodeRoutes {
     let mut out = NodeRoutes::default();
     let reported = has_reported_addresses(node);
     for destination in pod_cidrs(node) {

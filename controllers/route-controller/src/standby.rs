@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use netcm_manager::client::{load_config, ClientError, ClientOptions};
 use netcm_manager::LeaderGuard;
+use netcm_node::CachedNode;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::BackendError;
@@ -104,7 +105,7 @@ impl StartupSweep {
     }
 }
 
-async fn list_nodes_until_done(client: &ClientOptions) -> Vec<Arc<Node>> {
+async fn list_nodes_until_done(client: &ClientOptions) -> Vec<Arc<CachedNode>> {
     let mut delay = Duration::from_millis(200);
     loop {
         match list_nodes(client).await {
@@ -119,14 +120,14 @@ async fn list_nodes_until_done(client: &ClientOptions) -> Vec<Arc<Node>> {
 }
 
 /// Every Node, page by page: the complete list is what "the cache has synced" means here.
-async fn list_nodes(client: &ClientOptions) -> Result<Vec<Arc<Node>>, SweepError> {
+async fn list_nodes(client: &ClientOptions) -> Result<Vec<Arc<CachedNode>>, SweepError> {
     let config = load_config(client).await?;
     let api: Api<Node> = Api::all(kube::Client::try_from(config)?);
     let mut params = ListParams::default().limit(PAGE);
     let mut nodes = Vec::new();
     loop {
         let page = api.list(&params).await?;
-        nodes.extend(page.items.into_iter().map(Arc::new));
+        nodes.extend(page.items.iter().map(|n| Arc::new(CachedNode::from(n))));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => return Ok(nodes),
@@ -136,7 +137,7 @@ async fn list_nodes(client: &ClientOptions) -> Result<Vec<Arc<Node>>, SweepError
 
 /// The leader's reconcile on a private syncer; the number of routes deleted.
 async fn sweep(
-    nodes: &[Arc<Node>],
+    nodes: &[Arc<CachedNode>],
     config: &Config,
     own_node: Option<String>,
 ) -> Result<usize, SweepError> {

@@ -20,8 +20,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
 use netcm_manager::{Fenced, LeaderGuard};
+use netcm_node::CachedNode;
 use netcm_node::Keys;
 use parking_lot::{Mutex, MutexGuard};
 
@@ -169,7 +169,7 @@ impl RouteSyncer {
 
     /// What a Node asks for, with the pod CIDRs netcm refuses to route set apart; nothing for the Node
     /// netcm runs on (its pod CIDR is local).
-    pub fn wanted(&self, name: &str, node: Option<&Node>) -> NodeRoutes {
+    pub fn wanted(&self, name: &str, node: Option<&CachedNode>) -> NodeRoutes {
         let mut wanted = match node {
             Some(n) if self.own_node.as_deref() != Some(name) => node_routes(n, &self.keys),
             _ => NodeRoutes::default(),
@@ -197,7 +197,11 @@ impl RouteSyncer {
 
     /// Syncs one Node's routes with what it asks for (`node` is `None` once it is deleted). Returns
     /// `Err` only when the leader fence refuses a change.
-    pub async fn sync_node(&self, name: &str, node: Option<&Node>) -> Result<NodeSync, Fenced> {
+    pub async fn sync_node(
+        &self,
+        name: &str,
+        node: Option<&CachedNode>,
+    ) -> Result<NodeSync, Fenced> {
         let _shared = self.table.read().await;
         let wanted = self.wanted(name, node);
         let wanted_dsts: Vec<IpNet> = wanted.destinations().collect();

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use netcm_manager::{
-    EventRecorder, EventType, NodeFields, Reconciler, SharedInformer, SyncOutcome,
+    CachedNode, EventRecorder, EventType, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
 use netcm_workqueue::Queue;
 use tokio::sync::Notify;
@@ -34,7 +33,7 @@ pub struct RouteReconciler {
     /// netcm's routes and the backend.
     pub syncer: Arc<RouteSyncer>,
     /// The Node cache.
-    pub nodes: SharedInformer<Node>,
+    pub nodes: SharedInformer<CachedNode>,
     /// Node names to sync.
     pub queue: Queue<String>,
     /// The condition writer, unless `--set-node-network-unavailable=false`.
@@ -67,7 +66,7 @@ impl RouteReconciler {
                 // reported on the peer, never on its neighbours.
                 self.recorder
                     .publish(
-                        node.as_ref(),
+                        &node.object_ref(),
                         EventType::Warning,
                         "FailedToCreateRoute",
                         "CreateRoute",

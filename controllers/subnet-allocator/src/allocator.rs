@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
 use netcm_manager::sync_metrics::{api_reason, REASON_ERROR, REASON_FENCED};
+use netcm_manager::CachedNode;
 use netcm_manager::{
     EventRecorder, EventType, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
@@ -119,7 +120,7 @@ impl Tracking {
 
 /// The allocator's shared state.
 pub struct Allocator {
-    pub(crate) nodes: SharedInformer<Node>,
+    pub(crate) nodes: SharedInformer<CachedNode>,
     pub(crate) api: Api<Node>,
     pub(crate) pools: Mutex<Pools>,
     pub(crate) queue: Queue<String>,
@@ -143,11 +144,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
 }
 
 /// What the decision step needs of a cached Node.
-pub(crate) fn facts(node: &Node) -> NodeFacts {
+pub(crate) fn facts(node: &CachedNode) -> NodeFacts {
     NodeFacts {
-        uid: node.metadata.uid.clone().unwrap_or_default(),
-        pod_cidrs: netcm_node::raw_pod_cidrs(node),
-        deleting: node.metadata.deletion_timestamp.is_some(),
+        uid: node.uid().to_string(),
+        pod_cidrs: node.raw_pod_cidrs().map(str::to_string).collect(),
+        deleting: node.is_deleting(),
     }
 }
 
@@ -219,7 +220,13 @@ impl Allocator {
     }
 
     /// Records the CIDRs a Node already has and reports bad data on it.
-    pub(crate) async fn record_existing(&self, node: &Node, name: &str, uid: &str, raw: &[String]) {
+    pub(crate) async fn record_existing(
+        &self,
+        node: &CachedNode,
+        name: &str,
+        uid: &str,
+        raw: &[String],
+    ) {
         let PodCidrs {
             cidrs: parsed,
             unparsable,
@@ -260,7 +267,13 @@ impl Allocator {
             let note = format!("node {name} has an unparsable pod CIDR {bad:?}; it is ignored and nothing is allocated over it");
             tracing::warn!(controller = NAME, node = name, cidr = %bad, "unparsable pod CIDR");
             self.recorder
-                .publish(node, EventType::Warning, "CIDRInvalid", "RecordCIDR", note)
+                .publish(
+                    &node.object_ref(),
+                    EventType::Warning,
+                    "CIDRInvalid",
+                    "RecordCIDR",
+                    note,
+                )
                 .await;
         }
         for finding in findings {
@@ -284,14 +297,20 @@ impl Allocator {
             let note = format!("node {name}: {shown}; netcm keeps it reserved and never hands out an overlapping range");
             tracing::warn!(controller = NAME, node = name, finding = %shown, "bad pod CIDR on node");
             self.recorder
-                .publish(node, EventType::Warning, reason, "RecordCIDR", note.clone())
+                .publish(
+                    &node.object_ref(),
+                    EventType::Warning,
+                    reason,
+                    "RecordCIDR",
+                    note.clone(),
+                )
                 .await;
             if let Some(other) = other {
                 self.set_flagged(&other, true);
                 if let Some(other_node) = self.nodes.get(&other) {
                     self.recorder
                         .publish(
-                            other_node.as_ref(),
+                            &other_node.object_ref(),
                             EventType::Warning,
                             reason,
                             "RecordCIDR",
@@ -345,7 +364,7 @@ impl Allocator {
         let nodes = self.nodes.list();
         let mut recorded = 0usize;
         for node in nodes {
-            let name = node.metadata.name.clone().unwrap_or_default();
+            let name = node.name().to_string();
             let f = facts(&node);
             if !f.pod_cidrs.is_empty() {
                 self.record_existing(&node, &name, &f.uid, &f.pod_cidrs)
@@ -365,12 +384,17 @@ impl Allocator {
     }
 
     /// Records that the Node `uid` is waiting for a free CIDR and tells the Node why.
-    pub(crate) async fn wait_for_cidr(&self, node: &Node, name: &str, e: IpamError) -> SyncError {
+    pub(crate) async fn wait_for_cidr(
+        &self,
+        node: &CachedNode,
+        name: &str,
+        e: IpamError,
+    ) -> SyncError {
         lock(&self.waiting).insert(name.to_string());
         tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
         self.recorder
             .publish(
-                node,
+                &node.object_ref(),
                 EventType::Warning,
                 "CIDRNotAvailable",
                 "AllocateCIDR",

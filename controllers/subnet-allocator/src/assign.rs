@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
+use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
 use crate::allocator::{lock, reservation_owner, Allocator, SyncError, NAME};
@@ -47,7 +47,7 @@ impl Allocator {
     /// Allocates (or re-uses the pending allocation of) the Node `uid`, claims and writes it.
     pub(crate) async fn allocate_and_write(
         &self,
-        node: &Node,
+        node: &CachedNode,
         name: &str,
         uid: &str,
     ) -> Result<SyncOutcome, SyncError> {
@@ -55,9 +55,7 @@ impl Allocator {
         let cidrs = loop {
             let allocation = {
                 let mut pools = lock(&self.pools);
-                let empty = std::collections::BTreeMap::new();
-                let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
-                let a = pools.allocate_for(uid, &netcm_ipam::NodeView { name, labels });
+                let a = pools.allocate_for(uid, &netcm_ipam::NodeView { name, labels: node });
                 if let Ok(a) = &a {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(&pools);
@@ -138,7 +136,7 @@ impl Allocator {
     /// Whether no Node `name` with UID `uid` exists, asked of the API (the cache may lag behind).
     pub(crate) async fn node_is_gone(&self, name: &str, uid: &str) -> Result<bool, kube::Error> {
         if let Some(cached) = self.nodes.get(name) {
-            if cached.metadata.uid.as_deref() == Some(uid) {
+            if cached.uid() == uid {
                 return Ok(false);
             }
         }
@@ -149,7 +147,7 @@ impl Allocator {
     /// The one PATCH of the allocation, and what its failure means.
     async fn write(
         &self,
-        node: &Node,
+        node: &CachedNode,
         name: &str,
         uid: &str,
         cidrs: &[IpNet],
@@ -171,7 +169,7 @@ impl Allocator {
                 if self.record_assigned {
                     self.recorder
                         .publish(
-                            node,
+                            &node.object_ref(),
                             EventType::Normal,
                             "CIDRAssigned",
                             "AllocateCIDR",
@@ -200,10 +198,10 @@ impl Allocator {
     }
 
     /// KCM's `CIDRAssignmentFailed` Warning on the Node, with why.
-    async fn assignment_failed(&self, node: &Node, name: &str, why: &str) {
+    async fn assignment_failed(&self, node: &CachedNode, name: &str, why: &str) {
         self.recorder
             .publish(
-                node,
+                &node.object_ref(),
                 EventType::Warning,
                 "CIDRAssignmentFailed",
                 "AllocateCIDR",
@@ -217,7 +215,7 @@ impl Allocator {
     /// the Node's CIDRs meanwhile, that is no failure: the cache's update records theirs.
     async fn rejected(
         &self,
-        node: &Node,
+        node: &CachedNode,
         name: &str,
         uid: &str,
         cidrs: &[String],

@@ -247,7 +247,7 @@ impl Allocator {
                 }
                 self.recorder
                     .publish(
-                        &ClusterCidr::about(&obj),
+                        &netcm_manager::events::reference(&ClusterCidr::about(&obj)),
                         EventType::Warning,
                         refusal.reason(),
                         "AllocateCIDR",
@@ -274,15 +274,13 @@ impl Allocator {
         let pools = lock(&self.pools);
         let reports = pools.reports();
         let mut out: HashMap<String, usize> = HashMap::new();
-        let empty = BTreeMap::new();
         for name in names {
             let Some(node) = self.nodes.get(&name) else {
                 continue;
             };
-            let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
             for i in pools.candidates(&NodeView {
                 name: &name,
-                labels,
+                labels: node.as_ref(),
             }) {
                 if let Some(r) = reports.get(i) {
                     *out.entry(r.name.clone()).or_default() += 1;

@@ -15,8 +15,8 @@ use kube::api::{Api, Patch, PatchParams};
 use netcm_manager::flags::GenericFlags;
 use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
 use netcm_manager::{
-    Controller, ControllerDescriptor, ControllerOptions, Fenced, InitContext, InitResult,
-    LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
+    CachedNode, Controller, ControllerDescriptor, ControllerOptions, Fenced, InitContext,
+    InitResult, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
 
 /// The controller's canonical name: its queue, metrics label and log field.
@@ -123,20 +123,15 @@ impl netcm_manager::SyncError for SyncError {
 
 /// The reconciler: one Node at a time, from the cache.
 pub struct TaintLabeler {
-    nodes: SharedInformer<Node>,
+    nodes: SharedInformer<CachedNode>,
     api: Api<Node>,
     guard: LeaderGuard,
     key: String,
 }
 
 /// The label a Node should carry: whether it has any taint.
-pub fn desired_label(node: &Node) -> &'static str {
-    let tainted = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| !t.is_empty());
-    if tainted {
+pub fn desired_label(node: &CachedNode) -> &'static str {
+    if node.taints().len() > 0 {
         "true"
     } else {
         "false"
@@ -159,8 +154,7 @@ impl Reconciler for TaintLabeler {
             return Ok(SyncOutcome::Done);
         };
         let want = desired_label(&node);
-        let have = node.metadata.labels.as_ref().and_then(|l| l.get(&self.key));
-        if have.map(String::as_str) == Some(want) {
+        if node.label(&self.key) == Some(want) {
             return Ok(SyncOutcome::Done);
         }
         self.guard.ensure_leader()?;
@@ -177,7 +171,6 @@ impl Reconciler for TaintLabeler {
 mod tests {
     use super::*;
     use clap::Parser;
-    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
 
     #[derive(Parser)]
     struct Cli {
@@ -205,16 +198,10 @@ mod tests {
 
     #[test]
     fn a_node_is_tainted_while_it_has_a_taint() {
-        let mut node = Node::default();
-        assert_eq!(desired_label(&node), "false");
-        node.spec = Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: "k".into(),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        assert_eq!(desired_label(&node), "true");
+        let node = CachedNode::builder("n1", "u1", "1");
+        assert_eq!(desired_label(&node.build()), "false");
+        let mut node = CachedNode::builder("n1", "u1", "1");
+        node.taint("k", None, "NoSchedule");
+        assert_eq!(desired_label(&node.build()), "true");
     }
 }

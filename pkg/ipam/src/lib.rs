@@ -58,4 +58,4 @@ pub use pool::{
     MIN_PER_NODE_HOST_BITS,
 };
 pub use pools::Pools;
-pub use selector::{NodeSelector, NodeView, Operator, Requirement, Term};
+pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, Term};

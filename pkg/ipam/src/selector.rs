@@ -96,7 +96,7 @@ impl Term {
         let labels_ok = self
             .match_expressions
             .iter()
-            .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)));
+            .all(|r| r.matches(node.labels.label(&r.key)));
         let fields_ok = self.match_fields.iter().all(|r| {
             let value = (r.key == "metadata.name").then_some(node.name);
             r.key == "metadata.name" && r.matches(value)
@@ -115,12 +115,24 @@ pub enum NodeSelector {
 }
 
 /// What a selector looks at: the Node's name and labels.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct NodeView<'a> {
     /// `metadata.name`.
     pub name: &'a str,
     /// `metadata.labels`.
-    pub labels: &'a BTreeMap<String, String>,
+    pub labels: &'a dyn Labels,
+}
+
+/// A Node's labels, however they are held (a map, or the informer's cached Node).
+pub trait Labels {
+    /// The value of the label `key`, if the Node has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
 }
 
 impl NodeSelector {

@@ -1,15 +1,23 @@
-//! How much decoding a Node costs the informer, old path against new (run through `hack/bench-decode.sh`).
+//! How much decoding and caching a Node costs the informer (run through `hack/bench-decode.sh`).
 //!
-//! N realistic Nodes (a kubelet's: ~8 KB of JSON with managedFields, 20 images, nodeInfo, capacity,
+//! N realistic Nodes (a kubelet's: ~9 KB of JSON with managedFields, 20 images, nodeInfo, capacity,
 //! conditions, flannel's lease annotations) are decoded from watch-event lines, the way a watch or a
-//! streaming list delivers them, into the Node the cache holds for netcm's three controllers at their
-//! defaults:
+//! streaming list delivers them, and stored the way each informer stored them:
 //!
-//! - full: `WatchEvent<Node>` (every field built), then `NodeFields::trim` — the informer before the wire type;
-//! - wire: `WatchEvent<WireNode>` (only what a declaration can keep is built), then `NodeFields::keep`.
+//! - full `Node`, trimmed, in kube-runtime's reflector store: `WatchEvent<Node>` (every field built),
+//!   `NodeFields::trim`, then the reflector's `Store<Node>` (an `Arc<Node>` keyed by an `ObjectRef`). The
+//!   informer before `WireNode` — and, for bytes retained, also the informer with `WireNode` before
+//!   `CachedNode`: that one decoded fewer fields but cached the same trimmed `Node` in the same store;
+//! - `CachedNode` in the informer's store: `WatchEvent<WireNode>` (only what a declaration can keep is
+//!   built), `NodeFields::keep` into a `CachedNode`, then the informer's own `Store` (the `Arc` keyed by
+//!   the Node's own name).
 //!
-//! A counting global allocator (`stats_alloc`) gives allocations and bytes allocated per Node while decoding, and the
-//! bytes still held per cached Node afterwards (each Node kept in an `Arc`, as the store does). Time per
+//! Each for two declarations: the subnet-allocator's alone (pod CIDRs) and netcm's three controllers at
+//! their defaults (pod CIDRs, addresses, flannel's annotations, NetworkUnavailable).
+//!
+//! A counting global allocator (`stats_alloc`) gives allocations and bytes allocated per Node while decoding
+//! and storing, the bytes and allocations still held per cached Node afterwards (the store's table
+//! included; each live allocation also costs the system allocator its own header). Time per
 //! Node is the fastest of a few rounds; the machine is shared, so treat it as ±25 %.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -20,8 +28,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::core::WatchEvent;
+use kube::runtime::reflector;
+use kube::runtime::watcher::Event;
+use netcm_manager::informer::store::Store;
 use netcm_manager::node_fields::WireNode;
-use netcm_manager::NodeFields;
+use netcm_manager::{CachedNode, NodeFields};
 use serde_json::json;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
@@ -126,26 +137,25 @@ fn kubelet_node_line(i: usize) -> String {
     format!(r#"{{"type":"ADDED","object":{node}}}"#)
 }
 
-/// What decoding the lines cost one way.
+/// What decoding and storing the lines cost one way.
 struct Cost {
     allocs: f64,
     bytes: f64,
     retained: f64,
+    live: f64,
     time: Duration,
 }
 
-/// Decodes every line with `decode`, keeping the results as the store does, `rounds` times.
-fn measure(lines: &[String], rounds: usize, decode: impl Fn(&str) -> Node) -> Cost {
+/// Decodes and stores every line with `store_all` (which returns what keeps the cache alive), `rounds`
+/// times.
+fn measure<T>(lines: &[String], rounds: usize, store_all: impl Fn(&[String]) -> T) -> Cost {
     let n = lines.len() as f64;
     let mut best = Duration::MAX;
     let mut cost = None;
     for _ in 0..rounds {
-        let mut cache: Vec<Arc<Node>> = Vec::with_capacity(lines.len());
         let region = Region::new(GLOBAL);
         let start = Instant::now();
-        for line in lines {
-            cache.push(Arc::new(decode(line)));
-        }
+        let cache = store_all(lines);
         let time = start.elapsed();
         let stats = region.change();
         best = best.min(time);
@@ -154,6 +164,7 @@ fn measure(lines: &[String], rounds: usize, decode: impl Fn(&str) -> Node) -> Co
             allocs: (stats.allocations + stats.reallocations) as f64 / n,
             bytes: stats.bytes_allocated as f64 / n,
             retained: (stats.bytes_allocated - stats.bytes_deallocated) as f64 / n,
+            live: (stats.allocations as f64 - stats.deallocations as f64) / n,
             time,
         });
         std::hint::black_box(&cache);
@@ -161,6 +172,33 @@ fn measure(lines: &[String], rounds: usize, decode: impl Fn(&str) -> Node) -> Co
     let mut cost = cost.expect("at least one round");
     cost.time = best / lines.len() as u32;
     cost
+}
+
+fn decode<T: serde::de::DeserializeOwned>(line: &str) -> T {
+    match serde_json::from_str::<WatchEvent<T>>(line).unwrap() {
+        WatchEvent::Added(node) => node,
+        _ => unreachable!("every line is ADDED"),
+    }
+}
+
+/// The informer before `CachedNode`: a trimmed `Node` in kube-runtime's reflector store.
+fn reflector_of_trimmed_nodes(lines: &[String], fields: &NodeFields) -> reflector::Store<Node> {
+    let (store, mut writer) = reflector::store::<Node>();
+    for line in lines {
+        let mut node: Node = decode(line);
+        fields.trim(&mut node);
+        writer.apply_watcher_event(&Event::Apply(node));
+    }
+    store
+}
+
+/// The informer now: a `CachedNode` in its own store.
+fn store_of_cached_nodes(lines: &[String], fields: &NodeFields) -> Store<CachedNode> {
+    let store = Store::new();
+    for line in lines {
+        store.put(Arc::new(fields.keep(decode::<WireNode>(line))));
+    }
+    store
 }
 
 fn main() {
@@ -172,9 +210,10 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
+    let allocator = NodeFields::none().pod_cidrs();
     // netcm's three controllers at their defaults (subnet-allocator, node-annotation-syncer,
     // route-controller with its NetworkUnavailable writer).
-    let fields = NodeFields::none()
+    let three = NodeFields::none()
         .pod_cidrs()
         .addresses()
         .annotations("flannel.alpha.coreos.com/")
@@ -182,46 +221,45 @@ fn main() {
     let lines: Vec<String> = (0..n).map(kubelet_node_line).collect();
     let json_bytes = lines.iter().map(String::len).sum::<usize>() as f64 / n as f64;
 
-    let full = measure(&lines, rounds, |line| {
-        let WatchEvent::Added(mut node) = serde_json::from_str::<WatchEvent<Node>>(line).unwrap()
-        else {
-            unreachable!("every line is ADDED")
-        };
-        fields.trim(&mut node);
-        node
-    });
-    let wire = measure(&lines, rounds, |line| {
-        let WatchEvent::Added(node) = serde_json::from_str::<WatchEvent<WireNode>>(line).unwrap()
-        else {
-            unreachable!("every line is ADDED")
-        };
-        fields.keep(node)
-    });
-
     println!(
-        "{n} Nodes, {:.0} bytes of JSON each; cached: pod CIDRs, addresses, flannel.alpha.coreos.com/ annotations, NetworkUnavailable",
-        json_bytes
+        "{n} Nodes, {json_bytes:.0} bytes of JSON each; size_of::<CachedNode>() = {} bytes, size_of::<Node>() = {} bytes",
+        std::mem::size_of::<CachedNode>(),
+        std::mem::size_of::<Node>()
     );
-    println!();
-    println!("| decode path | allocations per Node | bytes allocated per Node | bytes retained per cached Node | decode time per Node |");
-    println!("|---|---|---|---|---|");
-    for (label, c) in [
-        ("full `Node`, then trim (before)", &full),
-        ("`WireNode`, then keep (after)", &wire),
+    for (declared, fields) in [
+        ("subnet-allocator alone (pod CIDRs)", &allocator),
+        (
+            "all three controllers (pod CIDRs, addresses, flannel.alpha.coreos.com/ annotations, NetworkUnavailable)",
+            &three,
+        ),
     ] {
+        let before = measure(&lines, rounds, |l| reflector_of_trimmed_nodes(l, fields));
+        let after = measure(&lines, rounds, |l| store_of_cached_nodes(l, fields));
+        println!();
+        println!("Declared: {declared}");
+        println!();
+        println!("| cache | allocations per Node | bytes allocated per Node | bytes retained per cached Node | allocations alive per cached Node | time per Node |");
+        println!("|---|---|---|---|---|---|");
+        for (label, c) in [
+            ("full `Node`, trimmed, reflector store (before)", &before),
+            ("`WireNode` → `CachedNode`, informer store (after)", &after),
+        ] {
+            println!(
+                "| {label} | {:.1} | {:.0} | {:.0} | {:.1} | {:.1} µs |",
+                c.allocs,
+                c.bytes,
+                c.retained,
+                c.live,
+                c.time.as_secs_f64() * 1e6
+            );
+        }
         println!(
-            "| {label} | {:.1} | {:.0} | {:.0} | {:.1} µs |",
-            c.allocs,
-            c.bytes,
-            c.retained,
-            c.time.as_secs_f64() * 1e6
+            "| after / before | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            after.allocs / before.allocs,
+            after.bytes / before.bytes,
+            after.retained / before.retained,
+            after.live / before.live,
+            after.time.as_secs_f64() / before.time.as_secs_f64()
         );
     }
-    println!(
-        "| after / before | {:.2} | {:.2} | {:.2} | {:.2} |",
-        wire.allocs / full.allocs,
-        wire.bytes / full.bytes,
-        wire.retained / full.retained,
-        wire.time.as_secs_f64() / full.time.as_secs_f64()
-    );
 }

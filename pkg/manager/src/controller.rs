@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Node;
+use netcm_node::CachedNode;
 use netcm_workqueue::{Queue, RateLimiter, WorkqueueMetrics};
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +25,7 @@ pub struct InitContext {
     /// The API client (rate-limited, metered, fenced for writes).
     pub client: kube::Client,
     /// The process-wide Node informer; subscribe before it starts.
-    pub nodes: SharedInformer<Node>,
+    pub nodes: SharedInformer<CachedNode>,
     /// The Prometheus registry served on /metrics.
     pub registry: prometheus::Registry,
     /// The workqueue metric families, shared by every controller's queue.
@@ -58,7 +58,7 @@ impl InitContext {
         let queue = self.new_queue(name);
         let handler_queue = queue.clone();
         self.nodes
-            .subscribe(Arc::new(move |ev: &InformerEvent<Node>| {
+            .subscribe(Arc::new(move |ev: &InformerEvent<CachedNode>| {
                 handler_queue.add(ev.name());
             }))
             .map_err(InitError::new)?;

@@ -51,20 +51,22 @@ impl EventRecorder {
         }
     }
 
-    /// Records an event about `object`. Failures are logged, never returned: an event must not fail a sync.
-    pub async fn publish<K: Resource<DynamicType = ()>>(
+    /// Records an event about the object `regarding` (a Node's [`crate::CachedNode::object_ref`], or
+    /// [`reference`] of any other object). Failures are logged, never returned: an event must not fail a
+    /// sync.
+    pub async fn publish(
         &self,
-        object: &K,
+        regarding: &ObjectReference,
         kind: EventType,
         reason: &str,
         action: &str,
         note: String,
     ) {
-        let meta = object.meta();
-        let name = meta.name.clone().unwrap_or_default();
+        let object_kind = regarding.kind.clone().unwrap_or_default();
+        let name = regarding.name.clone().unwrap_or_default();
         let key = (
-            K::kind(&()).into_owned(),
-            meta.namespace.clone(),
+            object_kind.clone(),
+            regarding.namespace.clone(),
             name.clone(),
             reason.to_string(),
             note.clone(),
@@ -72,16 +74,6 @@ impl EventRecorder {
         if !self.recent.insert_if_absent(key, ()) {
             return;
         }
-        // Built by hand rather than with `object_ref`: the recorder keys its series by the whole
-        // reference, and a resourceVersion in it would make every repeat a new event.
-        let regarding = ObjectReference {
-            api_version: Some(K::api_version(&()).into_owned()),
-            kind: Some(K::kind(&()).into_owned()),
-            name: Some(name.clone()),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            ..Default::default()
-        };
         let event = Event {
             type_: kind,
             reason: reason.to_string(),
@@ -89,8 +81,23 @@ impl EventRecorder {
             action: action.to_string(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &regarding).await {
-            tracing::warn!(kind = %K::kind(&()), object = %name, reason, error = %e, "failed to record event");
+        if let Err(e) = self.recorder.publish(&event, regarding).await {
+            tracing::warn!(kind = %object_kind, object = %name, reason, error = %e, "failed to record event");
         }
+    }
+}
+
+/// The reference Events about `object` carry: its kind, version, namespace, name and uid. Built by hand
+/// rather than with `object_ref`: the recorder keys its series by the whole reference, and a
+/// resourceVersion in it would make every repeat a new event.
+pub fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
+    let meta = object.meta();
+    ObjectReference {
+        api_version: Some(K::api_version(&()).into_owned()),
+        kind: Some(K::kind(&()).into_owned()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        ..Default::default()
     }
 }

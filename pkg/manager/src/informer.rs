@@ -1,5 +1,6 @@
 //! The shared informer: ONE list+watch per kind for the whole process (kube-runtime's `watcher` feeding
-//! a `reflector` store), fanned out to every subscribed controller as add / update / delete events.
+//! the informer's own store, [`store`]), fanned out to every subscribed controller as add / update /
+//! delete events.
 //!
 //! Why not kube-runtime's shared streams: they are unstable and never deliver deletes to subscribers. Here a
 //! delete carries the last known object, and after every relist (the watcher's `Init … InitDone`) the new
@@ -7,18 +8,20 @@
 //! object changed during the gap as updated. Events are delivered only after the store holds the new state,
 //! so a handler that enqueues a key and a worker that re-reads the cache always agree.
 //!
+//! Why not kube-runtime's reflector store: it holds `kube::Resource`s (a whole `ObjectMeta` each) and
+//! keys them by an `ObjectRef` that copies name, uid and resourceVersion again. The cached type here only
+//! has to say its name and UID ([`Cached`]); for Nodes it is the compact [`crate::CachedNode`].
+//!
 //! The watcher decodes a wire type that names only what can be cached (for Nodes,
 //! [`crate::node_fields::WireNode`]), and each object is converted to the cached type before the store
 //! sees it: a full object is never built.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Resource;
@@ -28,6 +31,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub mod initial_list;
+pub mod store;
+
+pub use store::Cached;
+use store::{Objects, Store};
 
 /// One change to an object, as handlers see it.
 #[derive(Debug, Clone)]
@@ -40,13 +47,13 @@ pub enum InformerEvent<K> {
     Deleted(Arc<K>),
 }
 
-impl<K: Resource> InformerEvent<K> {
+impl<K: Cached> InformerEvent<K> {
     /// The object's name.
     pub fn name(&self) -> String {
         let obj = match self {
             Self::Added(o) | Self::Updated(_, o) | Self::Deleted(o) => o,
         };
-        obj.meta().name.clone().unwrap_or_default()
+        obj.name().to_string()
     }
 }
 
@@ -54,7 +61,7 @@ impl<K: Resource> InformerEvent<K> {
 pub type Handler<K> = Arc<dyn Fn(&InformerEvent<K>) + Send + Sync>;
 
 /// What the cache holds for one decoded object of the wire type `W` (e.g. [`crate::node_fields::WireNode`]
-/// → the trimmed `Node`): the informer lists and watches `W`, so only what `W` names is ever decoded.
+/// → a [`crate::CachedNode`]): the informer lists and watches `W`, so only what `W` names is ever decoded.
 pub type Convert<W, K> = Arc<dyn Fn(W) -> K + Send + Sync>;
 
 /// Subscribing after the informer started is a programming error the manager reports.
@@ -62,20 +69,19 @@ pub type Convert<W, K> = Arc<dyn Fn(W) -> K + Send + Sync>;
 #[error("subscribers must register before the informer starts")]
 pub struct AlreadyStarted;
 
-struct Shared<K: 'static + Resource<DynamicType = ()> + Clone> {
+struct Shared<K> {
     handlers: Mutex<Vec<Handler<K>>>,
     started: std::sync::atomic::AtomicBool,
     synced_tx: watch::Sender<bool>,
     store: Store<K>,
-    writer: Mutex<Option<reflector::store::Writer<K>>>,
 }
 
-/// A cloneable handle to the process-wide informer of kind `K`.
-pub struct SharedInformer<K: 'static + Resource<DynamicType = ()> + Clone> {
+/// A cloneable handle to the process-wide informer caching `K`s.
+pub struct SharedInformer<K> {
     shared: Arc<Shared<K>>,
 }
 
-impl<K: 'static + Resource<DynamicType = ()> + Clone> Clone for SharedInformer<K> {
+impl<K> Clone for SharedInformer<K> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
@@ -83,30 +89,22 @@ impl<K: 'static + Resource<DynamicType = ()> + Clone> Clone for SharedInformer<K
     }
 }
 
-impl<K> Default for SharedInformer<K>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
+impl<K: Cached> Default for SharedInformer<K> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K> SharedInformer<K>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
+impl<K: Cached> SharedInformer<K> {
     /// Creates an informer; subscribe, then [`SharedInformer::run`] it.
     pub fn new() -> Self {
-        let (store, writer) = reflector::store();
         let (synced_tx, _) = watch::channel(false);
         Self {
             shared: Arc::new(Shared {
                 handlers: Mutex::new(Vec::new()),
                 started: std::sync::atomic::AtomicBool::new(false),
                 synced_tx,
-                store,
-                writer: Mutex::new(Some(writer)),
+                store: Store::new(),
             }),
         }
     }
@@ -126,12 +124,12 @@ where
 
     /// Reads one object from the cache.
     pub fn get(&self, name: &str) -> Option<Arc<K>> {
-        self.shared.store.get(&ObjectRef::new(name))
+        self.shared.store.get(name)
     }
 
     /// Every cached object.
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.shared.store.state()
+        self.shared.store.list()
     }
 
     /// Whether the first full list has been cached.
@@ -165,11 +163,8 @@ where
             tracing::error!("informer started twice; ignoring the second start");
             return;
         }
-        let Some(mut writer) = self.shared.writer.lock().take() else {
-            return;
-        };
         let handlers: Vec<Handler<K>> = self.shared.handlers.lock().clone();
-        let kind = K::kind(&()).to_string();
+        let kind = W::kind(&()).to_string();
         let strategy = initial_list::decide(initial_list::probe(&api).await);
         match &strategy {
             initial_list::InitialList::Streaming => {
@@ -187,7 +182,8 @@ where
             .backoff(watch_backoff())
             .map_ok(move |event| convert_event(event, convert.as_ref()));
         let mut stream = std::pin::pin!(stream);
-        let mut before_relist: HashMap<String, Arc<K>> = HashMap::new();
+        // A relist's objects, collected until it is complete; until then readers see the cache as it was.
+        let mut relisted: Vec<Arc<K>> = Vec::new();
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -201,49 +197,68 @@ where
                     continue;
                 }
             };
-            match &event {
-                Event::Init => {
-                    before_relist = self
-                        .list()
-                        .into_iter()
-                        .map(|o| (o.meta().name.clone().unwrap_or_default(), o))
-                        .collect();
-                    writer.apply_watcher_event(&event);
+            self.handle(&handlers, &kind, &mut relisted, event);
+        }
+    }
+
+    /// A relisted object, or the cached one when it is the same version: the new copy is dropped at
+    /// once, so a relist does not hold two copies of every unchanged object until it completes.
+    fn unless_unchanged(&self, obj: K) -> Arc<K> {
+        match self.shared.store.get(obj.name()) {
+            Some(cached)
+                if cached.uid() == obj.uid()
+                    && cached.resource_version() == obj.resource_version()
+                    && !obj.resource_version().is_empty() =>
+            {
+                cached
+            }
+            _ => Arc::new(obj),
+        }
+    }
+
+    /// Applies one watcher event to the store, then tells the handlers what it stands for.
+    fn handle(
+        &self,
+        handlers: &[Handler<K>],
+        kind: &str,
+        relisted: &mut Vec<Arc<K>>,
+        event: Event<K>,
+    ) {
+        match event {
+            Event::Init => relisted.clear(),
+            Event::InitApply(obj) => relisted.push(self.unless_unchanged(obj)),
+            Event::InitDone => {
+                let listed = store::collect(std::mem::take(relisted));
+                let before = self.shared.store.replace(listed);
+                let events = relist_events(before, self.list());
+                let added = events
+                    .iter()
+                    .filter(|e| matches!(e, InformerEvent::Added(_)))
+                    .count();
+                let gone = events
+                    .iter()
+                    .filter(|e| matches!(e, InformerEvent::Deleted(_)))
+                    .count();
+                for ev in events {
+                    self.dispatch(handlers, ev);
                 }
-                Event::InitApply(_) => writer.apply_watcher_event(&event),
-                Event::InitDone => {
-                    writer.apply_watcher_event(&event);
-                    let before = std::mem::take(&mut before_relist);
-                    let events = relist_events(before, self.list());
-                    let added = events
-                        .iter()
-                        .filter(|e| matches!(e, InformerEvent::Added(_)))
-                        .count();
-                    let gone = events
-                        .iter()
-                        .filter(|e| matches!(e, InformerEvent::Deleted(_)))
-                        .count();
-                    for ev in events {
-                        self.dispatch(&handlers, ev);
-                    }
-                    tracing::info!(kind = %kind, objects = self.shared.store.len(), added, deleted_during_gap = gone, "list complete");
-                    self.shared.synced_tx.send_replace(true);
+                tracing::info!(kind = %kind, objects = self.shared.store.len(), added, deleted_during_gap = gone, "list complete");
+                self.shared.synced_tx.send_replace(true);
+            }
+            Event::Apply(obj) => {
+                let new = Arc::new(obj);
+                let prev = self.shared.store.put(new.clone());
+                for ev in apply_events(prev, new) {
+                    self.dispatch(handlers, ev);
                 }
-                Event::Apply(obj) => {
-                    let name = obj.meta().name.clone().unwrap_or_default();
-                    let prev = self.get(&name);
-                    writer.apply_watcher_event(&event);
-                    let Some(new) = self.get(&name) else { continue };
-                    for ev in apply_events(prev, new) {
-                        self.dispatch(&handlers, ev);
-                    }
-                }
-                Event::Delete(obj) => {
-                    let name = obj.meta().name.clone().unwrap_or_default();
-                    let last = self.get(&name).unwrap_or_else(|| Arc::new(obj.clone()));
-                    writer.apply_watcher_event(&event);
-                    self.dispatch(&handlers, InformerEvent::Deleted(last));
-                }
+            }
+            Event::Delete(obj) => {
+                let last = self
+                    .shared
+                    .store
+                    .remove(obj.name())
+                    .unwrap_or_else(|| Arc::new(obj));
+                self.dispatch(handlers, InformerEvent::Deleted(last));
             }
         }
     }
@@ -262,13 +277,13 @@ fn convert_event<W, K>(event: Event<W>, convert: &(dyn Fn(W) -> K + Send + Sync)
 
 /// Whether two versions are the same object: same name and same UID. A Node deleted and recreated under
 /// its name is a different object, and whatever was recorded for the old one must not pass to the new one.
-fn same_object<K: Resource>(a: &K, b: &K) -> bool {
-    a.meta().uid == b.meta().uid
+fn same_object<K: Cached>(a: &K, b: &K) -> bool {
+    a.uid() == b.uid()
 }
 
 /// The events a live watch's add-or-update stands for: an update of the same object, or — when the UID
 /// changed because the delete fell between two events we saw — the old object's delete and the new one's add.
-fn apply_events<K: Resource>(prev: Option<Arc<K>>, new: Arc<K>) -> Vec<InformerEvent<K>> {
+fn apply_events<K: Cached>(prev: Option<Arc<K>>, new: Arc<K>) -> Vec<InformerEvent<K>> {
     match prev {
         None => vec![InformerEvent::Added(new)],
         Some(prev) if same_object(prev.as_ref(), new.as_ref()) => {
@@ -283,15 +298,11 @@ fn apply_events<K: Resource>(prev: Option<Arc<K>>, new: Arc<K>) -> Vec<InformerE
 /// re-created, and every other object is re-delivered as an update (client-go's resync; handlers are
 /// level-triggered, so this costs a cache read). Deletes come first, so a handler never sees the new
 /// object of a name before the old one's delete.
-fn relist_events<K: Resource>(
-    mut before: HashMap<String, Arc<K>>,
-    after: Vec<Arc<K>>,
-) -> Vec<InformerEvent<K>> {
+fn relist_events<K: Cached>(mut before: Objects<K>, after: Vec<Arc<K>>) -> Vec<InformerEvent<K>> {
     let mut deletes = Vec::new();
     let mut rest = Vec::with_capacity(after.len());
     for obj in after {
-        let name = obj.meta().name.clone().unwrap_or_default();
-        match before.remove(&name) {
+        match before.take(obj.name()).map(|o| o.0) {
             None => rest.push(InformerEvent::Added(obj)),
             Some(prev) if same_object(prev.as_ref(), obj.as_ref()) => {
                 rest.push(InformerEvent::Updated(prev, obj))
@@ -302,7 +313,7 @@ fn relist_events<K: Resource>(
             }
         }
     }
-    deletes.extend(before.into_values().map(InformerEvent::Deleted));
+    deletes.extend(before.into_iter().map(|o| InformerEvent::Deleted(o.0)));
     deletes.extend(rest);
     deletes
 }
@@ -326,40 +337,26 @@ pub fn watch_backoff() -> watcher::ExponentialBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Node;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use crate::CachedNode;
 
-    fn node(name: &str, uid: &str) -> Arc<Node> {
-        Arc::new(Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                uid: Some(uid.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
+    fn node(name: &str, uid: &str) -> Arc<CachedNode> {
+        Arc::new(CachedNode::builder(name, uid, "1").build())
     }
 
-    fn describe(events: &[InformerEvent<Node>]) -> Vec<String> {
-        let uid = |n: &Arc<Node>| n.metadata.uid.clone().unwrap_or_default();
+    fn describe(events: &[InformerEvent<CachedNode>]) -> Vec<String> {
         events
             .iter()
             .map(|e| match e {
-                InformerEvent::Added(n) => format!("add {}", uid(n)),
-                InformerEvent::Updated(o, n) => format!("update {}->{}", uid(o), uid(n)),
-                InformerEvent::Deleted(n) => format!("delete {}", uid(n)),
+                InformerEvent::Added(n) => format!("add {}", n.uid()),
+                InformerEvent::Updated(o, n) => format!("update {}->{}", o.uid(), n.uid()),
+                InformerEvent::Deleted(n) => format!("delete {}", n.uid()),
             })
             .collect()
     }
 
     #[test]
     fn a_relist_reports_a_node_recreated_under_its_name_as_a_delete_then_an_add() {
-        let before: HashMap<String, Arc<Node>> = [
-            ("a".to_string(), node("a", "a1")),
-            ("b".to_string(), node("b", "b1")),
-            ("gone".to_string(), node("gone", "g1")),
-        ]
-        .into();
+        let before = store::collect(vec![node("a", "a1"), node("b", "b1"), node("gone", "g1")]);
         let after = vec![node("a", "a2"), node("b", "b1"), node("new", "n1")];
         let mut got = describe(&relist_events(before, after));
         let (deletes, rest) = got.split_at_mut(2);
@@ -380,6 +377,155 @@ mod tests {
             ["update a1->a1"]
         );
         assert_eq!(describe(&apply_events(None, node("a", "a1"))), ["add a1"]);
+    }
+
+    /// An informer fed by hand, with a handler that records each event and what the cache held of the
+    /// event's name at that moment.
+    struct Fed {
+        informer: SharedInformer<CachedNode>,
+        handlers: Vec<Handler<CachedNode>>,
+        relisted: Vec<Arc<CachedNode>>,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Fed {
+        fn new() -> Self {
+            let informer = SharedInformer::<CachedNode>::new();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let handler: Handler<CachedNode> = {
+                let (informer, seen) = (informer.clone(), seen.clone());
+                Arc::new(move |ev: &InformerEvent<CachedNode>| {
+                    let cached = informer
+                        .get(&ev.name())
+                        .map_or("absent".to_string(), |n| n.uid().to_string());
+                    let what = describe(std::slice::from_ref(ev)).concat();
+                    seen.lock().push(format!("{what} (cache: {cached})"));
+                })
+            };
+            Self {
+                informer,
+                handlers: vec![handler],
+                relisted: Vec::new(),
+                seen,
+            }
+        }
+
+        fn feed(&mut self, event: Event<CachedNode>) -> Vec<String> {
+            self.informer
+                .handle(&self.handlers, "Node", &mut self.relisted, event);
+            std::mem::take(&mut *self.seen.lock())
+        }
+    }
+
+    fn uids(informer: &SharedInformer<CachedNode>) -> Vec<String> {
+        let mut uids: Vec<String> = informer
+            .list()
+            .iter()
+            .map(|n| n.uid().to_string())
+            .collect();
+        uids.sort();
+        uids
+    }
+
+    #[test]
+    fn handlers_see_the_cache_already_holding_what_each_event_reports() {
+        let mut f = Fed::new();
+        let one = |n: Arc<CachedNode>| CachedNode::clone(&n);
+        assert!(f.feed(Event::Init).is_empty());
+        assert!(f.feed(Event::InitApply(one(node("a", "a1")))).is_empty());
+        assert!(
+            f.informer.get("a").is_none() && !f.informer.has_synced(),
+            "a list in progress is not visible"
+        );
+        assert_eq!(f.feed(Event::InitDone), ["add a1 (cache: a1)"]);
+        assert!(f.informer.has_synced());
+        assert_eq!(
+            f.feed(Event::Apply(one(node("a", "a1")))),
+            ["update a1->a1 (cache: a1)"]
+        );
+        assert_eq!(
+            f.feed(Event::Apply(one(node("a", "a2")))),
+            ["delete a1 (cache: a2)", "add a2 (cache: a2)"]
+        );
+        assert_eq!(
+            f.feed(Event::Delete(one(node("a", "a2")))),
+            ["delete a2 (cache: absent)"]
+        );
+        // A delete of a name the cache never held still reaches the handlers, with the watch's object.
+        assert_eq!(
+            f.feed(Event::Delete(one(node("x", "x1")))),
+            ["delete x1 (cache: absent)"]
+        );
+        assert!(f.informer.list().is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_cache_whole_and_reports_deletes_before_adds() {
+        let mut f = Fed::new();
+        let one = |n: Arc<CachedNode>| CachedNode::clone(&n);
+        for n in [node("a", "a1"), node("b", "b1"), node("gone", "g1")] {
+            f.feed(Event::Apply(one(n)));
+        }
+        f.feed(Event::Init);
+        for n in [node("a", "a2"), node("b", "b1"), node("new", "n1")] {
+            f.feed(Event::InitApply(one(n)));
+        }
+        assert_eq!(
+            uids(&f.informer),
+            ["a1", "b1", "g1"],
+            "the old state until the list is done"
+        );
+        let got = f.feed(Event::InitDone);
+        assert_eq!(uids(&f.informer), ["a2", "b1", "n1"]);
+        let (deletes, rest) = got.split_at(2);
+        let (mut deletes, mut rest) = (deletes.to_vec(), rest.to_vec());
+        deletes.sort();
+        rest.sort();
+        assert_eq!(
+            deletes,
+            ["delete a1 (cache: a2)", "delete g1 (cache: absent)"]
+        );
+        assert_eq!(
+            rest,
+            [
+                "add a2 (cache: a2)",
+                "add n1 (cache: n1)",
+                "update b1->b1 (cache: b1)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_relist_keeps_the_cached_copy_of_an_unchanged_node_and_takes_a_changed_one() {
+        let mut f = Fed::new();
+        let at = |uid: &str, rv: &str| CachedNode::builder("a", uid, rv).build();
+        f.feed(Event::Apply(at("a1", "5")));
+        let cached = f.informer.get("a").expect("cached");
+        f.feed(Event::Init);
+        f.feed(Event::InitApply(at("a1", "5")));
+        f.feed(Event::InitDone);
+        let same = f.informer.get("a").expect("cached");
+        assert!(
+            Arc::ptr_eq(&cached, &same),
+            "the same version is not copied again"
+        );
+        f.feed(Event::Init);
+        f.feed(Event::InitApply(at("a1", "6")));
+        f.feed(Event::InitDone);
+        let newer = f.informer.get("a").expect("cached");
+        assert_eq!(newer.resource_version(), "6");
+    }
+
+    #[test]
+    fn a_relist_started_again_forgets_what_the_broken_one_had_listed() {
+        let mut f = Fed::new();
+        let one = |n: Arc<CachedNode>| CachedNode::clone(&n);
+        f.feed(Event::Init);
+        f.feed(Event::InitApply(one(node("half", "h1"))));
+        f.feed(Event::Init);
+        f.feed(Event::InitApply(one(node("a", "a1"))));
+        assert_eq!(f.feed(Event::InitDone), ["add a1 (cache: a1)"]);
+        assert_eq!(uids(&f.informer), ["a1"]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! ([`leader`]), the controller registry and `--controllers` rules ([`registry`]), what a controller is
 //! to `cmd` ([`descriptor`]: its flags, effective configuration, init) and to the manager
 //! ([`controller`]: [`Reconciler`]s and the one worker loop that runs them), what of a Node each
-//! reconciler reads ([`node_fields`]: the cache keeps only that), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
+//! reconciler reads ([`node_fields`]: the cache keeps only that, as a [`CachedNode`]), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
 //! and [`secure`] for TLS with delegated auth),
 //! process metrics ([`metrics`]), logs ([`logging`]), the generic flags ([`flags`]) and the main
 //! sequence ([`run`]). It never depends on a controller: `cmd/netcm` hands it the registry.
@@ -41,7 +41,8 @@ pub use descriptor::{
     ControllerDescriptor, ControllerFlagError, ControllerOptions, StandbyContext,
 };
 pub use events::{EventRecorder, EventType};
-pub use informer::{InformerEvent, SharedInformer};
+pub use informer::{Cached, InformerEvent, SharedInformer};
 pub use leader::{Fenced, LeaderGuard, WriteTicket};
+pub use netcm_node::CachedNode;
 pub use node_fields::NodeFields;
 pub use registry::{InvalidFlags, Registry};

@@ -1,20 +1,36 @@
 //! What of a Node a reconciler reads. Each reconciler declares its [`NodeFields`]; the manager caches
-//! only the union of the enabled controllers' declarations ([`NodeFields::trim`]), so at thousands of
+//! only the union of the enabled controllers' declarations ([`NodeFields::keep`]), so at thousands of
 //! Nodes the cache stays a small fraction of a full Node list — and a controller that reads a field
 //! says so, instead of finding it silently dropped.
 //!
-//! Identity is always kept: name, uid, resourceVersion, creation and deletion timestamps.
+//! Identity is always kept: name, uid, resourceVersion and whether deletion has started.
 //!
 //! The informer never builds the rest: it decodes each Node as a [`WireNode`] (only the fields a
-//! declaration can keep) and caches what [`NodeFields::keep`] leaves of it.
+//! declaration can keep) and caches the [`CachedNode`] that [`NodeFields::keep`] makes of it.
+//! [`NodeFields::trim`] says the same of a full `Node` (the reference the tests hold `keep` to).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use netcm_node::CachedNode;
+
+use crate::informer::Cached;
 
 mod wire;
 pub use wire::WireNode;
+
+impl Cached for CachedNode {
+    fn name(&self) -> &str {
+        CachedNode::name(self)
+    }
+    fn uid(&self) -> &str {
+        CachedNode::uid(self)
+    }
+    fn resource_version(&self) -> &str {
+        CachedNode::resource_version(self)
+    }
+}
 
 /// The parts of a Node a reconciler reads from the cache, beyond its identity.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -95,11 +111,67 @@ impl NodeFields {
         self
     }
 
-    /// The Node the cache holds for a decoded [`WireNode`]: what [`NodeFields::trim`] leaves of it.
-    pub fn keep(&self, wire: WireNode) -> Node {
-        let mut node = wire.into_node();
-        self.trim(&mut node);
-        node
+    /// The Node the cache holds for a decoded [`WireNode`]: its identity and the declared fields, copied
+    /// into one compact [`CachedNode`]; the decoded strings are dropped with `wire`.
+    pub fn keep(&self, wire: WireNode) -> CachedNode {
+        let WireNode {
+            metadata,
+            annotations,
+            labels,
+            spec,
+            status,
+        } = wire;
+        let mut b = CachedNode::builder(
+            metadata.name.as_deref().unwrap_or_default(),
+            metadata.uid.as_deref().unwrap_or_default(),
+            metadata.resource_version.as_deref().unwrap_or_default(),
+        );
+        b.deleting(metadata.deletion_timestamp.is_some());
+        for (k, v) in annotations
+            .iter()
+            .filter(|(k, _)| keeps(&self.annotation_prefixes, k))
+        {
+            b.annotation(k, v);
+        }
+        for (k, v) in labels
+            .iter()
+            .filter(|(k, _)| keeps(&self.label_prefixes, k))
+        {
+            b.label(k, v);
+        }
+        if self.pod_cidrs {
+            b.pod_cidrs(
+                spec.pod_cidrs.as_deref().unwrap_or_default(),
+                spec.pod_cidr.as_deref(),
+            );
+        }
+        if self.taints {
+            for t in spec.taints.iter().flatten() {
+                b.taint(&t.key, t.value.as_deref(), &t.effect);
+            }
+        }
+        if self.unschedulable {
+            b.unschedulable(spec.unschedulable.unwrap_or(false));
+        }
+        if let Some(id) = spec.provider_id.as_deref().filter(|_| self.provider_id) {
+            b.provider_id(id);
+        }
+        if self.addresses {
+            for a in status.addresses.iter().flatten() {
+                b.address(&a.type_, &a.address);
+            }
+        }
+        for c in status.conditions.iter().flatten() {
+            if self.condition_types.contains(&c.type_) {
+                b.condition(
+                    &c.type_,
+                    &c.status,
+                    c.reason.as_deref(),
+                    c.message.as_deref(),
+                );
+            }
+        }
+        b.build()
     }
 
     /// Keeps the Node's identity and the declared fields, drops the rest. A keep-list, not a drop-list:
@@ -139,6 +211,11 @@ impl NodeFields {
     }
 }
 
+/// Whether a key under one of `prefixes` is kept.
+fn keeps(prefixes: &BTreeSet<String>, key: &str) -> bool {
+    prefixes.iter().any(|p| key.starts_with(p.as_str()))
+}
+
 /// The entries whose key starts with one of `prefixes`; `None` when none is left.
 fn keep_prefixed(
     map: Option<BTreeMap<String, String>>,
@@ -146,7 +223,7 @@ fn keep_prefixed(
 ) -> Option<BTreeMap<String, String>> {
     let kept: BTreeMap<String, String> = map?
         .into_iter()
-        .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p.as_str())))
+        .filter(|(k, _)| keeps(prefixes, k))
         .collect();
     (!kept.is_empty()).then_some(kept)
 }

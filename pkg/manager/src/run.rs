@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
+use netcm_node::CachedNode;
 use netcm_workqueue::WorkqueueMetrics;
 use prometheus::Registry;
 use rand::Rng;
@@ -260,7 +261,7 @@ impl Manager {
         let Some(mut term) = self.elect().await? else {
             return Ok(());
         };
-        let nodes: SharedInformer<Node> = SharedInformer::new();
+        let nodes: SharedInformer<CachedNode> = SharedInformer::new();
         let initialized = self.init(&nodes).await?;
         // The cache keeps only what the initialized controllers' reconcilers declared they read.
         let fields = initialized
@@ -305,7 +306,7 @@ impl Manager {
 
     /// Init: call each enabled controller's init function, in registry order and with KCM's start
     /// interval and jitter. Inits subscribe to `nodes` and build queues; they spawn nothing.
-    async fn init(&self, nodes: &SharedInformer<Node>) -> Result<Initialized, RunError> {
+    async fn init(&self, nodes: &SharedInformer<CachedNode>) -> Result<Initialized, RunError> {
         let flags = &self.opts.flags;
         let ctx = InitContext {
             client: self.client.clone(),
@@ -350,7 +351,7 @@ impl Manager {
     }
 
     /// Sync: wait for the informer's first full list. `None` once synced; the term's end if it came first.
-    async fn sync(&self, nodes: &SharedInformer<Node>, term: &mut Term) -> Option<TermEnd> {
+    async fn sync(&self, nodes: &SharedInformer<CachedNode>, term: &mut Term) -> Option<TermEnd> {
         tokio::select! {
             _ = nodes.wait_synced() => None,
             end = self.term_end(term) => Some(end),
@@ -358,7 +359,11 @@ impl Manager {
     }
 
     /// Run: start every initialized controller (`Controller::run`); the renew loop keeps the lease.
-    fn run_controllers(&self, initialized: Initialized, nodes: &SharedInformer<Node>) -> Running {
+    fn run_controllers(
+        &self,
+        initialized: Initialized,
+        nodes: &SharedInformer<CachedNode>,
+    ) -> Running {
         self.health.cache_synced.store(true, Ordering::SeqCst);
         tracing::info!(
             nodes = nodes.list().len(),

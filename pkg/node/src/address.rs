@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Node;
+use crate::CachedNode;
 
 use crate::Family;
 
@@ -99,17 +99,15 @@ pub fn public_ip(raw: &str, family: Family) -> Result<IpAddr, Unusable> {
 
 /// The first address of `family` in the Node's `status.addresses` that passes [`public_ip`], by type in
 /// `types` order, then in the order the Node lists them.
-pub fn first_address<T: AsRef<str>>(node: &Node, types: &[T], family: Family) -> Option<IpAddr> {
-    let addresses = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_deref())
-        .unwrap_or_default();
+pub fn first_address<T: AsRef<str>>(
+    node: &CachedNode,
+    types: &[T],
+    family: Family,
+) -> Option<IpAddr> {
     types.iter().find_map(|t| {
-        addresses
-            .iter()
+        node.addresses()
             .filter(|a| a.type_ == t.as_ref())
-            .find_map(|a| public_ip(&a.address, family).ok())
+            .find_map(|a| public_ip(a.address, family).ok())
     })
 }
 
@@ -118,7 +116,7 @@ mod tests {
     use super::*;
     use crate::test_support;
 
-    fn node(addresses: &[(&str, &str)]) -> Node {
+    fn node(addresses: &[(&str, &str)]) -> CachedNode {
         test_support::node("n", &[], addresses, &[])
     }
 
@@ -145,10 +143,7 @@ mod tests {
             ip("2001:db8::10")
         );
         assert_eq!(first_address(&n, &["ExternalIP"], Family::V6), None);
-        assert_eq!(
-            first_address(&Node::default(), &["InternalIP"], Family::V4),
-            None
-        );
+        assert_eq!(first_address(&node(&[]), &["InternalIP"], Family::V4), None);
     }
 
     #[test]

@@ -9,14 +9,23 @@ use crate::Family;
 /// flannel read them).
 pub fn raw_pod_cidrs(node: &Node) -> Vec<String> {
     let spec = node.spec.as_ref();
-    let list = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
-    if !list.is_empty() {
-        return list;
-    }
-    spec.and_then(|s| s.pod_cidr.clone())
-        .filter(|c| !c.is_empty())
-        .into_iter()
-        .collect()
+    pick_pod_cidrs(
+        spec.and_then(|s| s.pod_cidrs.as_deref())
+            .unwrap_or_default(),
+        spec.and_then(|s| s.pod_cidr.as_deref()),
+    )
+    .map(str::to_string)
+    .collect()
+}
+
+/// The entries of `spec.podCIDRs` (`list`) if it has any, else `spec.podCIDR` (`single`) if it is set
+/// and not empty: the one rule for full and cached Nodes.
+pub fn pick_pod_cidrs<'a, S: AsRef<str>>(
+    list: &'a [S],
+    single: Option<&'a str>,
+) -> impl Iterator<Item = &'a str> + 'a {
+    let single = single.filter(|c| list.is_empty() && !c.is_empty());
+    list.iter().map(AsRef::as_ref).chain(single)
 }
 
 /// A pod CIDR entry that is not a CIDR.

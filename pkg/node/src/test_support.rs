@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::Keys;
+use crate::{CachedNode, Keys};
 
-/// A Node named `name` with `pod_cidrs` (the list, its first also in the single field), `addresses` as
-/// (type, address) in order, and `annotations` as (key, value).
-pub fn node(
+/// A full Node named `name` with `pod_cidrs` (the list, its first also in the single field),
+/// `addresses` as (type, address) in order, and `annotations` as (key, value).
+pub fn full_node(
     name: &str,
     pod_cidrs: &[&str],
     addresses: &[(&str, &str)],
@@ -20,6 +20,7 @@ pub fn node(
     Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
             annotations: Some(
                 annotations
                     .iter()
@@ -46,6 +47,16 @@ pub fn node(
             ..Default::default()
         }),
     }
+}
+
+/// [`full_node`] as the informer caches it, every field kept.
+pub fn node(
+    name: &str,
+    pod_cidrs: &[&str],
+    addresses: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> CachedNode {
+    CachedNode::from(&full_node(name, pod_cidrs, addresses, annotations))
 }
 
 /// flannel's lease keys under its own default prefix, `flannel.alpha.coreos.com`.

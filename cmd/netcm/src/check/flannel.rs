@@ -14,7 +14,7 @@ pub fn lease_problem(s: &Snapshot, node: &Node) -> Option<Finding> {
     let cfg = s.settings.syncer.as_ref().ok()?;
     let n = name(node).to_string();
     let current = annotations(node);
-    let p = plan(cfg, node, &current);
+    let p = plan(cfg, &netcm_node::CachedNode::from(node), &current);
     let syncer_fix = |what: &str| {
         if s.settings.syncs_leases == Some(false) {
             format!("the leader does not run node-annotation-syncer: add it to --controllers (chart: annotationSyncer.enabled=true) {what}")

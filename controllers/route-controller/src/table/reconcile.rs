@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
+use netcm_node::CachedNode;
 
 use super::RouteSyncer;
 use crate::backend::{BackendError, Operation, Route};
@@ -43,7 +43,10 @@ impl RouteSyncer {
     /// A full reconcile against the listing of the table: deletes routes of netcm's that no Node wants
     /// (only those netcm is responsible for) and reports the Nodes to sync again. `Err` when the table
     /// cannot be listed.
-    pub async fn reconcile(&self, nodes: &[Arc<Node>]) -> Result<ReconcileReport, BackendError> {
+    pub async fn reconcile(
+        &self,
+        nodes: &[Arc<CachedNode>],
+    ) -> Result<ReconcileReport, BackendError> {
         // As cloud-provider v0.36's reconcileNodeRoutes: every pass counts, one whose listing fails too.
         self.metrics.sync_total.inc();
         let _exclusive = self.table.write().await;
@@ -57,7 +60,7 @@ impl RouteSyncer {
             listed.iter().map(|r| (r.destination, r.gateway)).collect();
         let failing = self.state().failing.clone();
         for node in nodes {
-            let name = node.metadata.name.clone().unwrap_or_default();
+            let name = node.name().to_string();
             let want = self.wanted(&name, Some(node));
             wanted.extend(want.destinations());
             let differs = want

@@ -39,7 +39,7 @@ fn route(dst: &str, gw: &str) -> Route {
     }
 }
 
-fn n(name: &str, cidr: &str, ip: &str) -> Node {
+fn n(name: &str, cidr: &str, ip: &str) -> CachedNode {
     node(name, &[cidr], &[("InternalIP", ip)], &[])
 }
 

@@ -1,31 +1,33 @@
 //! [`WireNode`]: a Node decoded straight from the API server's JSON, reading only the fields a
 //! [`NodeFields`](super::NodeFields) declaration can keep. serde skips everything else
 //! (`managedFields`, `images`, `nodeInfo`, `capacity`, …) without building it, so a list page or watch
-//! event costs a few dozen allocations per Node instead of hundreds; the informer then trims the result to
-//! the enabled controllers' declaration and caches a plain `k8s_openapi` [`Node`].
+//! event costs a few dozen allocations per Node instead of hundreds; the informer then copies what the
+//! enabled controllers' declaration keeps into a [`CachedNode`](netcm_node::CachedNode)
+//! ([`NodeFields::keep`](super::NodeFields::keep)) and drops the rest.
 //!
 //! When [`NodeFields`](super::NodeFields) learns a new field, the wire structs below must name it too;
 //! the tests below compare both decodings for every declaration, so a forgotten one fails there.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::fmt;
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::ClusterResourceScope;
 use kube::Resource;
-use serde::Deserialize;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
-/// A Node decoded with only the fields [`NodeFields`](super::NodeFields) can keep; the informer's wire type.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// A Node decoded with only the fields [`NodeFields`](super::NodeFields) can keep; the informer's wire
+/// type. Its `metadata` carries what the watcher reads (the resourceVersion) and the Node's identity.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(from = "WireObject")]
-pub struct WireNode(pub Node);
-
-impl WireNode {
-    /// The decoded Node (every field the wire type does not read is `None`).
-    pub fn into_node(self) -> Node {
-        self.0
-    }
+pub struct WireNode {
+    pub(super) metadata: ObjectMeta,
+    pub(super) annotations: Vec<(String, String)>,
+    pub(super) labels: Vec<(String, String)>,
+    pub(super) spec: WireSpec,
+    pub(super) status: WireStatus,
 }
 
 // Same kind, version and path as `Node`: the watcher and the probe build their URLs from these.
@@ -49,10 +51,10 @@ impl Resource for WireNode {
         Node::plural(&())
     }
     fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
+        &self.metadata
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
+        &mut self.metadata
     }
 }
 
@@ -72,63 +74,99 @@ struct WireMeta {
     name: Option<String>,
     uid: Option<String>,
     resource_version: Option<String>,
-    creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
-    annotations: Option<BTreeMap<String, String>>,
-    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<Pairs>,
+    labels: Option<Pairs>,
 }
 
-#[derive(Deserialize)]
-struct WireSpec {
+/// A JSON object of strings as (key, value) pairs in the order sent: no map is built for entries the
+/// declaration is about to drop.
+struct Pairs(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Pairs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct PairsVisitor;
+        impl<'de> Visitor<'de> for PairsVisitor {
+            type Value = Pairs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(pair) = map.next_entry::<String, String>()? {
+                    pairs.push(pair);
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        d.deserialize_map(PairsVisitor)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(super) struct WireSpec {
     #[serde(rename = "podCIDR")]
-    pod_cidr: Option<String>,
+    pub(super) pod_cidr: Option<String>,
     #[serde(rename = "podCIDRs")]
-    pod_cidrs: Option<Vec<String>>,
-    taints: Option<Vec<Taint>>,
-    unschedulable: Option<bool>,
+    pub(super) pod_cidrs: Option<Vec<String>>,
+    pub(super) taints: Option<Vec<WireTaint>>,
+    pub(super) unschedulable: Option<bool>,
     #[serde(rename = "providerID")]
-    provider_id: Option<String>,
+    pub(super) provider_id: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct WireStatus {
-    addresses: Option<Vec<NodeAddress>>,
-    conditions: Option<Vec<NodeCondition>>,
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct WireTaint {
+    pub(super) key: String,
+    pub(super) value: Option<String>,
+    pub(super) effect: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(super) struct WireStatus {
+    pub(super) addresses: Option<Vec<WireAddress>>,
+    pub(super) conditions: Option<Vec<WireCondition>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct WireAddress {
+    #[serde(rename = "type")]
+    pub(super) type_: String,
+    pub(super) address: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct WireCondition {
+    #[serde(rename = "type")]
+    pub(super) type_: String,
+    pub(super) status: String,
+    pub(super) reason: Option<String>,
+    pub(super) message: Option<String>,
 }
 
 impl From<WireObject> for WireNode {
     fn from(w: WireObject) -> Self {
-        let metadata = w
-            .metadata
-            .map(|m| ObjectMeta {
-                name: m.name,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                creation_timestamp: m.creation_timestamp,
-                deletion_timestamp: m.deletion_timestamp,
-                annotations: m.annotations,
-                labels: m.labels,
-                ..ObjectMeta::default()
-            })
-            .unwrap_or_default();
-        let spec = w.spec.map(|s| NodeSpec {
-            pod_cidr: s.pod_cidr,
-            pod_cidrs: s.pod_cidrs,
-            taints: s.taints,
-            unschedulable: s.unschedulable,
-            provider_id: s.provider_id,
-            ..NodeSpec::default()
-        });
-        let status = w.status.map(|s| NodeStatus {
-            addresses: s.addresses,
-            conditions: s.conditions,
-            ..NodeStatus::default()
-        });
-        Self(Node {
+        let (metadata, annotations, labels) = match w.metadata {
+            Some(m) => (
+                ObjectMeta {
+                    name: m.name,
+                    uid: m.uid,
+                    resource_version: m.resource_version,
+                    deletion_timestamp: m.deletion_timestamp,
+                    ..ObjectMeta::default()
+                },
+                m.annotations.map(|p| p.0).unwrap_or_default(),
+                m.labels.map(|p| p.0).unwrap_or_default(),
+            ),
+            None => Default::default(),
+        };
+        Self {
             metadata,
-            spec,
-            status,
-        })
+            annotations,
+            labels,
+            spec: w.spec.unwrap_or_default(),
+            status: w.status.unwrap_or_default(),
+        }
     }
 }
 
@@ -137,6 +175,7 @@ mod tests {
     use super::*;
     use crate::node_fields::NodeFields;
     use kube::core::{ObjectList, WatchEvent};
+    use netcm_node::CachedNode;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -185,14 +224,14 @@ mod tests {
         })
     }
 
-    /// The cache's Node the old way: the full Node, then the trim.
-    fn via_full_node(json: &str, fields: &NodeFields) -> Node {
+    /// What the cache would hold the old way: the full Node, trimmed, then everything it still says.
+    fn via_full_node(json: &str, fields: &NodeFields) -> CachedNode {
         let mut node: Node = serde_json::from_str(json).expect("a full Node");
         fields.trim(&mut node);
-        node
+        CachedNode::from(&node)
     }
 
-    fn via_wire(json: &str, fields: &NodeFields) -> Node {
+    fn via_wire(json: &str, fields: &NodeFields) -> CachedNode {
         fields.keep(serde_json::from_str(json).expect("a wire Node"))
     }
 
@@ -213,25 +252,40 @@ mod tests {
         let wire = via_wire(&json, &everything());
         assert_eq!(wire, via_full_node(&json, &everything()));
         // Not vacuous: every keepable field is there.
-        let spec = wire.spec.expect("spec");
-        assert!(spec.pod_cidrs.is_some() && spec.taints.is_some() && spec.provider_id.is_some());
-        assert_eq!(spec.unschedulable, Some(true));
-        let status = wire.status.expect("status");
-        assert_eq!(status.conditions.map(|c| c.len()), Some(3));
-        assert_eq!(wire.metadata.annotations.map(|a| a.len()), Some(4));
-        assert!(wire.metadata.creation_timestamp.is_some());
+        assert_eq!(wire.raw_pod_cidrs().count(), 2);
+        assert_eq!(wire.taints().count(), 1);
+        assert_eq!(wire.provider_id(), Some("aws:///zone/i-1"));
+        assert!(wire.unschedulable() && wire.is_deleting());
+        assert_eq!(wire.conditions().count(), 3);
+        assert_eq!(wire.addresses().count(), 2);
+        assert_eq!(wire.annotations().count(), 4);
+        assert_eq!(wire.labels().count(), 3);
+        assert_eq!(wire.label("topology.kubernetes.io/zone"), Some("z\u{e9}"));
+        let c = wire.condition("Ready").expect("Ready");
+        assert_eq!(c.message, Some("a \"quoted\" message"));
     }
 
     #[test]
     fn a_wire_node_reads_nothing_a_declaration_cannot_keep() {
-        let node = serde_json::from_str::<WireNode>(&kubelet_node().to_string())
-            .expect("a wire Node")
-            .into_node();
-        assert!(node.metadata.managed_fields.is_none() && node.metadata.finalizers.is_none());
-        let spec = node.spec.expect("spec");
-        assert!(spec.external_id.is_none() && spec.config_source.is_none());
-        let status = node.status.expect("status");
-        assert!(status.images.is_none() && status.node_info.is_none() && status.capacity.is_none());
+        let node =
+            serde_json::from_str::<WireNode>(&kubelet_node().to_string()).expect("a wire Node");
+        let m = &node.metadata;
+        assert_eq!(
+            (
+                m.name.as_deref(),
+                m.uid.as_deref(),
+                m.resource_version.as_deref()
+            ),
+            (Some("n1"), Some("u1"), Some("7"))
+        );
+        assert!(
+            m.managed_fields.is_none() && m.finalizers.is_none() && m.owner_references.is_none()
+        );
+        assert!(
+            m.annotations.is_none() && m.labels.is_none(),
+            "kept beside, as pairs"
+        );
+        assert_eq!((node.annotations.len(), node.labels.len()), (4, 3));
     }
 
     #[test]

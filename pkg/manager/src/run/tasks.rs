@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
+use netcm_node::CachedNode;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +117,7 @@ impl Informer {
     /// Starts the list+watch, decoding each Node as a [`WireNode`] and caching only `fields` of it;
     /// subscriptions are closed from here on.
     pub(super) fn start(
-        nodes: &SharedInformer<Node>,
+        nodes: &SharedInformer<CachedNode>,
         client: &kube::Client,
         fields: NodeFields,
     ) -> Self {

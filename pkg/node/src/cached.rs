@@ -1,0 +1,360 @@
+//! [`CachedNode`]: what the shared informer holds of one Node — its identity and the fields the enabled
+//! controllers declared, nothing else — in a few hundred bytes at most.
+//!
+//! Every string of the Node (name, uid, keys, values, addresses, …) sits in one buffer, and each field is
+//! a span of it: a Node costs a handful of allocations (the buffer, and one table per non-empty list)
+//! instead of one per string, and no `Option` of an unused field is carried. Readers see `&str`s and
+//! small borrowed views through the accessors; the layout is private.
+//!
+//! Built by [`CachedNodeBuilder`] (the informer's decode, tests), or from a full `Node` read from the API
+//! (`From<&Node>`), through the same rules: pod CIDRs are `spec.podCIDRs`, else `spec.podCIDR`, each
+//! parsed once here; annotations and labels are sorted by key.
+
+use std::fmt;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+
+use crate::pod_cidrs::PodCidrs;
+
+mod builder;
+pub use builder::CachedNodeBuilder;
+
+/// A string of the Node: `len` bytes of its buffer from `start`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// A (key, value) or (type, address) pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pair {
+    key: Span,
+    value: Span,
+}
+
+/// One pod CIDR entry: as written, and parsed (`None`: not a CIDR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CidrEntry {
+    raw: Span,
+    net: Option<IpNet>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ConditionEntry {
+    type_: Span,
+    status: Span,
+    reason: Option<Span>,
+    message: Option<Span>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TaintEntry {
+    key: Span,
+    value: Option<Span>,
+    effect: Span,
+}
+
+/// A Node as the informer caches it: identity, deletion state, and the declared fields.
+#[derive(Clone)]
+pub struct CachedNode {
+    text: Box<str>,
+    name: Span,
+    uid: Span,
+    resource_version: Span,
+    provider_id: Option<Span>,
+    deleting: bool,
+    unschedulable: bool,
+    pod_cidrs: Box<[CidrEntry]>,
+    addresses: Box<[Pair]>,
+    annotations: Box<[Pair]>,
+    labels: Box<[Pair]>,
+    conditions: Box<[ConditionEntry]>,
+    taints: Box<[TaintEntry]>,
+}
+
+/// One of `status.addresses`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Address<'a> {
+    /// `type` (`InternalIP`, `ExternalIP`, `Hostname`, …).
+    pub type_: &'a str,
+    /// `address`, as written.
+    pub address: &'a str,
+}
+
+/// One of `status.conditions` (the times are not kept: no reader decides by them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Condition<'a> {
+    /// `type`.
+    pub type_: &'a str,
+    /// `status`: `True`, `False` or `Unknown`.
+    pub status: &'a str,
+    /// `reason`.
+    pub reason: Option<&'a str>,
+    /// `message`.
+    pub message: Option<&'a str>,
+}
+
+/// One of `spec.taints` (`timeAdded` is not kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taint<'a> {
+    /// `key`.
+    pub key: &'a str,
+    /// `value`.
+    pub value: Option<&'a str>,
+    /// `effect`.
+    pub effect: &'a str,
+}
+
+/// One pod CIDR entry of the Node: as written, and parsed once (`None`: it is not a CIDR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCidr<'a> {
+    /// The entry as the Node holds it.
+    pub raw: &'a str,
+    /// The entry parsed, host bits kept; `None` if it is not a CIDR.
+    pub net: Option<IpNet>,
+}
+
+impl CachedNode {
+    /// A builder for the Node `name` with `uid` at `resource_version`.
+    pub fn builder(name: &str, uid: &str, resource_version: &str) -> CachedNodeBuilder {
+        CachedNodeBuilder::new(name, uid, resource_version)
+    }
+
+    fn str(&self, span: Span) -> &str {
+        let start = span.start as usize;
+        self.text
+            .get(start..start + span.len as usize)
+            .unwrap_or_default()
+    }
+
+    fn pair(&self, p: &Pair) -> (&str, &str) {
+        (self.str(p.key), self.str(p.value))
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.str(self.name)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> &str {
+        self.str(self.uid)
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> &str {
+        self.str(self.resource_version)
+    }
+
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// `spec.unschedulable` (if declared).
+    pub fn unschedulable(&self) -> bool {
+        self.unschedulable
+    }
+
+    /// `spec.providerID` (if declared).
+    pub fn provider_id(&self) -> Option<&str> {
+        self.provider_id.map(|s| self.str(s))
+    }
+
+    /// The pod CIDR entries (`spec.podCIDRs`, else `spec.podCIDR`), each as written and parsed.
+    pub fn pod_cidr_entries(&self) -> impl ExactSizeIterator<Item = PodCidr<'_>> + '_ {
+        self.pod_cidrs.iter().map(|e| PodCidr {
+            raw: self.str(e.raw),
+            net: e.net,
+        })
+    }
+
+    /// The pod CIDR entries as written, in the Node's order.
+    pub fn raw_pod_cidrs(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.pod_cidrs.iter().map(|e| self.str(e.raw))
+    }
+
+    /// The pod CIDRs, parsed (when the Node was cached, not now), with the entries that are not CIDRs.
+    pub fn pod_cidrs(&self) -> PodCidrs {
+        let mut out = PodCidrs::default();
+        for e in self.pod_cidr_entries() {
+            match e.net {
+                Some(net) => out.cidrs.push(net),
+                None => out
+                    .unparsable
+                    .push(crate::UnparsableCidr { raw: e.raw.into() }),
+            }
+        }
+        out
+    }
+
+    /// `status.addresses`, in the Node's order.
+    pub fn addresses(&self) -> impl ExactSizeIterator<Item = Address<'_>> + '_ {
+        self.addresses.iter().map(|p| {
+            let (type_, address) = self.pair(p);
+            Address { type_, address }
+        })
+    }
+
+    /// The value of the annotation `key`, if it was declared and the Node has it.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.lookup(&self.annotations, key)
+    }
+
+    /// The kept annotations, sorted by key.
+    pub fn annotations(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.annotations.iter().map(|p| self.pair(p))
+    }
+
+    /// The value of the label `key`, if it was declared and the Node has it.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.lookup(&self.labels, key)
+    }
+
+    /// The kept labels, sorted by key.
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.labels.iter().map(|p| self.pair(p))
+    }
+
+    fn lookup(&self, pairs: &[Pair], key: &str) -> Option<&str> {
+        pairs
+            .binary_search_by(|p| self.str(p.key).cmp(key))
+            .ok()
+            .and_then(|i| pairs.get(i))
+            .map(|p| self.str(p.value))
+    }
+
+    /// The condition of type `type_`, if it was declared and the Node reports it.
+    pub fn condition(&self, type_: &str) -> Option<Condition<'_>> {
+        self.conditions().find(|c| c.type_ == type_)
+    }
+
+    /// The kept conditions, in the Node's order.
+    pub fn conditions(&self) -> impl ExactSizeIterator<Item = Condition<'_>> + '_ {
+        self.conditions.iter().map(|c| Condition {
+            type_: self.str(c.type_),
+            status: self.str(c.status),
+            reason: c.reason.map(|s| self.str(s)),
+            message: c.message.map(|s| self.str(s)),
+        })
+    }
+
+    /// `spec.taints` (if declared), in the Node's order.
+    pub fn taints(&self) -> impl ExactSizeIterator<Item = Taint<'_>> + '_ {
+        self.taints.iter().map(|t| Taint {
+            key: self.str(t.key),
+            value: t.value.map(|s| self.str(s)),
+            effect: self.str(t.effect),
+        })
+    }
+
+    /// The reference Events about this Node name: kind, version, name and uid, without a
+    /// resourceVersion (an event about a Node is about every version of it).
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(self.name().into()),
+            uid: Some(self.uid().into()).filter(|u: &String| !u.is_empty()),
+            ..ObjectReference::default()
+        }
+    }
+}
+
+/// Everything a `CachedNode` can hold, from a full Node (as read from the API, or built by a test).
+impl From<&Node> for CachedNode {
+    fn from(node: &Node) -> Self {
+        let m = &node.metadata;
+        let mut b = CachedNode::builder(
+            m.name.as_deref().unwrap_or_default(),
+            m.uid.as_deref().unwrap_or_default(),
+            m.resource_version.as_deref().unwrap_or_default(),
+        );
+        b.deleting(m.deletion_timestamp.is_some());
+        for (k, v) in m.annotations.iter().flatten() {
+            b.annotation(k, v);
+        }
+        for (k, v) in m.labels.iter().flatten() {
+            b.label(k, v);
+        }
+        if let Some(spec) = &node.spec {
+            b.pod_cidrs(
+                spec.pod_cidrs.as_deref().unwrap_or_default(),
+                spec.pod_cidr.as_deref(),
+            );
+            for t in spec.taints.iter().flatten() {
+                b.taint(&t.key, t.value.as_deref(), &t.effect);
+            }
+            b.unschedulable(spec.unschedulable.unwrap_or(false));
+            if let Some(id) = &spec.provider_id {
+                b.provider_id(id);
+            }
+        }
+        if let Some(status) = &node.status {
+            for a in status.addresses.iter().flatten() {
+                b.address(&a.type_, &a.address);
+            }
+            for c in status.conditions.iter().flatten() {
+                b.condition(
+                    &c.type_,
+                    &c.status,
+                    c.reason.as_deref(),
+                    c.message.as_deref(),
+                );
+            }
+        }
+        b.build()
+    }
+}
+
+/// A pool's node selector reads the cached labels directly.
+impl netcm_ipam::Labels for CachedNode {
+    fn label(&self, key: &str) -> Option<&str> {
+        CachedNode::label(self, key)
+    }
+}
+
+/// Two cached Nodes are equal when every accessor says the same (their buffers may be laid out differently).
+impl PartialEq for CachedNode {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+            && self.uid() == other.uid()
+            && self.resource_version() == other.resource_version()
+            && self.deleting == other.deleting
+            && self.unschedulable == other.unschedulable
+            && self.provider_id() == other.provider_id()
+            && self.pod_cidr_entries().eq(other.pod_cidr_entries())
+            && self.addresses().eq(other.addresses())
+            && self.annotations().eq(other.annotations())
+            && self.labels().eq(other.labels())
+            && self.conditions().eq(other.conditions())
+            && self.taints().eq(other.taints())
+    }
+}
+
+impl Eq for CachedNode {}
+
+impl fmt::Debug for CachedNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachedNode")
+            .field("name", &self.name())
+            .field("uid", &self.uid())
+            .field("resource_version", &self.resource_version())
+            .field("deleting", &self.deleting)
+            .field("unschedulable", &self.unschedulable)
+            .field("provider_id", &self.provider_id())
+            .field("pod_cidrs", &self.pod_cidr_entries().collect::<Vec<_>>())
+            .field("addresses", &self.addresses().collect::<Vec<_>>())
+            .field("annotations", &self.annotations().collect::<Vec<_>>())
+            .field("labels", &self.labels().collect::<Vec<_>>())
+            .field("conditions", &self.conditions().collect::<Vec<_>>())
+            .field("taints", &self.taints().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+#[path = "cached_tests.rs"]
+mod tests;

@@ -1,0 +1,188 @@
+//! [`CachedNodeBuilder`]: copies each string into the Node's one buffer as it is given, and lays the
+//! tables out once at [`CachedNodeBuilder::build`].
+
+use super::{CachedNode, CidrEntry, ConditionEntry, Pair, Span, TaintEntry};
+use crate::pod_cidrs::{parse_pod_cidr, pick_pod_cidrs};
+
+/// Builds a [`CachedNode`]; lists keep the order they are given in, except annotations and labels
+/// (sorted by key; of a key given twice the last value counts, as in a JSON object).
+#[derive(Debug)]
+pub struct CachedNodeBuilder {
+    text: String,
+    node: Parts,
+}
+
+/// The node's fields while they are collected.
+#[derive(Debug, Default)]
+struct Parts {
+    name: Span,
+    uid: Span,
+    resource_version: Span,
+    provider_id: Option<Span>,
+    deleting: bool,
+    unschedulable: bool,
+    pod_cidrs: Vec<CidrEntry>,
+    addresses: Vec<Pair>,
+    annotations: Vec<Pair>,
+    labels: Vec<Pair>,
+    conditions: Vec<ConditionEntry>,
+    taints: Vec<TaintEntry>,
+}
+
+impl CachedNodeBuilder {
+    pub(super) fn new(name: &str, uid: &str, resource_version: &str) -> Self {
+        let mut b = Self {
+            text: String::with_capacity(name.len() + uid.len() + resource_version.len()),
+            node: Parts::default(),
+        };
+        b.node.name = b.push(name);
+        b.node.uid = b.push(uid);
+        b.node.resource_version = b.push(resource_version);
+        b
+    }
+
+    /// Reserves room for `more` bytes of strings still to come (saves the buffer's regrowth).
+    pub fn reserve(&mut self, more: usize) -> &mut Self {
+        self.text.reserve(more);
+        self
+    }
+
+    /// Appends `s` to the buffer. An API server never serves a Node near 4 GiB (etcd's limit is
+    /// 1.5 MiB); past that a string would read as empty rather than wrap.
+    fn push(&mut self, s: &str) -> Span {
+        let (Ok(start), Ok(len)) = (u32::try_from(self.text.len()), u32::try_from(s.len())) else {
+            return Span::default();
+        };
+        if start.checked_add(len).is_none() {
+            return Span::default();
+        }
+        self.text.push_str(s);
+        Span { start, len }
+    }
+
+    fn pair(&mut self, key: &str, value: &str) -> Pair {
+        Pair {
+            key: self.push(key),
+            value: self.push(value),
+        }
+    }
+
+    /// Marks `metadata.deletionTimestamp` as set (or not).
+    pub fn deleting(&mut self, deleting: bool) -> &mut Self {
+        self.node.deleting = deleting;
+        self
+    }
+
+    /// `spec.unschedulable`.
+    pub fn unschedulable(&mut self, unschedulable: bool) -> &mut Self {
+        self.node.unschedulable = unschedulable;
+        self
+    }
+
+    /// `spec.providerID`.
+    pub fn provider_id(&mut self, id: &str) -> &mut Self {
+        self.node.provider_id = Some(self.push(id));
+        self
+    }
+
+    /// The pod CIDRs from `spec.podCIDRs` (`list`) and `spec.podCIDR` (`single`): the list if it has
+    /// entries, else the single field if set and not empty; each entry parsed here, once.
+    pub fn pod_cidrs<S: AsRef<str>>(&mut self, list: &[S], single: Option<&str>) -> &mut Self {
+        self.node.pod_cidrs.clear();
+        for raw in pick_pod_cidrs(list, single) {
+            let entry = CidrEntry {
+                raw: self.push(raw),
+                net: parse_pod_cidr(raw).ok(),
+            };
+            self.node.pod_cidrs.push(entry);
+        }
+        self
+    }
+
+    /// Adds one of `status.addresses`.
+    pub fn address(&mut self, type_: &str, address: &str) -> &mut Self {
+        let p = self.pair(type_, address);
+        self.node.addresses.push(p);
+        self
+    }
+
+    /// Adds an annotation.
+    pub fn annotation(&mut self, key: &str, value: &str) -> &mut Self {
+        let p = self.pair(key, value);
+        self.node.annotations.push(p);
+        self
+    }
+
+    /// Adds a label.
+    pub fn label(&mut self, key: &str, value: &str) -> &mut Self {
+        let p = self.pair(key, value);
+        self.node.labels.push(p);
+        self
+    }
+
+    /// Adds one of `status.conditions`.
+    pub fn condition(
+        &mut self,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        message: Option<&str>,
+    ) -> &mut Self {
+        let c = ConditionEntry {
+            type_: self.push(type_),
+            status: self.push(status),
+            reason: reason.map(|r| self.push(r)),
+            message: message.map(|m| self.push(m)),
+        };
+        self.node.conditions.push(c);
+        self
+    }
+
+    /// Adds one of `spec.taints`.
+    pub fn taint(&mut self, key: &str, value: Option<&str>, effect: &str) -> &mut Self {
+        let t = TaintEntry {
+            key: self.push(key),
+            value: value.map(|v| self.push(v)),
+            effect: self.push(effect),
+        };
+        self.node.taints.push(t);
+        self
+    }
+
+    /// The cached Node.
+    pub fn build(self) -> CachedNode {
+        let Self { text, node } = self;
+        let text = text.into_boxed_str();
+        let annotations = sorted(&text, node.annotations);
+        let labels = sorted(&text, node.labels);
+        CachedNode {
+            name: node.name,
+            uid: node.uid,
+            resource_version: node.resource_version,
+            provider_id: node.provider_id,
+            deleting: node.deleting,
+            unschedulable: node.unschedulable,
+            pod_cidrs: node.pod_cidrs.into_boxed_slice(),
+            addresses: node.addresses.into_boxed_slice(),
+            annotations,
+            labels,
+            conditions: node.conditions.into_boxed_slice(),
+            taints: node.taints.into_boxed_slice(),
+            text,
+        }
+    }
+}
+
+/// The pairs sorted by key, the last of a repeated key kept (as a JSON object decodes).
+fn sorted(text: &str, mut pairs: Vec<Pair>) -> Box<[Pair]> {
+    let key = |p: &Pair| {
+        let start = p.key.start as usize;
+        text.get(start..start + p.key.len as usize)
+            .unwrap_or_default()
+    };
+    // Reversed first, so the stable sort puts a repeated key's last value first and dedup keeps it.
+    pairs.reverse();
+    pairs.sort_by(|a, b| key(a).cmp(key(b)));
+    pairs.dedup_by(|later, first| key(later) == key(first));
+    pairs.into_boxed_slice()
+}

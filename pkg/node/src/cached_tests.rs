@@ -1,0 +1,169 @@
+//! Unit tests of the cached Node: what each accessor reads, built both ways.
+
+use super::*;
+use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint as K8sTaint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+fn net(s: &str) -> IpNet {
+    s.parse().expect("net")
+}
+
+fn full() -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            uid: Some("u1".into()),
+            resource_version: Some("7".into()),
+            deletion_timestamp: Some(Time(Default::default())),
+            annotations: Some(
+                [("b/x", "2"), ("a/x", "1")]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .into(),
+            ),
+            labels: Some([("zone".to_string(), "z1".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            pod_cidr: Some("10.0.0.0/24".into()),
+            pod_cidrs: Some(vec!["10.0.0.7/24".into(), "banana".into()]),
+            taints: Some(vec![K8sTaint {
+                key: "k".into(),
+                value: Some("v".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            unschedulable: Some(true),
+            provider_id: Some("p".into()),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            addresses: Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+                type_: "InternalIP".into(),
+                address: "192.0.2.1".into(),
+            }]),
+            conditions: Some(vec![NodeCondition {
+                type_: "NetworkUnavailable".into(),
+                status: "False".into(),
+                reason: Some("RouteCreated".into()),
+                message: None,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn a_node_read_from_the_api_keeps_everything_a_cached_node_can_hold() {
+    let n = CachedNode::from(&full());
+    assert_eq!((n.name(), n.uid(), n.resource_version()), ("n1", "u1", "7"));
+    assert!(n.is_deleting() && n.unschedulable());
+    assert_eq!(n.provider_id(), Some("p"));
+    assert_eq!(
+        n.raw_pod_cidrs().collect::<Vec<_>>(),
+        ["10.0.0.7/24", "banana"]
+    );
+    let parsed = n.pod_cidrs();
+    assert_eq!(parsed.cidrs, [net("10.0.0.7/24")]);
+    assert_eq!(parsed.unparsable[0].raw, "banana");
+    assert_eq!(parsed, PodCidrs::of(&full()), "parsed as a full Node is");
+    assert_eq!(
+        n.addresses().collect::<Vec<_>>(),
+        [Address {
+            type_: "InternalIP",
+            address: "192.0.2.1"
+        }]
+    );
+    assert_eq!(
+        n.annotations().collect::<Vec<_>>(),
+        [("a/x", "1"), ("b/x", "2")]
+    );
+    assert_eq!((n.annotation("b/x"), n.annotation("c")), (Some("2"), None));
+    assert_eq!(n.label("zone"), Some("z1"));
+    let c = n.condition("NetworkUnavailable").expect("condition");
+    assert_eq!(
+        (c.status, c.reason, c.message),
+        ("False", Some("RouteCreated"), None)
+    );
+    assert!(n.condition("Ready").is_none());
+    assert_eq!(
+        n.taints().collect::<Vec<_>>(),
+        [Taint {
+            key: "k",
+            value: Some("v"),
+            effect: "NoSchedule"
+        }]
+    );
+}
+
+#[test]
+fn the_single_pod_cidr_field_counts_only_when_the_list_is_empty() {
+    let build = |list: &[&str], single: Option<&str>| {
+        let mut b = CachedNode::builder("n", "u", "1");
+        b.pod_cidrs(list, single);
+        b.build()
+            .raw_pod_cidrs()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(build(&[], Some("10.0.0.0/24")), ["10.0.0.0/24"]);
+    assert_eq!(build(&["fd00::/64"], Some("10.0.0.0/24")), ["fd00::/64"]);
+    assert!(build(&[], Some("")).is_empty());
+    assert!(build(&[], None).is_empty());
+}
+
+#[test]
+fn annotations_are_looked_up_by_key_and_a_repeated_key_keeps_its_last_value() {
+    let mut b = CachedNode::builder("n", "u", "1");
+    for (k, v) in [
+        ("c", "3"),
+        ("a", "1"),
+        ("b", "old"),
+        ("b", "new"),
+        ("", "empty"),
+    ] {
+        b.annotation(k, v);
+    }
+    let n = b.build();
+    assert_eq!(
+        n.annotations().collect::<Vec<_>>(),
+        [("", "empty"), ("a", "1"), ("b", "new"), ("c", "3")]
+    );
+    for (k, v) in [("a", "1"), ("b", "new"), ("c", "3"), ("", "empty")] {
+        assert_eq!(n.annotation(k), Some(v), "{k}");
+    }
+    assert_eq!(n.annotation("d"), None);
+    assert_eq!(n.label("a"), None);
+}
+
+#[test]
+fn equal_nodes_compare_equal_however_their_strings_were_laid_out() {
+    let mut a = CachedNode::builder("n", "u", "1");
+    a.annotation("x", "1").address("InternalIP", "192.0.2.1");
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.address("InternalIP", "192.0.2.1").annotation("x", "1");
+    assert_eq!(a.build(), b.build());
+    let mut c = CachedNode::builder("n", "u", "2");
+    c.address("InternalIP", "192.0.2.1").annotation("x", "1");
+    let mut d = CachedNode::builder("n", "u", "1");
+    d.address("InternalIP", "192.0.2.1").annotation("x", "1");
+    assert_ne!(c.build(), d.build());
+}
+
+#[test]
+fn the_event_reference_names_the_node_by_kind_name_and_uid_without_a_version() {
+    let r = CachedNode::from(&full()).object_ref();
+    assert_eq!(r.api_version.as_deref(), Some("v1"));
+    assert_eq!(r.kind.as_deref(), Some("Node"));
+    assert_eq!(
+        (r.name.as_deref(), r.uid.as_deref()),
+        (Some("n1"), Some("u1"))
+    );
+    assert!(r.resource_version.is_none() && r.namespace.is_none());
+}
+
+#[test]
+fn a_cached_node_is_a_small_struct() {
+    // The cost of every Node in the cache before any string: keep it from growing unnoticed.
+    assert!(std::mem::size_of::<CachedNode>() <= 160);
+}
