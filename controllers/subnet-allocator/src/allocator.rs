@@ -4,7 +4,7 @@
 //! under its name — inside a watch gap, or while its key waited in a backlog — is a new Node, and what
 //! was recorded for the old one (held, pending or claimed) is released, not inherited.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -59,6 +59,9 @@ pub enum SyncError {
     /// Claiming or releasing a PodCIDRClaim failed.
     #[error("PodCIDRClaim: {0}")]
     Claim(#[from] ClaimError),
+    /// Reading the Node's labels for a ClusterCIDR pool's selector failed.
+    #[error("reading the node's labels: {0}")]
+    ReadLabels(kube::Error),
     /// Every CIDR tried was claimed by another Node.
     #[error("{0} CIDRs in a row were claimed by other Nodes; retrying")]
     ClaimsExhausted(usize),
@@ -68,7 +71,7 @@ impl netcm_manager::SyncError for SyncError {
     fn reason(&self) -> &'static str {
         match self {
             Self::Fenced(_) => REASON_FENCED,
-            Self::Patch(e) => api_reason(e),
+            Self::Patch(e) | Self::ReadLabels(e) => api_reason(e),
             Self::Claim(e) => e.reason(),
             Self::NoCidrAvailable(_) | Self::Rejected { .. } | Self::ClaimsExhausted(_) => {
                 REASON_ERROR
@@ -78,25 +81,26 @@ impl netcm_manager::SyncError for SyncError {
 }
 
 /// Which Node (name and UID) each ledger record belongs to, and which writes the cache has not shown.
+/// One map of exact-size strings: at 50,000 Nodes a reverse map (UID → name) would cost more than the
+/// cached Node itself, and only Events about conflicting CIDRs — bad data, rare — need that direction.
 #[derive(Debug, Default)]
 pub(crate) struct Tracking {
-    uid_by_name: HashMap<String, String>,
-    name_by_uid: HashMap<String, String>,
+    uid_by_name: HashMap<Box<str>, Box<str>>,
     /// Node name → the UID whose PATCH succeeded, until the cache shows its CIDRs.
     written: HashMap<String, String>,
 }
 
 impl Tracking {
     pub(crate) fn track(&mut self, name: &str, uid: &str) {
-        self.uid_by_name.insert(name.to_string(), uid.to_string());
-        self.name_by_uid.insert(uid.to_string(), name.to_string());
+        if self.uid_by_name.get(name).map(AsRef::as_ref) != Some(uid) {
+            self.uid_by_name.insert(name.into(), uid.into());
+        }
     }
 
     fn forget(&mut self, name: &str, uid: &str) {
-        if self.uid_by_name.get(name).map(String::as_str) == Some(uid) {
+        if self.uid_by_name.get(name).map(AsRef::as_ref) == Some(uid) {
             self.uid_by_name.remove(name);
         }
-        self.name_by_uid.remove(uid);
         if self.written.get(name).map(String::as_str) == Some(uid) {
             self.written.remove(name);
         }
@@ -104,17 +108,18 @@ impl Tracking {
 
     fn recorded(&self, name: &str) -> Recorded {
         Recorded {
-            uid: self.uid_by_name.get(name).cloned(),
+            uid: self.uid_by_name.get(name).map(ToString::to_string),
             written_uid: self.written.get(name).cloned(),
         }
     }
 
-    /// A ledger owner as people know it: the Node's name, or the reservation as it is.
+    /// A ledger owner as people know it: the Node's name, or the reservation as it is. A scan: only
+    /// Events about conflicting CIDRs ask.
     fn display(&self, owner: &str) -> String {
-        self.name_by_uid
-            .get(owner)
-            .cloned()
-            .unwrap_or_else(|| owner.to_string())
+        self.uid_by_name
+            .iter()
+            .find(|(_, uid)| uid.as_ref() == owner)
+            .map_or_else(|| owner.to_string(), |(name, _)| name.to_string())
     }
 }
 
@@ -132,6 +137,9 @@ pub struct Allocator {
     pub(crate) tracking: Mutex<Tracking>,
     /// Nodes waiting for a CIDR to be released; requeued at once when one is.
     pub(crate) waiting: Mutex<BTreeSet<String>>,
+    /// The labels of waiting Nodes, as read when they were allocated, while a pool selects by label
+    /// (for the ClusterCIDR status's count of waiting Nodes per pool).
+    pub(crate) waiting_labels: Mutex<std::collections::HashMap<String, BTreeMap<String, String>>>,
     /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts`).
     pub(crate) flagged: Mutex<BTreeSet<String>>,
     pub(crate) record_assigned: bool,
@@ -413,14 +421,10 @@ impl Reconciler for Allocator {
     }
 
     /// Pod CIDRs, also for [`Allocator::record_all_existing`]; Events name the Node by its identity.
-    /// With ClusterCIDR pools, every label: a pool's node selector may name any key, and pools come
-    /// and go at runtime while the cache's trim is fixed at start.
+    /// No labels: a ClusterCIDR pool's selector reads them from the API, once per allocation
+    /// ([`Allocator::labels_for_pools`]).
     fn node_fields(&self) -> NodeFields {
-        let fields = NodeFields::none().pod_cidrs();
-        match self.cluster_cidrs {
-            Some(_) => fields.labels(""),
-            None => fields,
-        }
+        NodeFields::none().pod_cidrs()
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {

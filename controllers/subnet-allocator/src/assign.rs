@@ -1,6 +1,7 @@
 //! Giving a Node its CIDRs: take them from the pools, claim each one (PodCIDRClaim), then one PATCH of
 //! `spec.podCIDR(s)` that names the Node's UID, so it can only land on the Node the CIDRs were chosen for.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -43,7 +44,41 @@ pub(crate) fn pod_cidr_patch(uid: &str, cidrs: &[String]) -> serde_json::Value {
     })
 }
 
+/// What choosing a pool needs of a Node's labels.
+pub(crate) enum PoolLabels {
+    /// No active pool selects by label: the cache keeps no labels and none are fetched.
+    NotNeeded,
+    /// The Node's labels, read from the API.
+    Live(BTreeMap<String, String>),
+    /// The Node is gone or was re-created: the next sync decides from the cache.
+    NodeGone,
+}
+
 impl Allocator {
+    /// The Node's labels, read from the API (metadata only) when a ClusterCIDR pool selects by label.
+    /// The cache keeps no labels: at 50,000 Nodes every Node's labels would cost more than the rest of
+    /// the cached Node, and they matter only once per Node, when it is allocated — and only with such pools.
+    pub(crate) async fn labels_for_pools(
+        &self,
+        name: &str,
+        uid: &str,
+    ) -> Result<PoolLabels, SyncError> {
+        if !lock(&self.pools).selects_by_label() {
+            return Ok(PoolLabels::NotNeeded);
+        }
+        let live = self
+            .api
+            .get_metadata_opt(name)
+            .await
+            .map_err(SyncError::ReadLabels)?;
+        Ok(match live {
+            Some(m) if m.metadata.uid.as_deref() == Some(uid) => {
+                PoolLabels::Live(m.metadata.labels.unwrap_or_default())
+            }
+            _ => PoolLabels::NodeGone,
+        })
+    }
+
     /// Allocates (or re-uses the pending allocation of) the Node `uid`, claims and writes it.
     pub(crate) async fn allocate_and_write(
         &self,
@@ -52,10 +87,20 @@ impl Allocator {
         uid: &str,
     ) -> Result<SyncOutcome, SyncError> {
         let mut taken = 0usize;
+        let labels = match self.labels_for_pools(name, uid).await? {
+            PoolLabels::NotNeeded => None,
+            PoolLabels::Live(labels) => Some(labels),
+            PoolLabels::NodeGone => return Ok(SyncOutcome::RetryAfter(Duration::from_millis(200))),
+        };
+        let no_labels = BTreeMap::new();
         let cidrs = loop {
             let allocation = {
                 let mut pools = lock(&self.pools);
-                let a = pools.allocate_for(uid, &netcm_ipam::NodeView { name, labels: node });
+                let view = netcm_ipam::NodeView {
+                    name,
+                    labels: labels.as_ref().unwrap_or(&no_labels),
+                };
+                let a = pools.allocate_for(uid, &view);
                 if let Ok(a) = &a {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(&pools);
@@ -68,7 +113,12 @@ impl Allocator {
                     e @ (netcm_ipam::Error::Full { .. }
                     | netcm_ipam::Error::PoolsFull { .. }
                     | netcm_ipam::Error::NoPool { .. }),
-                ) => return Err(self.wait_for_cidr(node, name, e).await),
+                ) => {
+                    if let Some(labels) = &labels {
+                        lock(&self.waiting_labels).insert(name.to_string(), labels.clone());
+                    }
+                    return Err(self.wait_for_cidr(node, name, e).await);
+                }
                 Err(e) => return Err(SyncError::NoCidrAvailable(e)),
             };
             lock(&self.tracking).track(name, uid);

@@ -271,16 +271,22 @@ impl Allocator {
     /// How many waiting Nodes each pool selects.
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
         let names: Vec<String> = lock(&self.waiting).iter().cloned().collect();
+        let labels = {
+            let mut labels = lock(&self.waiting_labels);
+            labels.retain(|name, _| names.contains(name));
+            labels.clone()
+        };
+        let no_labels = BTreeMap::new();
         let pools = lock(&self.pools);
         let reports = pools.reports();
         let mut out: HashMap<String, usize> = HashMap::new();
         for name in names {
-            let Some(node) = self.nodes.get(&name) else {
+            if self.nodes.get(&name).is_none() {
                 continue;
-            };
+            }
             for i in pools.candidates(&NodeView {
                 name: &name,
-                labels: node.as_ref(),
+                labels: labels.get(&name).unwrap_or(&no_labels),
             }) {
                 if let Some(r) = reports.get(i) {
                     *out.entry(r.name.clone()).or_default() += 1;

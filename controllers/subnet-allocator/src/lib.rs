@@ -69,6 +69,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
             .then(|| claims::Claims::new(ctx.client.clone())),
         tracking: Mutex::new(allocator::Tracking::default()),
         waiting: Mutex::new(BTreeSet::new()),
+        waiting_labels: Mutex::new(std::collections::HashMap::new()),
         flagged: Mutex::new(BTreeSet::new()),
         record_assigned: flags.record_cidr_assigned_events,
         cluster_cidrs: flags

@@ -214,6 +214,15 @@ impl Pools {
         }
     }
 
+    /// Whether choosing a pool for a Node needs its labels: some active pool's selector reads one.
+    /// Without ClusterCIDR objects (or with selectors on names only) it does not, and the allocator
+    /// neither caches nor fetches labels.
+    pub fn selects_by_label(&self) -> bool {
+        self.pools
+            .iter()
+            .any(|p| p.state == PoolState::Active && p.selector.reads_labels())
+    }
+
     /// The active pools selecting `node`, most preferred first (KEP-2593's order): pools with a
     /// selector before the fallback ones, then more matching requirements, fewer node CIDRs in all,
     /// fewer addresses per node, and the name.

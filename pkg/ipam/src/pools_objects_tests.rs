@@ -340,3 +340,29 @@ fn stats_name_the_pool_of_every_cluster_cidr() {
         Some("gpu")
     );
 }
+
+#[test]
+fn labels_are_needed_only_while_an_active_pool_selects_by_label() {
+    let mut p = pools("10.244.0.0/16", "");
+    assert!(!p.selects_by_label(), "the flag pool selects every Node");
+    let by_name = NodeSelector::Terms(vec![Term {
+        match_expressions: vec![],
+        match_fields: vec![Requirement {
+            key: "metadata.name".into(),
+            operator: "In".parse().unwrap(),
+            values: vec!["a".into()],
+        }],
+    }]);
+    p.sync_objects(&[obj("by-name", by_name.clone(), 6, "10.100.0.0/24", "")]);
+    assert!(!p.selects_by_label(), "a selector on names reads no label");
+    p.sync_objects(&[
+        obj("by-name", by_name.clone(), 6, "10.100.0.0/24", ""),
+        obj("gpu", exists("gpu"), 6, "10.101.0.0/24", ""),
+    ]);
+    assert!(p.selects_by_label());
+    p.sync_objects(&[obj("by-name", by_name, 6, "10.100.0.0/24", "")]);
+    assert!(
+        !p.selects_by_label(),
+        "a pool that is gone no longer needs labels"
+    );
+}

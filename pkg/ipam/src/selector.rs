@@ -151,6 +151,15 @@ impl NodeSelector {
         matches!(self, NodeSelector::Fallback)
     }
 
+    /// Whether the selector reads any label (a `matchExpressions` requirement); `metadata.name` fields
+    /// and the fallback need only the Node's name.
+    pub fn reads_labels(&self) -> bool {
+        match self {
+            NodeSelector::Fallback => false,
+            NodeSelector::Terms(terms) => terms.iter().any(|t| !t.match_expressions.is_empty()),
+        }
+    }
+
     /// A short text for people (`kubectl get` columns, logs): `<all>` or `key op values` per term.
     pub fn summary(&self) -> String {
         match self {
