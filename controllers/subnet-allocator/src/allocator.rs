@@ -80,45 +80,75 @@ impl netcm_manager::SyncError for SyncError {
     }
 }
 
-/// Which Node (name and UID) each ledger record belongs to, and which writes the cache has not shown.
-/// One map of exact-size strings: at 50,000 Nodes a reverse map (UID → name) would cost more than the
-/// cached Node itself, and only Events about conflicting CIDRs — bad data, rare — need that direction.
+/// Which Node (name and UID) each ledger record belongs to, and whether its PATCH succeeded before the
+/// cache showed it. One map of exact-size strings: at 50,000 Nodes a second map (UID → name, or the
+/// written Nodes) costs a few MiB, and only Events about conflicting CIDRs — bad data, rare — need the
+/// reverse direction.
 #[derive(Debug, Default)]
 pub(crate) struct Tracking {
-    uid_by_name: HashMap<Box<str>, Box<str>>,
-    /// Node name → the UID whose PATCH succeeded, until the cache shows its CIDRs.
-    written: HashMap<String, String>,
+    by_name: HashMap<Box<str>, Tracked>,
+}
+
+/// What [`Tracking`] holds for one Node name.
+#[derive(Debug)]
+struct Tracked {
+    uid: Box<str>,
+    /// The PATCH for this UID succeeded and the cache has not shown its CIDRs yet.
+    written: bool,
 }
 
 impl Tracking {
     pub(crate) fn track(&mut self, name: &str, uid: &str) {
-        if self.uid_by_name.get(name).map(AsRef::as_ref) != Some(uid) {
-            self.uid_by_name.insert(name.into(), uid.into());
+        if self.by_name.get(name).map(|t| t.uid.as_ref()) != Some(uid) {
+            let tracked = Tracked {
+                uid: uid.into(),
+                written: false,
+            };
+            self.by_name.insert(name.into(), tracked);
         }
     }
 
     fn forget(&mut self, name: &str, uid: &str) {
-        if self.uid_by_name.get(name).map(AsRef::as_ref) == Some(uid) {
-            self.uid_by_name.remove(name);
+        if self.by_name.get(name).map(|t| t.uid.as_ref()) == Some(uid) {
+            self.by_name.remove(name);
         }
-        if self.written.get(name).map(String::as_str) == Some(uid) {
-            self.written.remove(name);
+    }
+
+    /// Records that the PATCH for `name`/`uid` succeeded.
+    fn mark_written(&mut self, name: &str, uid: &str) {
+        match self.by_name.get_mut(name) {
+            Some(t) if t.uid.as_ref() == uid => t.written = true,
+            _ => {
+                let tracked = Tracked {
+                    uid: uid.into(),
+                    written: true,
+                };
+                self.by_name.insert(name.into(), tracked);
+            }
+        }
+    }
+
+    /// The cache shows `name`'s CIDRs: nothing is pending a write any more.
+    fn shown(&mut self, name: &str) {
+        if let Some(t) = self.by_name.get_mut(name) {
+            t.written = false;
         }
     }
 
     fn recorded(&self, name: &str) -> Recorded {
+        let tracked = self.by_name.get(name);
         Recorded {
-            uid: self.uid_by_name.get(name).map(ToString::to_string),
-            written_uid: self.written.get(name).cloned(),
+            uid: tracked.map(|t| t.uid.to_string()),
+            written_uid: tracked.filter(|t| t.written).map(|t| t.uid.to_string()),
         }
     }
 
     /// A ledger owner as people know it: the Node's name, or the reservation as it is. A scan: only
     /// Events about conflicting CIDRs ask.
     fn display(&self, owner: &str) -> String {
-        self.uid_by_name
+        self.by_name
             .iter()
-            .find(|(_, uid)| uid.as_ref() == owner)
+            .find(|(_, t)| t.uid.as_ref() == owner)
             .map_or_else(|| owner.to_string(), |(name, _)| name.to_string())
     }
 }
@@ -248,7 +278,7 @@ impl Allocator {
         {
             let mut tracking = lock(&self.tracking);
             tracking.track(name, uid);
-            tracking.written.remove(name);
+            tracking.shown(name);
         }
         lock(&self.waiting).remove(name);
         // A claim this Node held for CIDRs it did not get (an allocation overtaken by another writer)
@@ -362,9 +392,7 @@ impl Allocator {
 
     /// Marks the Node's successful write, so a sync before the cache shows it does not write again.
     pub(crate) fn mark_written(&self, name: &str, uid: &str) {
-        lock(&self.tracking)
-            .written
-            .insert(name.to_string(), uid.to_string());
+        lock(&self.tracking).mark_written(name, uid);
     }
 
     /// Marks every CIDR any cached Node holds before the first allocation.
@@ -435,6 +463,31 @@ impl Reconciler for Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_stays_marked_until_the_cache_shows_it_and_only_for_its_uid() {
+        let mut t = Tracking::default();
+        t.track("a", "a1");
+        t.mark_written("a", "a1");
+        assert_eq!(t.recorded("a").written_uid.as_deref(), Some("a1"));
+        t.track("a", "a1");
+        assert_eq!(
+            t.recorded("a").written_uid.as_deref(),
+            Some("a1"),
+            "tracking the same UID again keeps the mark"
+        );
+        t.shown("a");
+        assert_eq!(t.recorded("a").written_uid, None);
+        t.mark_written("a", "a1");
+        t.track("a", "a2");
+        assert_eq!(
+            t.recorded("a").written_uid,
+            None,
+            "a Node re-created under the name has written nothing"
+        );
+        t.forget("a", "a2");
+        assert_eq!(t.recorded("a").uid, None);
+    }
 
     #[test]
     fn tracking_forgets_a_name_only_for_the_uid_it_recorded() {
