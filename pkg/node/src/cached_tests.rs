@@ -165,5 +165,5 @@ fn the_event_reference_names_the_node_by_kind_name_and_uid_without_a_version() {
 #[test]
 fn a_cached_node_is_a_small_struct() {
     // The cost of every Node in the cache before any string: keep it from growing unnoticed.
-    assert!(std::mem::size_of::<CachedNode>() <= 160);
+    assert!(std::mem::size_of::<CachedNode>() <= 80);
 }

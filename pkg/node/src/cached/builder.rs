@@ -1,7 +1,7 @@
 //! [`CachedNodeBuilder`]: copies each string into the Node's one buffer as it is given, and lays the
 //! tables out once at [`CachedNodeBuilder::build`].
 
-use super::{CachedNode, CidrEntry, ConditionEntry, Pair, Span, TaintEntry};
+use super::{CachedNode, CidrEntry, ConditionEntry, Pair, Rest, Span, TaintEntry};
 use crate::pod_cidrs::{parse_pod_cidr, pick_pod_cidrs};
 
 /// Builds a [`CachedNode`]; lists keep the order they are given in, except annotations and labels
@@ -155,19 +155,22 @@ impl CachedNodeBuilder {
         let text = text.into_boxed_str();
         let annotations = sorted(&text, node.annotations);
         let labels = sorted(&text, node.labels);
-        CachedNode {
-            name: node.name,
-            uid: node.uid,
-            resource_version: node.resource_version,
+        let rest = Rest {
             provider_id: node.provider_id,
-            deleting: node.deleting,
             unschedulable: node.unschedulable,
-            pod_cidrs: node.pod_cidrs.into_boxed_slice(),
             addresses: node.addresses.into_boxed_slice(),
             annotations,
             labels,
             conditions: node.conditions.into_boxed_slice(),
             taints: node.taints.into_boxed_slice(),
+        };
+        CachedNode {
+            name: node.name,
+            uid: node.uid,
+            resource_version: node.resource_version,
+            deleting: node.deleting,
+            pod_cidrs: node.pod_cidrs.into_boxed_slice(),
+            rest: (!rest.is_empty()).then(|| Box::new(rest)),
             text,
         }
     }
