@@ -92,16 +92,18 @@ pub(crate) struct Tracking {
 /// What [`Tracking`] holds for one Node name.
 #[derive(Debug)]
 struct Tracked {
-    uid: Box<str>,
+    /// Shared with the ledger's record when there is one (`Pools::owner`).
+    uid: Arc<str>,
     /// The PATCH for this UID succeeded and the cache has not shown its CIDRs yet.
     written: bool,
 }
 
 impl Tracking {
-    pub(crate) fn track(&mut self, name: &str, uid: &str) {
-        if self.by_name.get(name).map(|t| t.uid.as_ref()) != Some(uid) {
+    pub(crate) fn track(&mut self, name: &str, uid: impl Into<Arc<str>>) {
+        let uid: Arc<str> = uid.into();
+        if self.by_name.get(name).map(|t| t.uid.as_ref()) != Some(uid.as_ref()) {
             let tracked = Tracked {
-                uid: uid.into(),
+                uid,
                 written: false,
             };
             self.by_name.insert(name.into(), tracked);
@@ -269,15 +271,15 @@ impl Allocator {
             cidrs: parsed,
             unparsable,
         } = PodCidrs::parse(raw);
-        let outcome = {
+        let (outcome, owner) = {
             let mut pools = lock(&self.pools);
             let o = pools.hold(uid, &parsed);
             self.publish_usage(&pools);
-            o
+            (o, pools.owner(uid))
         };
         {
             let mut tracking = lock(&self.tracking);
-            tracking.track(name, uid);
+            tracking.track(name, owner.unwrap_or_else(|| uid.into()));
             tracking.shown(name);
         }
         lock(&self.waiting).remove(name);

@@ -105,9 +105,9 @@ impl Allocator {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(&pools);
                 }
-                a
+                a.map(|a| (a, pools.owner(uid)))
             };
-            let allocation = match allocation {
+            let (allocation, owner) = match allocation {
                 Ok(a) => a,
                 Err(
                     e @ (netcm_ipam::Error::Full { .. }
@@ -121,7 +121,7 @@ impl Allocator {
                 }
                 Err(e) => return Err(SyncError::NoCidrAvailable(e)),
             };
-            lock(&self.tracking).track(name, uid);
+            lock(&self.tracking).track(name, owner.unwrap_or_else(|| uid.into()));
             let Some(claims) = &self.claims else {
                 break allocation.cidrs;
             };

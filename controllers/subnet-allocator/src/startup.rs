@@ -140,7 +140,8 @@ impl Allocator {
             });
             if pools.held_by(&uid).is_none() && pools.is_valid_allocation(&uid, &cidrs) {
                 pools.hold(&uid, &cidrs);
-                lock(&self.tracking).track(&name, &uid);
+                let owner = pools.owner(&uid).unwrap_or_else(|| uid.as_str().into());
+                lock(&self.tracking).track(&name, owner);
                 tracing::info!(controller = NAME, node = %name, cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "adopted CIDRs an earlier leader claimed for this node");
             } else {
                 for c in &cidrs {

@@ -100,6 +100,11 @@ impl Ledger {
         self.nodes.get(node).map(AsRef::as_ref)
     }
 
+    /// The ledger's own copy of the name `node`, for callers that keep it too (one string, not two).
+    pub fn owner(&self, node: &str) -> Option<Arc<str>> {
+        self.nodes.get_key_value(node).map(|(k, _)| k.clone())
+    }
+
     /// Number of nodes holding CIDRs.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -249,6 +254,18 @@ mod tests {
         assert_eq!(l.holder_of(&net("10.0.1.0/24")), None);
         assert!(nodes_overlapping(&l, "0.0.0.0/0").is_empty());
         assert_eq!(l.len(), 0);
+    }
+
+    #[test]
+    fn the_owner_name_is_one_shared_string_while_it_holds_cidrs() {
+        let mut l = Ledger::new();
+        assert!(l.owner("a").is_none());
+        l.insert("a", vec![net("10.0.1.0/24")]);
+        let (one, two) = (l.owner("a").unwrap(), l.owner("a").unwrap());
+        assert!(Arc::ptr_eq(&one, &two));
+        assert_eq!(one.as_ref(), "a");
+        l.remove("a");
+        assert!(l.owner("a").is_none());
     }
 
     #[test]

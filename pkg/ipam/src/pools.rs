@@ -389,6 +389,12 @@ impl Pools {
         self.ledger.held_by(node)
     }
 
+    /// The ledger's own copy of the owner name `node` while it holds CIDRs, so a caller that keeps the
+    /// name too (the allocator's UID tracking) shares the string instead of copying it.
+    pub fn owner(&self, node: &str) -> Option<std::sync::Arc<str>> {
+        self.ledger.owner(node)
+    }
+
     /// Number of nodes holding CIDRs.
     pub fn node_count(&self) -> usize {
         self.ledger.len()
