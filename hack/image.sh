@@ -25,8 +25,10 @@ REPOSITORY=localhost/netcm
 BINARY=/usr/local/bin/netcm
 IMAGE_USER=65532:65532
 PORTS=(10271/tcp)
-# distroless's environment and working directory.
-IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt)
+# distroless's environment and working directory, plus glibc malloc's settings for netcm (the
+# Dockerfile's ENV says why; MALLOC_ENV is shared with nothing else, keep the two in step).
+MALLOC_ENV=(MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072)
+IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "${MALLOC_ENV[@]}")
 WORKDIR=/home/nonroot
 
 log() { printf '[image] %s\n' "$*" >&2; }
@@ -180,6 +182,9 @@ for l in final:
     elif word == "LABEL":
         for kv in shlex.split(rest):
             print("LABEL\t" + kv)
+    elif word == "ENV":
+        for kv in shlex.split(rest):
+            print("ENV\t" + kv)
 EOF
 }
 
@@ -210,6 +215,10 @@ if ep in files:
     print("COPY\t" + ep)
 for k, v in sorted((cfg.get("Labels") or {}).items()):
     print("LABEL\t" + k + "=" + v)
+# The Dockerfile's own ENV (distroless's PATH and SSL_CERT_FILE come from its base image).
+for e in cfg.get("Env") or []:
+    if e.startswith("MALLOC_"):
+        print("ENV\t" + e)
 EOF
 }
 
@@ -223,7 +232,7 @@ cmd_check() {
     diff <(echo "$want") <(echo "$got") | sed 's/^</  Dockerfile:/; s/^>/  image:     /' >&2 || true
     die "the image built by hack/image.sh and the Dockerfile differ (above): change both together"
   fi
-  log "ok: the image and the Dockerfile agree on entrypoint, user, exposed ports, binary path and labels:"
+  log "ok: the image and the Dockerfile agree on entrypoint, user, exposed ports, binary path, labels and env:"
   echo "$got" | sed 's/^/[image]   /' >&2
 }
 
