@@ -21,11 +21,7 @@ where
     let request = kube::core::Request::new(api.resource_url())
         .patch(name, params, patch)
         .map_err(kube::Error::BuildRequest)?;
-    api.clone()
-        .into_client()
-        .request::<IgnoredAny>(request)
-        .await
-        .map(drop)
+    send_unread(api, request).await
 }
 
 /// Creates `object` like [`Api::create`], without decoding the answer.
@@ -42,6 +38,14 @@ where
     let request = kube::core::Request::new(api.resource_url())
         .create(params, body)
         .map_err(kube::Error::BuildRequest)?;
+    send_unread(api, request).await
+}
+
+/// Sends `request` through `api`'s client; an error status is still a typed `kube::Error`.
+async fn send_unread<K: kube::Resource + Clone>(
+    api: &Api<K>,
+    request: http::Request<Vec<u8>>,
+) -> Result<(), kube::Error> {
     api.clone()
         .into_client()
         .request::<IgnoredAny>(request)
