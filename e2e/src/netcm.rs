@@ -35,11 +35,14 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     target.join("debug").join(bin)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+/// Two distinct free ports for `--port` and `--secure-port`. Both listeners are held until both ports
+/// are known: binding, dropping and binding again can get the same port back, and netcm then refuses to
+/// start (`--secure-port and --port must differ`), which failed a CI run.
+fn free_port_pair() -> (u16, u16) {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    let port = |l: &std::net::TcpListener| l.local_addr().expect("bound address").port();
+    let (first, second) = (bind(), bind());
+    (port(&first), port(&second))
 }
 
 /// A spawned netcm and its log file: what [`Netcm`] and [`crate::netns::NetnsNetcm`] share. Killed on
@@ -228,7 +231,7 @@ impl Netcm {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Netcm {
-        let (port, secure_port) = (free_port(), free_port());
+        let (port, secure_port) = free_port_pair();
         let harness = [
             format!("--port={port}"),
             format!("--secure-port={secure_port}"),
@@ -242,7 +245,7 @@ impl Netcm {
 
     /// Like [`Netcm::start`] for another manager binary (`program`), e.g. [`workspace_binary`].
     pub fn start_program(label: &str, program: &Path, kubeconfig: &Path, args: &[&str]) -> Netcm {
-        let (port, secure_port) = (free_port(), free_port());
+        let (port, secure_port) = free_port_pair();
         let harness = [
             format!("--port={port}"),
             format!("--secure-port={secure_port}"),
@@ -263,7 +266,7 @@ impl Netcm {
 
     /// Like [`Netcm::start`], run under `wrapper` (e.g. `["prlimit", "--nofile=64:64"]`).
     pub fn start_wrapped(label: &str, wrapper: &[&str], kubeconfig: &Path, args: &[&str]) -> Netcm {
-        let (port, secure_port) = (free_port(), free_port());
+        let (port, secure_port) = free_port_pair();
         let harness = [
             format!("--port={port}"),
             format!("--secure-port={secure_port}"),
@@ -437,4 +440,15 @@ pub fn print_log_tail(label: &str, path: &Path) {
         eprintln!("{l}");
     }
     eprintln!("----- end of {label} -----");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_two_ports_of_one_netcm_are_never_the_same() {
+        for _ in 0..2000 {
+            let (port, secure_port) = super::free_port_pair();
+            assert_ne!(port, secure_port);
+        }
+    }
 }
