@@ -185,7 +185,11 @@ pub fn command_output(cmd: &mut Command, stdin: Option<&str>) -> String {
     pipe.write_all(stdin.unwrap_or_default().as_bytes())
         .expect("write stdin");
     drop(pipe);
-    let out = child.wait_with_output().expect("wait");
+    checked_stdout(&what, child.wait_with_output().expect("wait"))
+}
+
+/// A finished command's stdout, or a panic naming the command (`what`) with its status and output.
+pub fn checked_stdout(what: &str, out: std::process::Output) -> String {
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",

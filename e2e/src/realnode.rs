@@ -135,15 +135,7 @@ pub async fn run(mut cmd: Command, stdin: Option<&str>) -> String {
         pipe.write_all(input.as_bytes()).await.expect("write stdin");
         drop(pipe);
     }
-    let out = child.wait_with_output().await.expect("wait");
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    crate::checked_stdout(&what, child.wait_with_output().await.expect("wait"))
 }
 
 fn script(path: &str, args: &[&str]) -> String {

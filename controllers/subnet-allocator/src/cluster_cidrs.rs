@@ -271,11 +271,13 @@ impl Allocator {
     /// How many waiting Nodes each pool selects.
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
         let names: Vec<String> = lock(&self.waiting).iter().cloned().collect();
-        let labels = {
-            let mut labels = lock(&self.waiting_labels);
-            labels.retain(|name, _| names.contains(name));
-            labels.clone()
-        };
+        // Drop the labels of Nodes no longer waiting. Held while `pools` is locked below; nothing takes
+        // this lock while holding `pools`, so the order cannot deadlock.
+        let mut labels = lock(&self.waiting_labels);
+        {
+            let still_waiting: HashSet<&str> = names.iter().map(String::as_str).collect();
+            labels.retain(|name, _| still_waiting.contains(name.as_str()));
+        }
         let no_labels = BTreeMap::new();
         let pools = lock(&self.pools);
         let reports = pools.reports();
