@@ -304,6 +304,20 @@ wait_ready() { # WHAT SECONDS COMMAND…
   die "$what not ready after ${secs}s (logs in $state)"
 }
 
+# A recorded owner none of whose daemons still runs (its session was killed, the machine restarted): its
+# node is abandoned, and the record alone lets any checkout undo it. A pid counts only while it is still the
+# daemon it names, since pids are reused after a restart.
+owner_abandoned() { # OWNER
+  local f pid
+  for f in "$1"/*.pid "$1"/controlplane/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null) || continue
+    [ -r "/proc/$pid/cmdline" ] || continue
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$(basename "$f" .pid)" && return 1
+  done
+  return 0
+}
+
 components_alive() {
   local c
   for c in containerd kubelet kube-proxy kube-controller-manager kube-scheduler; do alive "$c" || return 1; done
@@ -335,16 +349,19 @@ cmd_up() {
     local owner
     owner=$(sed -n 's/^owner //p' "$NODE_RUN/record")
     if [ "$owner" != "$state" ]; then
-      die "the real node of this machine belongs to $owner: stop it with 'NETCM_NODE_DIR=$owner hack/node.sh down' (any checkout)"
-    fi
-    if components_alive && controlplane env >/dev/null 2>&1; then
+      owner_abandoned "$owner" ||
+        die "the real node of this machine belongs to $owner: stop it with 'NETCM_NODE_DIR=$owner hack/node.sh down' (any checkout)"
+      log "the real node of $owner is abandoned (none of its daemons runs): undoing it first"
+    elif components_alive && controlplane env >/dev/null 2>&1; then
       log "reusing the running node"
       echo "KUBECONFIG=$cp_state/kubeconfig"
       return 0
+    else
+      log "a node of this state dir is partly up (crashed?): cleaning it first"
     fi
-    log "a node of this state dir is partly up (crashed?): cleaning it first"
     flock -u 9
-    cmd_down
+    # In a subshell: down points the state dir at the record's owner, which may be another checkout's.
+    (cmd_down) || die "could not undo the node recorded in $NODE_RUN/record"
     flock -w 30 9 || die "could not take $NODE_RUN/lock again"
   fi
   log "recording the machine's state in $NODE_RUN (down restores it)"
@@ -534,7 +551,8 @@ cmd_down() {
     local owner
     owner=$(sed -n 's/^owner //p' "$NODE_RUN/record")
     # Another checkout's node is not ours to stop (its tests may be running): say how, do nothing.
-    if [ -n "$owner" ] && [ "$owner" != "$(cd "$state" 2>/dev/null && pwd || echo "$state")" ]; then
+    if [ -n "$owner" ] && [ "$owner" != "$(cd "$state" 2>/dev/null && pwd || echo "$state")" ] &&
+      ! owner_abandoned "$owner"; then
       die "the real node of this machine belongs to $owner: 'NETCM_NODE_DIR=$owner hack/node.sh down' stops it"
     fi
   elif [ ! -d "$state" ]; then
