@@ -87,7 +87,15 @@ pub fn install_crds(kubeconfig: &Path) {
     let kubectl = tool("kubectl");
     let crds = repo_root().join("charts/netcm/crds");
     for args in [
-        vec!["apply", "--server-side", "--field-manager=netcm-e2e", "-f"],
+        // Forced: the test cluster is the tests' own, and a control plane kept from a run of an older
+        // checkout has its CRDs owned by another field manager (the dashboard check's).
+        vec![
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=netcm-e2e",
+            "-f",
+        ],
         vec!["wait", "--for=condition=Established", "--timeout=60s", "-f"],
     ] {
         let out = Command::new(&kubectl)
