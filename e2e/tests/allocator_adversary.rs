@@ -1,5 +1,5 @@
 //! subnet-allocator against an adversary, on the real control plane: Nodes re-created under their names,
-//! CIDRs another leader claimed (PodCIDRClaims), writes the API refuses for good, and address updates
+//! blocks an earlier leader claimed (PodCIDRClaims), writes the API refuses for good, and address updates
 //! racing the allocator's own write.
 
 use std::collections::HashMap;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use netcm_e2e::nodes::{
     all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, set_addresses,
     wait_all_allocated, NodeFixture,
@@ -29,16 +29,6 @@ fn cidrs_of(nodes: &[Node]) -> HashMap<String, Vec<IpNet>> {
         .collect()
 }
 
-async fn uid_of(client: &kube::Client, name: &str) -> String {
-    let api: Api<Node> = Api::all(client.clone());
-    api.get(name)
-        .await
-        .expect("get node")
-        .metadata
-        .uid
-        .expect("uid")
-}
-
 /// Creates Nodes `<prefix>1` … `<prefix>n` with nothing set.
 async fn create_plain_nodes(client: &kube::Client, prefix: &str, n: usize) {
     let fixtures = (1..=n)
@@ -54,8 +44,8 @@ fn start_allocator(env: &TestEnv, label: &str, args: &[&str]) -> Netcm {
     Netcm::start(label, &env.cp.kubeconfig, &all)
 }
 
-/// Creates a PodCIDRClaim as another allocator (an earlier leader) would have.
-async fn claim(client: &kube::Client, cidr: &str, node: &str, node_uid: &str) {
+/// Creates a block's PodCIDRClaim as another allocator (an earlier leader) would have.
+async fn claim_block(client: &kube::Client, cidr: &str) {
     let net: IpNet = cidr.parse().expect("cidr");
     let name = format!(
         "{}-{}",
@@ -66,7 +56,7 @@ async fn claim(client: &kube::Client, cidr: &str, node: &str, node_uid: &str) {
         "apiVersion": "ipam.netcm.io/v1alpha1",
         "kind": "PodCIDRClaim",
         "metadata": { "name": name },
-        "spec": { "cidr": cidr, "nodeName": node, "nodeUID": node_uid }
+        "spec": { "cidr": cidr }
     }))
     .expect("claim object");
     pod_cidr_claims(client)
@@ -75,18 +65,20 @@ async fn claim(client: &kube::Client, cidr: &str, node: &str, node_uid: &str) {
         .unwrap_or_else(|e| panic!("create claim {cidr}: {e}"));
 }
 
-/// Every claim as (CIDR, node name, node UID).
-async fn claims(client: &kube::Client) -> Vec<(String, String, String)> {
+/// Every claim's CIDR, sorted.
+async fn claimed(client: &kube::Client) -> Vec<String> {
     let list = pod_cidr_claims(client)
         .list(&ListParams::default())
         .await
         .expect("list claims");
-    let mut out: Vec<_> = list
+    let mut out: Vec<String> = list
         .items
         .iter()
         .map(|o| {
-            let f = |k: &str| o.data["spec"][k].as_str().unwrap_or_default().to_string();
-            (f("cidr"), f("nodeName"), f("nodeUID"))
+            o.data["spec"]["cidr"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
         })
         .collect();
     out.sort();
@@ -164,67 +156,164 @@ async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs
 }
 
 #[tokio::test]
-async fn a_cidr_claimed_for_another_node_is_never_handed_out_and_a_stale_claim_is_removed() {
+async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_be_writing_to_is_settled(
+) {
     let env = TestEnv::new().await;
-    // An earlier leader claimed 10.201.0.0/27 for "inflight" and its PATCH may still land; it also
-    // claimed 10.201.0.32/27 for a Node that is gone.
-    create_node(&env.client, &NodeFixture::named("inflight")).await;
-    let inflight_uid = uid_of(&env.client, "inflight").await;
-    claim(&env.client, "10.201.0.0/27", "inflight", &inflight_uid).await;
-    claim(&env.client, "10.201.0.32/27", "ghost", "no-such-uid").await;
-    create_plain_nodes(&env.client, "n", 3).await;
-    let netcm = start_allocator(
-        &env,
-        "claims",
-        &["--cluster-cidr=10.201.0.0/24", "--node-cidr-mask-size=27"],
-    );
-    let nodes = wait_all_allocated(&env.client, 4, TIMEOUT).await;
-    let got = cidrs_of(&nodes);
-    assert_eq!(
-        got["inflight"],
-        vec!["10.201.0.0/27".parse::<IpNet>().expect("cidr")],
-        "the node an earlier leader claimed a CIDR for gets exactly that CIDR; got {got:?}"
-    );
-    assert_no_overlaps(&nodes);
-    let now = claims(&env.client).await;
-    assert!(
-        !now.iter().any(|(_, node, _)| node == "ghost"),
-        "the claim of a gone node is removed: {now:?}"
-    );
-    assert_eq!(now.len(), 4, "one claim per allocated CIDR: {now:?}");
-    for (cidr, node, uid) in &now {
-        assert_eq!(
-            got[node],
-            vec![cidr.parse::<IpNet>().expect("cidr")],
-            "claim {cidr} names {node}"
-        );
-        assert_eq!(*uid, uid_of(&env.client, node).await);
-    }
-
-    // A claim made after netcm started (a leader whose create landed late): the next Node steps over it.
+    // An earlier leader claimed the block 10.201.0.0/22 (64 /28s) and gave 10.201.0.0/28 to "settled";
+    // "inflight" has no CIDRs yet, so that leader's PATCH for it — with any free CIDR of the block — may
+    // still land.
     create_node(
         &env.client,
-        &NodeFixture::named("holder").pod_cidrs(&["10.99.0.0/24"]),
+        &NodeFixture::named("settled").pod_cidrs(&["10.201.0.0/28"]),
     )
     .await;
-    let holder_uid = uid_of(&env.client, "holder").await;
-    for cidr in ["10.201.0.128/27", "10.201.0.160/27", "10.201.0.192/27"] {
-        claim(&env.client, cidr, "holder", &holder_uid).await;
-    }
-    create_node(&env.client, &NodeFixture::named("late")).await;
-    let late = wait_for("the late node to get a pod CIDR", TIMEOUT, || async {
-        let api: Api<Node> = Api::all(env.client.clone());
-        let n = api.get("late").await.ok()?;
-        let c = pod_cidrs(&n);
-        (!c.is_empty()).then_some(c)
-    })
-    .await;
-    assert!(
-        !["10.201.0.128/27", "10.201.0.160/27", "10.201.0.192/27"].contains(&late[0].as_str()),
-        "the late node got {late:?}, a CIDR claimed for another node"
+    create_node(&env.client, &NodeFixture::named("inflight")).await;
+    claim_block(&env.client, "10.201.0.0/22").await;
+    let netcm = start_allocator(
+        &env,
+        "blocks",
+        &["--cluster-cidr=10.201.0.0/20", "--node-cidr-mask-size=28"],
     );
-    assert_no_overlaps(&all_nodes(&env.client).await);
+    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
+    let got = cidrs_of(&nodes);
+    let earlier_block: IpNet = "10.201.0.0/22".parse().expect("cidr");
+    assert!(
+        !earlier_block.contains(&got["inflight"][0]),
+        "inflight got {:?}, a free CIDR of the block an earlier leader may be writing from",
+        got["inflight"]
+    );
+    // The earlier leader's late PATCH now fails: pod CIDRs never change once set.
+    let api: Api<Node> = Api::all(env.client.clone());
+    let late =
+        serde_json::json!({"spec": {"podCIDR": "10.201.0.16/28", "podCIDRs": ["10.201.0.16/28"]}});
+    assert!(
+        api.patch(
+            "inflight",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&late)
+        )
+        .await
+        .is_err(),
+        "a late PATCH with other CIDRs must be refused once the node has its own"
+    );
+    // Every node it may have been writing to is settled: the quarantine ends.
+    netcm
+        .wait_metric(
+            "netcm_pod_cidr_quarantine_nodes",
+            "0",
+            |v| v == 0.0,
+            TIMEOUT,
+        )
+        .await;
+
+    // Five more Nodes: one claim per block, not per CIDR.
+    create_plain_nodes(&env.client, "n", 5).await;
+    let nodes = wait_all_allocated(&env.client, 7, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    let inflight_block = format!(
+        "{}",
+        IpNet::new(got["inflight"][0].network(), 22)
+            .expect("block")
+            .trunc()
+    );
+    assert_eq!(
+        claimed(&env.client).await,
+        vec!["10.201.0.0/22".to_string(), inflight_block],
+        "the earlier leader's block and the one netcm claimed, and no more"
+    );
     netcm.assert_running();
+}
+
+#[tokio::test]
+async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks_hold_every_free_cidr(
+) {
+    let env = TestEnv::new().await;
+    // The whole cluster CIDR (64 /28s) is one block an earlier leader claimed, and two Nodes wait for CIDRs:
+    // that leader's PATCH for either may still be on its way, and no free CIDR lies outside its block.
+    create_node(&env.client, &NodeFixture::named("waiting-a")).await;
+    create_node(&env.client, &NodeFixture::named("waiting-b")).await;
+    claim_block(&env.client, "10.202.0.0/22").await;
+    let netcm = start_allocator(
+        &env,
+        "void",
+        &["--cluster-cidr=10.202.0.0/22", "--node-cidr-mask-size=28"],
+    );
+    // netcm touches both (a late PATCH tests the fence annotation, so it can no longer land), which ends
+    // the quarantine, and serves them from the block.
+    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    for n in &nodes {
+        let fenced = n
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("ipam.netcm.io/fenced-at"));
+        assert!(fenced, "{:?} was not touched", n.metadata.name);
+    }
+    netcm
+        .wait_metric(
+            "netcm_pod_cidr_quarantine_nodes",
+            "0",
+            |v| v == 0.0,
+            TIMEOUT,
+        )
+        .await;
+    assert_eq!(claimed(&env.client).await, ["10.202.0.0/22"]);
+    netcm.assert_running();
+}
+
+#[tokio::test]
+async fn a_late_pod_cidr_patch_of_an_earlier_leader_is_refused_once_a_new_leader_touched_the_node()
+{
+    let env = TestEnv::new().await;
+    create_node(&env.client, &NodeFixture::named("annotated")).await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    let node = api.get("annotated").await.expect("node");
+    let uid = node.metadata.uid.clone().expect("uid");
+    let had_annotations = node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| !a.is_empty());
+    // What the earlier leader decided, from its cache: the fence annotation unset.
+    let fence_test = if had_annotations {
+        serde_json::json!({"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1fenced-at", "value": null})
+    } else {
+        serde_json::json!({"op": "test", "path": "/metadata/annotations", "value": null})
+    };
+    let late: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        fence_test,
+        {"op": "add", "path": "/spec/podCIDR", "value": "10.204.0.0/24"},
+        {"op": "add", "path": "/spec/podCIDRs", "value": ["10.204.0.0/24"]},
+    ]))
+    .expect("patch");
+    // A new leader touches the Node, as netcm does before serving from the earlier leader's blocks.
+    let touch = serde_json::json!({"metadata": {"annotations": {"ipam.netcm.io/fenced-at": "2026-11-23T00:00:00Z"}}});
+    api.patch(
+        "annotated",
+        &PatchParams::default(),
+        &Patch::Strategic(&touch),
+    )
+    .await
+    .expect("touch");
+    let refused = api
+        .patch(
+            "annotated",
+            &PatchParams::default(),
+            &Patch::Json::<()>(late),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+        "the late PATCH must be refused with 422, got {refused:?}"
+    );
+    let now = api.get("annotated").await.expect("node");
+    assert!(
+        pod_cidrs(&now).is_empty(),
+        "no CIDR landed: {:?}",
+        pod_cidrs(&now)
+    );
 }
 
 const DENY_POLICY: &str = r#"

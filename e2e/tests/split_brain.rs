@@ -39,8 +39,9 @@ const FREEZE_MARGIN: Duration = Duration::from_millis(250);
 const TRICKLE_EVERY: Duration = Duration::from_millis(200);
 /// A bound on the steady creator, far above what the test's duration allows.
 const TRICKLE_MAX: usize = 3000;
-/// A /12 holds 4096 /24s: room for every Node the test creates (20 × 100 + ~1000).
-const CLUSTER_CIDR: &str = "--cluster-cidr=10.128.0.0/12";
+/// A /11 holds 8192 /24s: room for every Node the test can create (ROUNDS × BURST + TRICKLE_MAX = 5000), so
+/// no round ever waits on a full pool.
+const CLUSTER_CIDR: &str = "--cluster-cidr=10.128.0.0/11";
 
 fn replica_args() -> Vec<&'static str> {
     let mut args = vec![

@@ -20,6 +20,7 @@ use netcm_node::{PodCidrs, UnparsableCidr};
 use netcm_workqueue::Queue;
 use parking_lot::Mutex;
 
+use crate::blocks::Blocks;
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts, Recorded};
 use crate::metrics::AllocatorMetrics;
@@ -27,11 +28,7 @@ use crate::metrics::AllocatorMetrics;
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "subnet-allocator";
 
-/// The ledger owner under which a CIDR claimed for a Node that cannot adopt it is kept reserved.
-pub(crate) fn reservation_owner(cidr: &IpNet) -> String {
-    format!("claim:{cidr}")
-}
-
+/// Whether a ledger owner is a reservation (the quarantine of earlier leaders' blocks), not a Node.
 fn is_reservation(owner: &str) -> bool {
     owner.starts_with("claim:")
 }
@@ -56,14 +53,20 @@ pub enum SyncError {
         /// The API's message.
         message: String,
     },
-    /// Claiming or releasing a PodCIDRClaim failed.
+    /// Claiming a block of CIDRs failed.
     #[error("PodCIDRClaim: {0}")]
     Claim(#[from] ClaimError),
+    /// The PATCH could not be built (a bug: its parts are always valid JSON Patch).
+    #[error("building the pod CIDR patch: {0}")]
+    BuildPatch(serde_json::Error),
+    /// Touching a Node to void an earlier leader's late write failed.
+    #[error("touching a node an earlier leader may still be writing to: {0}")]
+    VoidLateWrites(kube::Error),
     /// Reading the Node's labels for a ClusterCIDR pool's selector failed.
     #[error("reading the node's labels: {0}")]
     ReadLabels(kube::Error),
-    /// Every CIDR tried was claimed by another Node.
-    #[error("{0} CIDRs in a row were claimed by other Nodes; retrying")]
+    /// Every block tried was claimed by an earlier leader while its blocks are quarantined.
+    #[error("{0} blocks in a row were claimed by earlier leaders; retrying")]
     ClaimsExhausted(usize),
 }
 
@@ -71,11 +74,12 @@ impl netcm_manager::SyncError for SyncError {
     fn reason(&self) -> &'static str {
         match self {
             Self::Fenced(_) => REASON_FENCED,
-            Self::Patch(e) | Self::ReadLabels(e) => api_reason(e),
+            Self::Patch(e) | Self::ReadLabels(e) | Self::VoidLateWrites(e) => api_reason(e),
             Self::Claim(e) => e.reason(),
-            Self::NoCidrAvailable(_) | Self::Rejected { .. } | Self::ClaimsExhausted(_) => {
-                REASON_ERROR
-            }
+            Self::NoCidrAvailable(_)
+            | Self::Rejected { .. }
+            | Self::ClaimsExhausted(_)
+            | Self::BuildPatch(_) => REASON_ERROR,
         }
     }
 }
@@ -166,6 +170,12 @@ pub struct Allocator {
     pub(crate) metrics: AllocatorMetrics,
     /// PodCIDRClaims, unless `--pod-cidr-claims=false`.
     pub(crate) claims: Option<Claims>,
+    /// The blocks this leader may hand CIDRs out of, and the quarantine on earlier leaders' blocks.
+    pub(crate) blocks: Mutex<Blocks>,
+    /// Held while a block's claim is created, so two workers never race to create one block.
+    pub(crate) block_create: tokio::sync::Mutex<()>,
+    /// Held while the Nodes of the quarantine are touched, so one pass runs at a time.
+    pub(crate) voiding: tokio::sync::Mutex<()>,
     pub(crate) tracking: Mutex<Tracking>,
     /// Nodes waiting for a CIDR to be released; requeued at once when one is.
     pub(crate) waiting: Mutex<BTreeSet<String>>,
@@ -217,19 +227,9 @@ impl Allocator {
         self.publish_usage(pools);
     }
 
-    /// Releases what the Node `name` with UID `uid` held or had pending — its claims first, so a CIDR
-    /// is free in the ledger only once no claim names the old Node — and wakes the Nodes waiting for a CIDR.
+    /// Releases what the Node `name` with UID `uid` held or had pending and wakes the Nodes waiting for a
+    /// CIDR. Its block stays claimed: the CIDRs go back to this leader's blocks.
     pub(crate) async fn release(&self, name: &str, uid: &str) -> Result<(), SyncError> {
-        let held: Vec<IpNet> = lock(&self.pools)
-            .held_by(uid)
-            .map(<[IpNet]>::to_vec)
-            .unwrap_or_default();
-        if let Some(claims) = &self.claims {
-            for cidr in &held {
-                self.guard.ensure_leader()?;
-                claims.release(cidr, uid).await?;
-            }
-        }
         let released = {
             let mut pools = lock(&self.pools);
             let released = pools.release_node(uid);
@@ -283,19 +283,6 @@ impl Allocator {
             tracking.shown(name);
         }
         lock(&self.waiting).remove(name);
-        // A claim this Node held for CIDRs it did not get (an allocation overtaken by another writer)
-        // is stale now: spec.podCIDRs cannot change once set, so no late write can still use it.
-        if let (Some(claims), netcm_ipam::HoldChange::Replaced { previous }) =
-            (&self.claims, &outcome.change)
-        {
-            for cidr in previous.iter().filter(|c| !parsed.contains(c)) {
-                if self.guard.ensure_leader().is_ok() {
-                    if let Err(e) = claims.release(cidr, uid).await {
-                        tracing::warn!(controller = NAME, node = name, cidr = %cidr, error = %e, "could not delete a stale PodCIDRClaim; the next leader's start removes it");
-                    }
-                }
-            }
-        }
         let findings: Vec<&HoldFinding> = outcome
             .findings
             .iter()
@@ -367,6 +354,11 @@ impl Allocator {
     pub async fn sync_node(&self, name: &str) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(name);
         let facts = node.as_deref().map(facts);
+        self.settle_quarantine(
+            name,
+            facts.as_ref().map(|f| f.uid.as_str()),
+            facts.as_ref().is_some_and(|f| !f.pod_cidrs.is_empty()),
+        );
         let recorded = lock(&self.tracking).recorded(name);
         let decision = decide(facts.as_ref(), &recorded);
         if let Some(previous) = &decision.release_previous {
@@ -450,11 +442,14 @@ impl Reconciler for Allocator {
         NAME
     }
 
-    /// Pod CIDRs, also for [`Allocator::record_all_existing`]; Events name the Node by its identity.
+    /// Pod CIDRs, also for [`Allocator::record_all_existing`], and the fence annotation its PATCH tests
+    /// (set only on Nodes a leader touched); Events name the Node by its identity.
     /// No labels: a ClusterCIDR pool's selector reads them from the API, once per allocation
     /// ([`Allocator::labels_for_pools`]).
     fn node_fields(&self) -> NodeFields {
-        NodeFields::none().pod_cidrs()
+        NodeFields::none()
+            .pod_cidrs()
+            .annotations(crate::blocks::FENCED_AT_ANNOTATION)
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {

@@ -1,5 +1,6 @@
-//! Giving a Node its CIDRs: take them from the pools, claim each one (PodCIDRClaim), then one PATCH of
-//! `spec.podCIDR(s)` that names the Node's UID, so it can only land on the Node the CIDRs were chosen for.
+//! Giving a Node its CIDRs: take them from the pools, make sure each lies in a block this leader claimed
+//! (a PodCIDRClaim per block of CIDRs, [`crate::blocks`]), then one PATCH of `spec.podCIDR(s)` that names
+//! the Node's UID, so it can only land on the Node the CIDRs were chosen for.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,17 +10,19 @@ use kube::api::{Patch, PatchParams};
 use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
-use crate::allocator::{lock, reservation_owner, Allocator, SyncError, NAME};
-use crate::claims::{Claim, ClaimOutcome, Claims};
+use crate::allocator::{lock, Allocator, SyncError, NAME};
+use crate::blocks::{block_of, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
+use crate::claims::{BlockClaim, Claims};
 
-/// How many CIDRs claimed by other Nodes one sync steps over before it backs off.
+/// How many blocks found claimed by earlier leaders one sync steps over before it backs off.
 const MAX_TAKEN_CLAIMS_PER_SYNC: usize = 16;
 
 /// How a PATCH error is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PatchFailure {
-    /// The Node is gone (404) or changed under us (409): release.
-    NodeGone,
+    /// The Node is gone (404) or changed since the cache saw it (409): release; its watch event brings
+    /// the sync that decides again.
+    Stale,
     /// The API refuses this write for good (400, 403, 422, admission): release, Event, back off.
     Rejected,
     /// Anything else (5xx, 429, timeouts, transport, fence): keep the allocation and retry with backoff.
@@ -29,19 +32,54 @@ pub(crate) enum PatchFailure {
 /// Classifies a failed PATCH by its status code.
 pub(crate) fn classify_patch_error(e: &kube::Error) -> PatchFailure {
     match e {
-        kube::Error::Api(s) if s.code == 404 || s.code == 409 => PatchFailure::NodeGone,
+        kube::Error::Api(s) if s.code == 404 || s.code == 409 => PatchFailure::Stale,
         kube::Error::Api(s) if matches!(s.code, 400 | 403 | 422) => PatchFailure::Rejected,
         _ => PatchFailure::Transient,
     }
 }
 
-/// The PATCH: `metadata.uid` makes the API server refuse it (422, uid is immutable) if the Node was
-/// re-created meanwhile, so an allocation can only land on the Node it was chosen for.
-pub(crate) fn pod_cidr_patch(uid: &str, cidrs: &[String]) -> serde_json::Value {
-    serde_json::json!({
-        "metadata": { "uid": uid },
-        "spec": { "podCIDR": cidrs.first(), "podCIDRs": cidrs }
-    })
+/// The Node's fence as this leader's cache saw it: whether it has annotations at all, and the value of
+/// [`FENCED_AT_ANNOTATION`] (`None`: unset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fence<'a> {
+    /// `metadata.annotations` has entries.
+    pub has_annotations: bool,
+    /// The fence annotation's value.
+    pub fenced_at: Option<&'a str>,
+}
+
+impl<'a> Fence<'a> {
+    /// The fence of a cached Node.
+    pub(crate) fn of(node: &'a CachedNode) -> Fence<'a> {
+        Fence {
+            has_annotations: node.has_annotations(),
+            fenced_at: node.annotation(FENCED_AT_ANNOTATION),
+        }
+    }
+}
+
+/// The PATCH, a JSON Patch whose tests make the API server refuse it (422) if the Node was re-created
+/// meanwhile (`metadata.uid`), so an allocation can only land on the Node it was chosen for; or if a later
+/// leader touched the Node's fence annotation since this one's cache saw it, so a PATCH a frozen API server
+/// holds past a takeover can be voided ([`crate::blocks`]). Other writers of the Node (kubelet's status,
+/// taints, labels) never make it fail. JSON Patch can only test a member of a map that exists: a Node
+/// without annotations is tested for having none.
+pub(crate) fn pod_cidr_patch(uid: &str, fence: Fence<'_>, cidrs: &[String]) -> serde_json::Value {
+    let fence_test = if fence.has_annotations {
+        serde_json::json!({
+            "op": "test",
+            "path": format!("/metadata/annotations/{}", FENCED_AT_ANNOTATION.replace('~', "~0").replace('/', "~1")),
+            "value": fence.fenced_at,
+        })
+    } else {
+        serde_json::json!({ "op": "test", "path": "/metadata/annotations", "value": null })
+    };
+    serde_json::json!([
+        { "op": "test", "path": "/metadata/uid", "value": uid },
+        fence_test,
+        { "op": "add", "path": "/spec/podCIDR", "value": cidrs.first() },
+        { "op": "add", "path": "/spec/podCIDRs", "value": cidrs },
+    ])
 }
 
 /// What choosing a pool needs of a Node's labels.
@@ -93,6 +131,7 @@ impl Allocator {
             PoolLabels::NodeGone => return Ok(SyncOutcome::RetryAfter(Duration::from_millis(200))),
         };
         let no_labels = BTreeMap::new();
+        let mut voided = false;
         let cidrs = loop {
             let allocation = {
                 let mut pools = lock(&self.pools);
@@ -109,6 +148,14 @@ impl Allocator {
             };
             let (allocation, owner) = match allocation {
                 Ok(a) => a,
+                // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
+                Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
+                    if !voided && lock(&self.blocks).waiting_nodes() > 0 =>
+                {
+                    self.void_late_writes().await?;
+                    voided = true;
+                    continue;
+                }
                 Err(
                     e @ (netcm_ipam::Error::Full { .. }
                     | netcm_ipam::Error::PoolsFull { .. }
@@ -125,11 +172,12 @@ impl Allocator {
             let Some(claims) = &self.claims else {
                 break allocation.cidrs;
             };
-            match self.claim_all(claims, &allocation.cidrs, name, uid).await? {
+            match self.claim_blocks(claims, &allocation.cidrs).await? {
                 None => break allocation.cidrs,
-                Some(theirs) => {
+                Some(block) => {
                     taken += 1;
-                    self.step_over(claims, name, uid, &theirs).await?;
+                    tracing::info!(controller = NAME, node = name, block = %block, "an earlier leader claimed this block; choosing a CIDR elsewhere until it is usable");
+                    self.release(name, uid).await?;
                     if taken >= MAX_TAKEN_CLAIMS_PER_SYNC {
                         return Err(SyncError::ClaimsExhausted(taken));
                     }
@@ -139,59 +187,41 @@ impl Allocator {
         self.write(node, name, uid, &cidrs).await
     }
 
-    /// Claims every CIDR; returns the first claim another Node holds, if any.
-    async fn claim_all(
+    /// Makes sure every CIDR lies in a block this leader may use, claiming blocks it has not yet; returns
+    /// a block found claimed while earlier leaders' blocks are quarantined (now quarantined too).
+    async fn claim_blocks(
         &self,
         claims: &Claims,
         cidrs: &[IpNet],
-        name: &str,
-        uid: &str,
-    ) -> Result<Option<Claim>, SyncError> {
+    ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
+            let block = block_of(*cidr, lock(&self.pools).pool_of(*cidr).map(|(_, c)| c));
+            if lock(&self.blocks).is_usable(&block) {
+                continue;
+            }
+            // One create per block: a second worker's create of the same block would find it existing.
+            let _creating = self.block_create.lock().await;
+            if lock(&self.blocks).is_usable(&block) {
+                continue;
+            }
             self.guard.ensure_leader()?;
-            match claims.claim(cidr, name, uid).await? {
-                ClaimOutcome::Ours => {}
-                ClaimOutcome::Taken(theirs) => return Ok(Some(theirs)),
+            match claims.claim_block(&block).await? {
+                BlockClaim::Created => {
+                    lock(&self.blocks).created(block);
+                    tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
+                }
+                BlockClaim::Existed => {
+                    let mut blocks = lock(&self.blocks);
+                    if let Some(quarantined) = blocks.found_existing(block) {
+                        let mut pools = lock(&self.pools);
+                        pools.hold(QUARANTINE_OWNER, quarantined);
+                        self.publish_usage(&pools);
+                        return Ok(Some(block));
+                    }
+                }
             }
         }
         Ok(None)
-    }
-
-    /// Another Node's claim covers a CIDR we chose: give ours back and keep theirs reserved — or, if the
-    /// Node it names is provably gone, delete that stale claim so the CIDR is free again.
-    async fn step_over(
-        &self,
-        claims: &Claims,
-        name: &str,
-        uid: &str,
-        theirs: &Claim,
-    ) -> Result<(), SyncError> {
-        tracing::info!(controller = NAME, node = name, cidr = %theirs.cidr, claimed_for = %theirs.node_name, "CIDR already claimed for another node; choosing another");
-        self.release(name, uid).await?;
-        let gone = self
-            .node_is_gone(&theirs.node_name, &theirs.node_uid)
-            .await?;
-        if gone {
-            self.guard.ensure_leader()?;
-            claims.delete_claim(theirs).await?;
-            tracing::info!(controller = NAME, cidr = %theirs.cidr, node = %theirs.node_name, "deleted a stale PodCIDRClaim of a node that no longer exists");
-        } else {
-            let mut pools = lock(&self.pools);
-            pools.hold(&reservation_owner(&theirs.cidr), &[theirs.cidr]);
-            self.publish_usage(&pools);
-        }
-        Ok(())
-    }
-
-    /// Whether no Node `name` with UID `uid` exists, asked of the API (the cache may lag behind).
-    pub(crate) async fn node_is_gone(&self, name: &str, uid: &str) -> Result<bool, kube::Error> {
-        if let Some(cached) = self.nodes.get(name) {
-            if cached.uid() == uid {
-                return Ok(false);
-            }
-        }
-        let live = self.api.get_opt(name).await?;
-        Ok(live.is_none_or(|n| n.metadata.uid.as_deref() != Some(uid)))
     }
 
     /// The one PATCH of the allocation, and what its failure means.
@@ -204,12 +234,14 @@ impl Allocator {
     ) -> Result<SyncOutcome, SyncError> {
         let cidrs: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
         self.guard.ensure_leader()?;
-        let patch = pod_cidr_patch(uid, &cidrs);
+        let patch: json_patch::Patch =
+            serde_json::from_value(pod_cidr_patch(uid, Fence::of(node), &cidrs))
+                .map_err(SyncError::BuildPatch)?;
         let result = netcm_manager::client::unread::patch_unread(
             &self.api,
             name,
             &PatchParams::default(),
-            &Patch::Strategic(&patch),
+            &Patch::Json::<()>(patch),
         )
         .await;
         let e = match result {
@@ -232,10 +264,10 @@ impl Allocator {
             Err(e) => e,
         };
         match classify_patch_error(&e) {
-            PatchFailure::NodeGone => {
-                tracing::info!(controller = NAME, node = name, error = %e, "node is gone or was re-created; released its allocation");
+            PatchFailure::Stale => {
+                tracing::info!(controller = NAME, node = name, error = %e, "node is gone or changed since the cache saw it; released its allocation");
                 self.release(name, uid).await?;
-                Ok(SyncOutcome::RetryAfter(Duration::from_millis(200)))
+                Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)))
             }
             PatchFailure::Rejected => self.rejected(node, name, uid, &cidrs, e).await,
             PatchFailure::Transient => {
@@ -285,13 +317,35 @@ impl Allocator {
             );
             return Ok(SyncOutcome::RetryAfter(Duration::from_millis(200)));
         }
-        if live.is_some_and(|n| !netcm_node::raw_pod_cidrs(&n).is_empty()) {
+        if live
+            .as_ref()
+            .is_some_and(|n| !netcm_node::raw_pod_cidrs(n).is_empty())
+        {
             tracing::info!(
                 controller = NAME,
                 node = name,
                 "node got pod CIDRs from elsewhere; released ours"
             );
             return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
+        }
+        if let Some(live) = &live {
+            let annotations = live.metadata.annotations.as_ref();
+            let live_fence = Fence {
+                has_annotations: annotations.is_some_and(|a| !a.is_empty()),
+                fenced_at: annotations
+                    .and_then(|a| a.get(FENCED_AT_ANNOTATION))
+                    .map(String::as_str),
+            };
+            if live_fence != Fence::of(node) {
+                // The test of the fence failed: a leader touched the Node (or its first annotation came)
+                // after the cache saw it. The watch brings the newer Node, and the next sync writes again.
+                tracing::info!(
+                    controller = NAME,
+                    node = name,
+                    "the node's fence changed since the cache saw it; released our CIDRs and retrying"
+                );
+                return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
+            }
         }
         let message = match &e {
             kube::Error::Api(s) => s.message.clone(),
@@ -324,8 +378,8 @@ mod tests {
             (422, PatchFailure::Rejected),
             (403, PatchFailure::Rejected),
             (400, PatchFailure::Rejected),
-            (404, PatchFailure::NodeGone),
-            (409, PatchFailure::NodeGone),
+            (404, PatchFailure::Stale),
+            (409, PatchFailure::Stale),
             (503, PatchFailure::Transient),
             (429, PatchFailure::Transient),
         ];
@@ -335,10 +389,38 @@ mod tests {
     }
 
     #[test]
-    fn the_patch_names_the_node_uid_and_both_pod_cidr_fields() {
-        let p = pod_cidr_patch("u1", &["10.0.0.0/24".into(), "fd00::/64".into()]);
-        assert_eq!(p["metadata"]["uid"], "u1");
-        assert_eq!(p["spec"]["podCIDR"], "10.0.0.0/24");
-        assert_eq!(p["spec"]["podCIDRs"][1], "fd00::/64");
+    fn the_patch_tests_the_node_uid_and_its_fence_and_sets_both_pod_cidr_fields() {
+        let cidrs = ["10.0.0.0/24".to_string(), "fd00::/64".to_string()];
+        let fence = Fence {
+            has_annotations: true,
+            fenced_at: None,
+        };
+        let p = pod_cidr_patch("u1", fence, &cidrs);
+        assert_eq!(
+            p[0],
+            serde_json::json!({"op": "test", "path": "/metadata/uid", "value": "u1"})
+        );
+        assert_eq!(
+            p[1],
+            serde_json::json!({"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1fenced-at", "value": null})
+        );
+        assert_eq!(p[2]["value"], "10.0.0.0/24");
+        assert_eq!(p[3]["value"][1], "fd00::/64");
+        let fenced = Fence {
+            has_annotations: true,
+            fenced_at: Some("t1"),
+        };
+        assert_eq!(pod_cidr_patch("u1", fenced, &cidrs)[1]["value"], "t1");
+        let bare = Fence {
+            has_annotations: false,
+            fenced_at: None,
+        };
+        assert_eq!(
+            pod_cidr_patch("u1", bare, &cidrs)[1],
+            serde_json::json!({"op": "test", "path": "/metadata/annotations", "value": null})
+        );
+        let parsed: Result<json_patch::Patch, _> =
+            serde_json::from_value(pod_cidr_patch("u1", fence, &cidrs));
+        assert!(parsed.is_ok(), "{parsed:?}");
     }
 }

@@ -1,17 +1,18 @@
-//! PodCIDRClaims: one cluster-scoped object per pod CIDR handed out, named after the CIDR and created
-//! before the Node is patched, so the API server — not this process's memory — decides who owns a CIDR.
+//! PodCIDRClaims: one cluster-scoped object per *block* of pod CIDRs a leader hands out of, named after
+//! the block and created before the first Node PATCH with a CIDR of it, so the API server — not this
+//! process's memory — decides which leader may use a range.
 //!
 //! Why: the leader fence stops this process from *sending* writes once its lease may have passed to
 //! another replica, but a write already sent can be held by a frozen or slow API server and land after
-//! the takeover. The new leader's cache cannot contain that in-flight allocation and would hand out the
-//! same CIDR. With claims, the second create of one claim fails with 409 AlreadyExists, whichever leader
-//! comes second, and that leader picks another CIDR (the pattern of KEP-1880's `IPAddress` objects).
-//! A Node PATCH is only sent after its claim exists, so a late PATCH always carries a claimed CIDR.
+//! the takeover. The new leader's cache cannot contain that in-flight allocation. With claims, a block
+//! has exactly one creator (a second create fails with 409 AlreadyExists), and a new leader keeps the
+//! free CIDRs of the blocks it finds quarantined until no earlier write can still land ([`crate::blocks`]).
+//! Claims written by earlier netcm versions (one per CIDR, naming a Node) are read as ranges too.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::{GroupVersionKind, ObjectMeta};
 
 /// The claim CRD's API group.
@@ -23,29 +24,20 @@ pub const KIND: &str = "PodCIDRClaim";
 /// The claim CRD's plural resource name.
 pub const PLURAL: &str = "podcidrclaims";
 
-/// The label every claim carries, naming the Node it is claimed for (for `kubectl get pcc -l`).
-const NODE_LABEL: &str = "ipam.netcm.io/node";
-
-/// A claim as read from the API.
+/// A claim as read from the API: the range it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
-    /// The claimed CIDR.
+    /// The claimed range (a block, or one node CIDR in claims of earlier versions).
     pub cidr: IpNet,
-    /// The Node it is claimed for.
-    pub node_name: String,
-    /// That Node's UID.
-    pub node_uid: String,
-    /// The claim object's own UID (a delete precondition).
-    pub object_uid: String,
 }
 
-/// What creating a claim found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// The claim is this Node's (created now, or by an earlier attempt for the same Node UID).
-    Ours,
-    /// Another Node (UID) holds the claim.
-    Taken(Claim),
+/// What creating a block's claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockClaim {
+    /// Created now: the block is this leader's.
+    Created,
+    /// The claim existed (409): another leader's, or one this leader did not list.
+    Existed,
 }
 
 /// A claim request that failed.
@@ -127,51 +119,31 @@ impl Claims {
         }
     }
 
-    /// Claims `cidr` for the Node `node_name`/`node_uid`; an existing claim for the same Node UID counts as ours.
-    pub async fn claim(
-        &self,
-        cidr: &IpNet,
-        node_name: &str,
-        node_uid: &str,
-    ) -> Result<ClaimOutcome, ClaimError> {
-        let name = claim_name(cidr);
-        let mut obj = DynamicObject {
+    /// Claims the block `block`.
+    pub async fn claim_block(&self, block: &IpNet) -> Result<BlockClaim, ClaimError> {
+        let obj = DynamicObject {
             types: Some(kube::core::TypeMeta {
                 api_version: format!("{GROUP}/{VERSION}"),
                 kind: KIND.to_string(),
             }),
             metadata: ObjectMeta {
-                name: Some(name.clone()),
+                name: Some(claim_name(block)),
                 labels: Some(
-                    [
-                        (NODE_LABEL.to_string(), label_value(node_name)),
-                        (
-                            "app.kubernetes.io/managed-by".to_string(),
-                            "netcm".to_string(),
-                        ),
-                    ]
+                    [(
+                        "app.kubernetes.io/managed-by".to_string(),
+                        "netcm".to_string(),
+                    )]
                     .into(),
                 ),
                 ..Default::default()
             },
-            data: serde_json::json!({}),
+            data: serde_json::json!({ "spec": { "cidr": block.trunc().to_string() } }),
         };
-        obj.data = serde_json::json!({
-            "spec": { "cidr": cidr.trunc().to_string(), "nodeName": node_name, "nodeUID": node_uid }
-        });
         match netcm_manager::client::unread::create_unread(&self.api, &PostParams::default(), &obj)
             .await
         {
-            Ok(_) => Ok(ClaimOutcome::Ours),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let existing = self.api.get(&name).await.map_err(api_error)?;
-                let claim = parse(&existing)?;
-                if claim.node_uid == node_uid {
-                    Ok(ClaimOutcome::Ours)
-                } else {
-                    Ok(ClaimOutcome::Taken(claim))
-                }
-            }
+            Ok(_) => Ok(BlockClaim::Created),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(BlockClaim::Existed),
             Err(e) => Err(api_error(e)),
         }
     }
@@ -192,48 +164,6 @@ impl Claims {
         }
         Ok(out)
     }
-
-    /// Deletes the claim of `cidr` if, and only if, it is still the one made for Node UID `node_uid`.
-    /// Returns whether a claim was deleted.
-    pub async fn release(&self, cidr: &IpNet, node_uid: &str) -> Result<bool, ClaimError> {
-        let name = claim_name(cidr);
-        let Some(existing) = self.api.get_opt(&name).await.map_err(api_error)? else {
-            return Ok(false);
-        };
-        let claim = parse(&existing)?;
-        if claim.node_uid != node_uid {
-            return Ok(false);
-        }
-        self.delete(&name, &claim.object_uid).await
-    }
-
-    /// Deletes `claim` exactly (the object UID is a precondition, so a claim re-made meanwhile is kept).
-    pub async fn delete_claim(&self, claim: &Claim) -> Result<bool, ClaimError> {
-        self.delete(&claim_name(&claim.cidr), &claim.object_uid)
-            .await
-    }
-
-    async fn delete(&self, name: &str, object_uid: &str) -> Result<bool, ClaimError> {
-        let dp = DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                uid: Some(object_uid.to_string()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match self.api.delete(name, &dp).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-            Err(e) => Err(api_error(e)),
-        }
-    }
-}
-
-/// A label value from a Node name: names longer than a label value allows are cut (the label is only a
-/// convenience for `kubectl -l`; the spec holds the full name).
-fn label_value(name: &str) -> String {
-    let cut: String = name.chars().take(63).collect();
-    cut.trim_end_matches(['-', '.', '_']).to_string()
 }
 
 fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
@@ -243,13 +173,10 @@ fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
         why: why.to_string(),
     };
     let spec = obj.data.get("spec").ok_or_else(|| malformed("no spec"))?;
-    let field = |f: &str| {
-        spec.get(f)
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-            .ok_or_else(|| malformed(&format!("no spec.{f}")))
-    };
-    let cidr: IpNet = field("cidr")?
+    let cidr: IpNet = spec
+        .get("cidr")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| malformed("no spec.cidr"))?
         .parse()
         .map_err(|_| malformed("spec.cidr is not a CIDR"))?;
     if claim_name(&cidr) != name {
@@ -257,12 +184,7 @@ fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
             "its name is not the one netcm derives from spec.cidr",
         ));
     }
-    Ok(Claim {
-        cidr: cidr.trunc(),
-        node_name: field("nodeName")?,
-        node_uid: field("nodeUID")?,
-        object_uid: obj.metadata.uid.clone().unwrap_or_default(),
-    })
+    Ok(Claim { cidr: cidr.trunc() })
 }
 
 #[cfg(test)]
@@ -303,12 +225,5 @@ mod tests {
             parse(&obj("10-0-1-0-24")),
             Err(ClaimError::Malformed { .. })
         ));
-    }
-
-    #[test]
-    fn long_node_names_make_valid_label_values() {
-        let long = "a".repeat(62) + "-b";
-        let v = label_value(&long);
-        assert!(v.len() <= 63 && !v.ends_with('-'));
     }
 }

@@ -2,11 +2,11 @@
 //! kube-controller-manager's nodeipam range allocator, and never hands one CIDR to two Nodes.
 //!
 //! Watches Nodes through the manager's shared informer; writes only `spec.podCIDR` and `spec.podCIDRs`
-//! (one strategic-merge PATCH per Node, behind the leader fence, naming the Node's UID), after claiming
-//! each CIDR with a PodCIDRClaim object named after it ([`claims`]), so two leaders can never both give
-//! out one CIDR. Before the first allocation it records every CIDR any Node holds and reconciles the
-//! claims earlier leaders left; records are keyed by Node UID, and a Node's CIDRs are released only when
-//! that Node (that UID) is gone. Bad
+//! (one strategic-merge PATCH per Node, behind the leader fence, naming the Node's UID), only from blocks
+//! of CIDRs it claimed with a PodCIDRClaim object named after the block ([`claims`], [`blocks`]), so two
+//! leaders can never both give out one CIDR. Before the first allocation it records every CIDR any Node
+//! holds and quarantines the free CIDRs of earlier leaders' blocks while a write of theirs may still land;
+//! records are keyed by Node UID, and a Node's CIDRs are released only when that Node (that UID) is gone. Bad
 //! data (unparsable, out-of-range or overlapping pod CIDRs) becomes a Warning Event and a metric, never a
 //! crash, and nothing overlapping it is ever handed out. The CIDR arithmetic lives in `netcm-ipam`.
 //!
@@ -18,6 +18,7 @@
 
 pub mod allocator;
 mod assign;
+pub mod blocks;
 pub mod claims;
 pub mod cluster_cidrs;
 mod decision;
@@ -67,6 +68,9 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         claims: flags
             .pod_cidr_claims
             .then(|| claims::Claims::new(ctx.client.clone())),
+        blocks: Mutex::new(blocks::Blocks::default()),
+        block_create: tokio::sync::Mutex::new(()),
+        voiding: tokio::sync::Mutex::new(()),
         tracking: Mutex::new(allocator::Tracking::default()),
         waiting: Mutex::new(BTreeSet::new()),
         waiting_labels: Mutex::new(std::collections::HashMap::new()),

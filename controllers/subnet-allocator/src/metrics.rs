@@ -1,6 +1,6 @@
 //! The allocator's metrics: kube-controller-manager's `cidrset_*` (label `clusterCIDR`) for the flag pool,
 //! node-ipam-controller's `multicidrset_*` (labels `clusterCIDR`, `clusterCIDRName`) for every pool, plus
-//! `netcm_node_cidr_conflicts`.
+//! `netcm_node_cidr_conflicts` and `netcm_pod_cidr_quarantine_nodes`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,6 +25,8 @@ pub struct AllocatorMetrics {
     shown: Arc<Mutex<HashSet<(String, String)>>>,
     /// Nodes whose pod CIDRs are currently unparsable, out of range or overlapping another Node's.
     pub conflicts: IntGauge,
+    /// Nodes the quarantine of earlier leaders' blocks waits for.
+    pub quarantine_nodes: IntGauge,
 }
 
 const SUBSYSTEM: &str = "node_ipam_controller";
@@ -103,6 +105,11 @@ impl AllocatorMetrics {
             "netcm_node_cidr_conflicts",
             "Nodes whose pod CIDRs are unparsable, outside every cluster CIDR, or overlap another Node's.",
         ))?;
+        let quarantine_nodes = IntGauge::with_opts(Opts::new(
+            "netcm_pod_cidr_quarantine_nodes",
+            "Nodes without pod CIDRs that an earlier leader may still be writing to; while above 0, the free CIDRs of earlier leaders' claimed blocks are not handed out.",
+        ))?;
+        registry.register(Box::new(quarantine_nodes.clone()))?;
         registry.register(Box::new(allocations.clone()))?;
         registry.register(Box::new(releases.clone()))?;
         registry.register(Box::new(usage.clone()))?;
@@ -127,6 +134,7 @@ impl AllocatorMetrics {
             multi_max,
             shown: Arc::new(Mutex::new(HashSet::new())),
             conflicts,
+            quarantine_nodes,
         })
     }
 

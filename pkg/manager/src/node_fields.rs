@@ -127,6 +127,7 @@ impl NodeFields {
             metadata.resource_version.as_deref().unwrap_or_default(),
         );
         b.deleting(metadata.deletion_timestamp.is_some());
+        b.has_annotations(!annotations.is_empty());
         for (k, v) in annotations
             .iter()
             .filter(|(k, _)| keeps(&self.annotation_prefixes, k))
@@ -185,7 +186,7 @@ impl NodeFields {
             resource_version: meta.resource_version,
             creation_timestamp: meta.creation_timestamp,
             deletion_timestamp: meta.deletion_timestamp,
-            annotations: keep_prefixed(meta.annotations, &self.annotation_prefixes),
+            annotations: keep_declared_annotations(meta.annotations, &self.annotation_prefixes),
             labels: keep_prefixed(meta.labels, &self.label_prefixes),
             ..ObjectMeta::default()
         };
@@ -217,6 +218,16 @@ fn keeps(prefixes: &BTreeSet<String>, key: &str) -> bool {
 }
 
 /// The entries whose key starts with one of `prefixes`; `None` when none is left.
+/// The declared annotations; an empty map (not none) when the Node had only others, because whether a Node
+/// has annotations at all is kept ([`CachedNode::has_annotations`]).
+fn keep_declared_annotations(
+    map: Option<BTreeMap<String, String>>,
+    prefixes: &BTreeSet<String>,
+) -> Option<BTreeMap<String, String>> {
+    let had = map.as_ref().is_some_and(|m| !m.is_empty());
+    keep_prefixed(map, prefixes).or_else(|| had.then(BTreeMap::new))
+}
+
 fn keep_prefixed(
     map: Option<BTreeMap<String, String>>,
     prefixes: &BTreeSet<String>,
@@ -298,7 +309,12 @@ mod tests {
         assert_eq!(m.uid.as_deref(), Some("u1"));
         assert_eq!(m.resource_version.as_deref(), Some("7"));
         assert!(m.deletion_timestamp.is_some());
-        assert!(m.annotations.is_none() && m.labels.is_none() && m.managed_fields.is_none());
+        assert!(m.labels.is_none() && m.managed_fields.is_none());
+        assert_eq!(
+            m.annotations,
+            Some(Default::default()),
+            "no annotation is kept, only that there were some"
+        );
         let spec = node.spec.expect("spec");
         assert!(spec.pod_cidrs.is_none() && spec.taints.is_none() && spec.provider_id.is_none());
         let status = node.status.expect("status");

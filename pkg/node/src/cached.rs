@@ -64,6 +64,9 @@ pub struct CachedNode {
     uid: Span,
     resource_version: Span,
     deleting: bool,
+    /// Whether `metadata.annotations` has any entry, kept whatever is declared: a JSON Patch's `test` of
+    /// one annotation needs the map to exist (the allocator's fence, `ipam.netcm.io/fenced-at`).
+    has_annotations: bool,
     pod_cidrs: Box<[CidrEntry]>,
     /// Every other declared field, allocated only when the Node has one: the subnet-allocator alone
     /// declares none of them, and at 50,000 Nodes their empty slots would cost 4 MiB.
@@ -176,6 +179,11 @@ impl CachedNode {
     /// Whether `metadata.deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
         self.deleting
+    }
+
+    /// Whether `metadata.annotations` has any entry, declared or not.
+    pub fn has_annotations(&self) -> bool {
+        self.has_annotations
     }
 
     /// `spec.unschedulable` (if declared).
@@ -301,6 +309,8 @@ impl From<&Node> for CachedNode {
             m.resource_version.as_deref().unwrap_or_default(),
         );
         b.deleting(m.deletion_timestamp.is_some());
+        // `Some` even when empty: a trimmed Node keeps the map to say it had annotations.
+        b.has_annotations(m.annotations.is_some());
         for (k, v) in m.annotations.iter().flatten() {
             b.annotation(k, v);
         }
@@ -351,6 +361,7 @@ impl PartialEq for CachedNode {
             && self.uid() == other.uid()
             && self.resource_version() == other.resource_version()
             && self.deleting == other.deleting
+            && self.has_annotations == other.has_annotations
             && self.unschedulable() == other.unschedulable()
             && self.provider_id() == other.provider_id()
             && self.pod_cidr_entries().eq(other.pod_cidr_entries())
@@ -371,6 +382,7 @@ impl fmt::Debug for CachedNode {
             .field("uid", &self.uid())
             .field("resource_version", &self.resource_version())
             .field("deleting", &self.deleting)
+            .field("has_annotations", &self.has_annotations)
             .field("unschedulable", &self.unschedulable())
             .field("provider_id", &self.provider_id())
             .field("pod_cidrs", &self.pod_cidr_entries().collect::<Vec<_>>())

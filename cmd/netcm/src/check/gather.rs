@@ -227,8 +227,6 @@ async fn read_claims(client: &kube::Client) -> ClaimsState {
                     ClaimRecord {
                         name: o.metadata.name.clone().unwrap_or_default(),
                         cidr: field("cidr"),
-                        node_name: field("nodeName"),
-                        node_uid: field("nodeUID"),
                     }
                 })
                 .collect(),

@@ -225,10 +225,8 @@ mod tests {
         let n = leased(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
         let mut s = snapshot("10.244.0.0/16", vec![n]);
         s.claims = snapshot::ClaimsState::Listed(vec![snapshot::ClaimRecord {
-            name: "10-244-0-0-24".into(),
-            cidr: "10.244.0.0/24".into(),
-            node_name: "a".into(),
-            node_uid: "a-uid".into(),
+            name: "10-244-0-0-18".into(),
+            cidr: "10.244.0.0/18".into(),
         }]);
         let f = cluster(&s);
         assert!(

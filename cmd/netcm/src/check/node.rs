@@ -111,17 +111,25 @@ pub fn check(
         }
     }
     if let ClaimsState::Listed(claims) = &s.claims {
-        let mine: Vec<String> = claims
+        let held = super::snapshot::pod_cidrs(node).0;
+        let covering: Vec<String> = claims
             .iter()
-            .filter(|c| c.node_name == node_name)
+            .filter(|c| {
+                c.cidr
+                    .parse::<ipnet::IpNet>()
+                    .is_ok_and(|block| held.iter().any(|h| block.contains(h)))
+            })
             .map(|c| format!("{} ({})", c.name, c.cidr))
             .collect();
         out.push(Finding::ok(
             "claims",
-            if mine.is_empty() {
-                "no PodCIDRClaim names this Node".to_string()
+            if covering.is_empty() {
+                "no PodCIDRClaim covers this Node's pod CIDRs".to_string()
             } else {
-                format!("PodCIDRClaim(s): {}", mine.join(", "))
+                format!(
+                    "its pod CIDRs lie in PodCIDRClaim(s): {}",
+                    covering.join(", ")
+                )
             },
         ));
     }

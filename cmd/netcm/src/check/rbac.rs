@@ -65,7 +65,7 @@ pub const RULES: &[Rule] = &[
         role: "ClusterRole",
         group: "ipam.netcm.io",
         resource: "podcidrclaims",
-        verbs: &["create", "delete", "get", "list"],
+        verbs: &["create", "list"],
         lease_only: false,
         needed: Needed::Allocator,
         feature: "PodCIDRClaims",

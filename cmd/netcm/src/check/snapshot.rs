@@ -29,12 +29,8 @@ pub enum LeaseState {
 pub struct ClaimRecord {
     /// The object name.
     pub name: String,
-    /// `spec.cidr`.
+    /// `spec.cidr`: the claimed block (or one CIDR, in claims of earlier versions).
     pub cidr: String,
-    /// `spec.nodeName`.
-    pub node_name: String,
-    /// `spec.nodeUID`.
-    pub node_uid: String,
 }
 
 /// The PodCIDRClaims as read.

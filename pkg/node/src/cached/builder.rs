@@ -20,6 +20,7 @@ struct Parts {
     resource_version: Span,
     provider_id: Option<Span>,
     deleting: bool,
+    has_annotations: bool,
     unschedulable: bool,
     pod_cidrs: Vec<CidrEntry>,
     addresses: Vec<Pair>,
@@ -70,6 +71,12 @@ impl CachedNodeBuilder {
     /// Marks `metadata.deletionTimestamp` as set (or not).
     pub fn deleting(&mut self, deleting: bool) -> &mut Self {
         self.node.deleting = deleting;
+        self
+    }
+
+    /// Marks `metadata.annotations` as having entries (declared or not).
+    pub fn has_annotations(&mut self, has: bool) -> &mut Self {
+        self.node.has_annotations = has;
         self
     }
 
@@ -153,6 +160,7 @@ impl CachedNodeBuilder {
     pub fn build(self) -> CachedNode {
         let Self { text, node } = self;
         let text = text.into_boxed_str();
+        let has_annotations = node.has_annotations || !node.annotations.is_empty();
         let annotations = sorted(&text, node.annotations);
         let labels = sorted(&text, node.labels);
         let rest = Rest {
@@ -169,6 +177,7 @@ impl CachedNodeBuilder {
             uid: node.uid,
             resource_version: node.resource_version,
             deleting: node.deleting,
+            has_annotations,
             pod_cidrs: node.pod_cidrs.into_boxed_slice(),
             rest: (!rest.is_empty()).then(|| Box::new(rest)),
             text,

@@ -1,0 +1,266 @@
+//! Claim blocks: which ranges this leader may hand CIDRs out of, and the quarantine on the ranges earlier
+//! leaders claimed. Pure: the allocator holds a [`Blocks`] under a lock and does the writes.
+//!
+//! A leader claims a *block* of node CIDRs (one PodCIDRClaim, named after the block) before it hands out
+//! the first CIDR of it, and hands out CIDRs only from blocks it created itself or may use — so a Node
+//! allocation costs one claim write per [`CIDRS_PER_BLOCK`] allocations instead of one each.
+//!
+//! Why that is safe across leaders: an earlier leader's write that lands late was decided before its fence
+//! closed, so (a) its block's claim existed before this leader listed the claims, and (b) it targets a
+//! Node that existed, without pod CIDRs, before this leader's first list (it names the Node's UID, and pod
+//! CIDRs never change once set). So this leader first hands out CIDRs only from blocks it creates (a
+//! create of an existing block fails with 409), and keeps the free CIDRs of every listed claim reserved —
+//! the quarantine — until each Node that lacked pod CIDRs in its first list has them, is gone, or was
+//! touched by this leader. After that no earlier write can land anywhere, and the old blocks are this
+//! leader's to use.
+//!
+//! Why a touch settles a Node: every allocation PATCH names the resourceVersion it was decided on, so any
+//! later write to the Node voids an earlier leader's pending one (409). A leader that finds no free CIDR
+//! outside the quarantine touches the Nodes it waits for (`startup.rs`: `void_late_writes`) — without
+//! that, once claimed blocks cover every free CIDR, Nodes waiting at a takeover could never be served.
+
+use std::collections::{HashMap, HashSet};
+
+use ipnet::IpNet;
+
+/// How many node CIDRs one block claim covers, as a power of two (64 CIDRs: a /18 of /24s).
+const BLOCK_BITS: u8 = 6;
+
+/// How many node CIDRs one block claim covers.
+pub const CIDRS_PER_BLOCK: u32 = 1 << BLOCK_BITS;
+
+/// The annotation a leader sets on a Node it touched to void an earlier leader's late write (RFC 3339).
+pub const FENCED_AT_ANNOTATION: &str = "ipam.netcm.io/fenced-at";
+
+/// The ledger owner under which the free CIDRs of quarantined ranges are held (a reservation: the
+/// `claim:` prefix keeps it out of conflict Events).
+pub(crate) const QUARANTINE_OWNER: &str = "claim:quarantine";
+
+/// The block a node CIDR is claimed under: the aligned supernet of [`CIDRS_PER_BLOCK`] node CIDRs,
+/// or the whole cluster CIDR it came from when that is smaller.
+pub fn block_of(node_cidr: IpNet, cluster_cidr: Option<IpNet>) -> IpNet {
+    let node_cidr = node_cidr.trunc();
+    let mut prefix = node_cidr.prefix_len().saturating_sub(BLOCK_BITS);
+    if let Some(cluster) = cluster_cidr {
+        if cluster.contains(&node_cidr) {
+            prefix = prefix.max(cluster.prefix_len());
+        }
+    }
+    IpNet::new(node_cidr.addr(), prefix)
+        .map(|n| n.trunc())
+        .unwrap_or(node_cidr)
+}
+
+/// What this leader may allocate from.
+#[derive(Debug, Default)]
+pub(crate) struct Blocks {
+    /// Ranges this leader created, or found and may use.
+    usable: HashSet<IpNet>,
+    /// Until every Node an earlier leader may still be writing to is settled.
+    quarantine: Option<Quarantine>,
+}
+
+#[derive(Debug)]
+struct Quarantine {
+    /// Earlier leaders' claimed ranges: their free CIDRs are held under [`QUARANTINE_OWNER`].
+    ranges: Vec<IpNet>,
+    /// Nodes (name → UID) without pod CIDRs in the first list: an earlier leader's PATCH may be on its way.
+    nodes: HashMap<Box<str>, Box<str>>,
+}
+
+impl Blocks {
+    /// The state at a leader's start: `listed` claims, and the Nodes without pod CIDRs in the first list.
+    /// No quarantine when no Node is waiting (no earlier write can land) or nothing was claimed.
+    pub(crate) fn start(listed: Vec<IpNet>, waiting: HashMap<Box<str>, Box<str>>) -> Blocks {
+        if waiting.is_empty() || listed.is_empty() {
+            return Blocks {
+                usable: listed.into_iter().collect(),
+                quarantine: None,
+            };
+        }
+        Blocks {
+            usable: HashSet::new(),
+            quarantine: Some(Quarantine {
+                ranges: listed,
+                nodes: waiting,
+            }),
+        }
+    }
+
+    /// Whether CIDRs of `block` may be handed out without a claim write.
+    pub(crate) fn is_usable(&self, block: &IpNet) -> bool {
+        self.usable.contains(block)
+    }
+
+    /// This leader created the claim of `block`.
+    pub(crate) fn created(&mut self, block: IpNet) {
+        self.usable.insert(block);
+    }
+
+    /// The claim of `block` already existed (409). Returns the ranges to hold under
+    /// [`QUARANTINE_OWNER`] when the quarantine is on (the block joins it); `None`: usable at once (a
+    /// claim this leader did not list cannot carry an earlier leader's write, see the module doc).
+    pub(crate) fn found_existing(&mut self, block: IpNet) -> Option<&[IpNet]> {
+        match &mut self.quarantine {
+            Some(q) => {
+                if !q.ranges.contains(&block) {
+                    q.ranges.push(block);
+                }
+                Some(&q.ranges)
+            }
+            None => {
+                self.usable.insert(block);
+                None
+            }
+        }
+    }
+
+    /// The ranges held under [`QUARANTINE_OWNER`] (empty when there is no quarantine).
+    pub(crate) fn quarantined_ranges(&self) -> &[IpNet] {
+        self.quarantine.as_ref().map_or(&[], |q| &q.ranges)
+    }
+
+    /// How many Nodes the quarantine still waits for.
+    pub(crate) fn waiting_nodes(&self) -> usize {
+        self.quarantine.as_ref().map_or(0, |q| q.nodes.len())
+    }
+
+    /// What a sync saw of Node `name`: its UID now (`None`: gone) and whether it holds pod CIDRs. A Node
+    /// of the quarantine that holds CIDRs, is gone or was re-created is settled; when the last one is,
+    /// the quarantine ends and its ranges are returned (to release, and usable from now on).
+    pub(crate) fn settle(
+        &mut self,
+        name: &str,
+        uid: Option<&str>,
+        has_cidrs: bool,
+    ) -> Option<Vec<IpNet>> {
+        let q = self.quarantine.as_mut()?;
+        let settled = match q.nodes.get(name) {
+            None => false,
+            Some(waiting_uid) => has_cidrs || uid != Some(waiting_uid.as_ref()),
+        };
+        if settled {
+            self.voided(name)
+        } else {
+            None
+        }
+    }
+
+    /// Node `name` can no longer receive an earlier leader's write (touched: its resourceVersion moved on,
+    /// and every allocation PATCH names the resourceVersion it was decided on). Ends the quarantine like
+    /// [`Blocks::settle`] when it was the last.
+    pub(crate) fn voided(&mut self, name: &str) -> Option<Vec<IpNet>> {
+        let q = self.quarantine.as_mut()?;
+        q.nodes.remove(name);
+        if !q.nodes.is_empty() {
+            return None;
+        }
+        let q = self.quarantine.take()?;
+        self.usable.extend(q.ranges.iter().copied());
+        Some(q.ranges)
+    }
+
+    /// The Nodes (name, UID) the quarantine still waits for.
+    pub(crate) fn waiting(&self) -> Vec<(String, String)> {
+        self.quarantine.as_ref().map_or_else(Vec::new, |q| {
+            q.nodes
+                .iter()
+                .map(|(n, u)| (n.to_string(), u.to_string()))
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().expect("test CIDR")
+    }
+
+    fn waiting(list: &[(&str, &str)]) -> HashMap<Box<str>, Box<str>> {
+        list.iter()
+            .map(|(n, u)| ((*n).into(), (*u).into()))
+            .collect()
+    }
+
+    #[test]
+    fn a_block_is_sixty_four_node_cidrs_aligned_or_the_whole_smaller_cluster_cidr() {
+        let cluster = Some(net("10.0.0.0/8"));
+        assert_eq!(block_of(net("10.1.77.0/24"), cluster), net("10.1.64.0/18"));
+        assert_eq!(block_of(net("10.1.64.0/24"), cluster), net("10.1.64.0/18"));
+        assert_eq!(
+            block_of(net("10.201.0.32/27"), Some(net("10.201.0.0/24"))),
+            net("10.201.0.0/24")
+        );
+        assert_eq!(
+            block_of(net("fd00:0:0:7f::/64"), Some(net("fd00::/48"))),
+            net("fd00:0:0:40::/58")
+        );
+        assert_eq!(block_of(net("10.1.77.0/24"), None), net("10.1.64.0/18"));
+    }
+
+    #[test]
+    fn without_waiting_nodes_every_listed_claim_is_usable_at_once() {
+        let b = Blocks::start(vec![net("10.0.0.0/18")], waiting(&[]));
+        assert!(b.is_usable(&net("10.0.0.0/18")));
+        assert_eq!(b.waiting_nodes(), 0);
+        assert!(b.quarantined_ranges().is_empty());
+    }
+
+    #[test]
+    fn earlier_claims_stay_quarantined_until_every_waiting_node_is_settled() {
+        let mut b = Blocks::start(
+            vec![net("10.0.0.0/18")],
+            waiting(&[("a", "a1"), ("b", "b1"), ("c", "c1")]),
+        );
+        assert!(!b.is_usable(&net("10.0.0.0/18")));
+        assert_eq!(b.quarantined_ranges(), [net("10.0.0.0/18")]);
+        assert_eq!(b.settle("a", Some("a1"), false), None, "still waiting");
+        assert_eq!(b.settle("other", Some("o1"), true), None);
+        assert_eq!(b.waiting_nodes(), 3);
+        assert_eq!(b.settle("a", Some("a1"), true), None, "a has CIDRs");
+        assert_eq!(b.settle("b", None, false), None, "b is gone");
+        assert_eq!(b.waiting_nodes(), 1);
+        assert_eq!(
+            b.settle("c", Some("c2"), false),
+            Some(vec![net("10.0.0.0/18")]),
+            "c was re-created: the last one settled ends the quarantine"
+        );
+        assert!(b.is_usable(&net("10.0.0.0/18")));
+        assert!(b.quarantined_ranges().is_empty());
+    }
+
+    #[test]
+    fn touching_every_waiting_node_ends_the_quarantine_without_giving_them_cidrs() {
+        let mut b = Blocks::start(
+            vec![net("10.0.0.0/18")],
+            waiting(&[("a", "a1"), ("b", "b1")]),
+        );
+        let mut w = b.waiting();
+        w.sort();
+        assert_eq!(w, [("a".into(), "a1".into()), ("b".into(), "b1".into())]);
+        assert_eq!(b.voided("a"), None);
+        assert_eq!(b.voided("b"), Some(vec![net("10.0.0.0/18")]));
+        assert!(b.is_usable(&net("10.0.0.0/18")));
+        assert!(b.waiting().is_empty());
+        assert_eq!(b.voided("b"), None, "no quarantine any more");
+    }
+
+    #[test]
+    fn a_block_found_claimed_joins_the_quarantine_or_is_usable_after_it() {
+        let mut b = Blocks::start(vec![net("10.0.0.0/18")], waiting(&[("a", "a1")]));
+        b.created(net("10.0.128.0/18"));
+        assert!(b.is_usable(&net("10.0.128.0/18")));
+        assert_eq!(
+            b.found_existing(net("10.0.64.0/18")).map(<[_]>::to_vec),
+            Some(vec![net("10.0.0.0/18"), net("10.0.64.0/18")])
+        );
+        assert!(!b.is_usable(&net("10.0.64.0/18")));
+        assert!(b.settle("a", Some("a1"), true).is_some());
+        assert!(b.is_usable(&net("10.0.64.0/18")));
+        assert_eq!(b.found_existing(net("10.0.192.0/18")), None);
+        assert!(b.is_usable(&net("10.0.192.0/18")));
+    }
+}
