@@ -56,8 +56,8 @@ pub(super) static CASES: [Case; 11] = [
     Case {
         role: "ClusterRole",
         resource: "podcidrclaims",
-        verbs: &["create", "delete", "get", "list"],
-        feature: "PodCIDRClaims (one claim per CIDR handed out)",
+        verbs: &["create", "list"],
+        feature: "PodCIDRClaims (one claim per block of CIDRs handed out of)",
         probe: Probe("list", "ipam.netcm.io", "podcidrclaims", None, None),
         message: "listing PodCIDRClaims failed",
         error: "cannot list resource \"podcidrclaims\"",
