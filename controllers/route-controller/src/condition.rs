@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
 use netcm_manager::ttl_cache::TtlCache;
+use netcm_manager::Key;
 use netcm_manager::{
     CachedNode, Fenced, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
@@ -98,7 +99,7 @@ pub struct ConditionWriter {
     nodes: SharedInformer<CachedNode>,
     guard: LeaderGuard,
     /// Node names whose condition may need a write.
-    pub queue: Queue<String>,
+    pub queue: Queue<Key>,
     verdicts: Mutex<HashMap<String, Verdict>>,
     /// Writes not yet seen in the cache (client-go's "expectations"): until the cache shows a Node's
     /// write, or [`EXPECTATION_TTL`] passes, the same verdict is not written again. Without this, an
@@ -112,7 +113,7 @@ impl ConditionWriter {
         api: Api<Node>,
         nodes: SharedInformer<CachedNode>,
         guard: LeaderGuard,
-        queue: Queue<String>,
+        queue: Queue<Key>,
     ) -> Self {
         Self {
             api,
@@ -133,7 +134,7 @@ impl ConditionWriter {
                 verdicts.insert(node.to_string(), v);
                 drop(verdicts);
                 if self.nodes.get(node).is_some_and(|n| needs_write(&n, &v)) {
-                    self.queue.add(node.to_string());
+                    self.queue.add(node.into());
                 }
             }
             None => {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use netcm_manager::Key;
 use netcm_manager::{
     CachedNode, EventRecorder, EventType, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
@@ -35,7 +36,7 @@ pub struct RouteReconciler {
     /// The Node cache.
     pub nodes: SharedInformer<CachedNode>,
     /// Node names to sync.
-    pub queue: Queue<String>,
+    pub queue: Queue<Key>,
     /// The condition writer, unless `--set-node-network-unavailable=false`.
     pub conditions: Option<Arc<ConditionWriter>>,
     /// Events on Nodes.
@@ -128,7 +129,7 @@ impl RouteReconciler {
                     );
                 }
                 for name in &report.requeue {
-                    self.queue.add(name.clone());
+                    self.queue.add(name.as_str().into());
                 }
                 if report.host_faults > 0 {
                     NO_ROUTE_CREATED
@@ -169,7 +170,7 @@ impl RouteReconciler {
             }
             change => {
                 if let Some(node) = self.syncer.table_changed(&change).await {
-                    self.queue.add(node);
+                    self.queue.add(node.into());
                 }
             }
         }

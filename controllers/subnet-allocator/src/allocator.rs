@@ -13,6 +13,7 @@ use kube::api::Api;
 use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
 use netcm_manager::sync_metrics::{api_reason, REASON_ERROR, REASON_FENCED};
 use netcm_manager::CachedNode;
+use netcm_manager::Key;
 use netcm_manager::{
     EventRecorder, EventType, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
@@ -164,7 +165,7 @@ pub struct Allocator {
     pub(crate) nodes: SharedInformer<CachedNode>,
     pub(crate) api: Api<Node>,
     pub(crate) pools: Mutex<Pools>,
-    pub(crate) queue: Queue<String>,
+    pub(crate) queue: Queue<Key>,
     pub(crate) recorder: EventRecorder,
     pub(crate) guard: LeaderGuard,
     pub(crate) metrics: AllocatorMetrics,
@@ -255,7 +256,7 @@ impl Allocator {
     pub(crate) fn wake_waiting(&self) {
         let waiting: Vec<String> = lock(&self.waiting).iter().cloned().collect();
         for w in waiting {
-            self.queue.add(w);
+            self.queue.add(w.into());
         }
     }
 

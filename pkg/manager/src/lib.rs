@@ -35,7 +35,8 @@ pub mod test_support;
 pub mod ttl_cache;
 
 pub use controller::{
-    Controller, InitContext, InitError, InitResult, Prepared, Reconciler, SyncError, SyncOutcome,
+    Controller, InitContext, InitError, InitResult, Key, Prepared, Reconciler, SyncError,
+    SyncOutcome,
 };
 pub use descriptor::{
     ControllerDescriptor, ControllerFlagError, ControllerOptions, StandbyContext,
