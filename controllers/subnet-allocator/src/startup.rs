@@ -71,6 +71,11 @@ impl Allocator {
                 waiting_nodes,
                 "earlier leaders' claimed blocks keep their free CIDRs until every node that was waiting for pod CIDRs has them or is gone: one of those leaders may still have a write on its way"
             );
+        } else if list.is_empty() {
+            tracing::info!(
+                controller = NAME,
+                "no PodCIDRClaims yet: nothing an earlier leader may still be writing from"
+            );
         } else {
             tracing::info!(
                 controller = NAME,
