@@ -65,6 +65,30 @@ async fn claim_block(client: &kube::Client, cidr: &str) {
         .unwrap_or_else(|e| panic!("create claim {cidr}: {e}"));
 }
 
+/// The allocator (/28s of `cluster_cidr`), started after an earlier leader claimed `block`.
+async fn start_after_an_earlier_leaders_block(
+    env: &TestEnv,
+    label: &str,
+    block: &str,
+    cluster_cidr: &str,
+) -> Netcm {
+    claim_block(&env.client, block).await;
+    let cluster = format!("--cluster-cidr={cluster_cidr}");
+    start_allocator(env, label, &[&cluster, "--node-cidr-mask-size=28"])
+}
+
+/// Waits until netcm's quarantine of earlier leaders' blocks waits for no Node.
+async fn wait_quarantine_ended(netcm: &Netcm) {
+    netcm
+        .wait_metric(
+            "netcm_pod_cidr_quarantine_nodes",
+            "0",
+            |v| v == 0.0,
+            TIMEOUT,
+        )
+        .await;
+}
+
 /// Every claim's CIDR, sorted.
 async fn claimed(client: &kube::Client) -> Vec<String> {
     let list = pod_cidr_claims(client)
@@ -168,12 +192,9 @@ async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_b
     )
     .await;
     create_node(&env.client, &NodeFixture::named("inflight")).await;
-    claim_block(&env.client, "10.201.0.0/22").await;
-    let netcm = start_allocator(
-        &env,
-        "blocks",
-        &["--cluster-cidr=10.201.0.0/20", "--node-cidr-mask-size=28"],
-    );
+    let netcm =
+        start_after_an_earlier_leaders_block(&env, "blocks", "10.201.0.0/22", "10.201.0.0/20")
+            .await;
     let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
     let got = cidrs_of(&nodes);
     let earlier_block: IpNet = "10.201.0.0/22".parse().expect("cidr");
@@ -197,14 +218,7 @@ async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_b
         "a late PATCH with other CIDRs must be refused once the node has its own"
     );
     // Every node it may have been writing to is settled: the quarantine ends.
-    netcm
-        .wait_metric(
-            "netcm_pod_cidr_quarantine_nodes",
-            "0",
-            |v| v == 0.0,
-            TIMEOUT,
-        )
-        .await;
+    wait_quarantine_ended(&netcm).await;
 
     // Five more Nodes: one claim per block, not per CIDR.
     create_plain_nodes(&env.client, "n", 5).await;
@@ -232,12 +246,8 @@ async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks
     // that leader's PATCH for either may still be on its way, and no free CIDR lies outside its block.
     create_node(&env.client, &NodeFixture::named("waiting-a")).await;
     create_node(&env.client, &NodeFixture::named("waiting-b")).await;
-    claim_block(&env.client, "10.202.0.0/22").await;
-    let netcm = start_allocator(
-        &env,
-        "void",
-        &["--cluster-cidr=10.202.0.0/22", "--node-cidr-mask-size=28"],
-    );
+    let netcm =
+        start_after_an_earlier_leaders_block(&env, "void", "10.202.0.0/22", "10.202.0.0/22").await;
     // netcm touches both (a late PATCH tests the fence annotation, so it can no longer land), which ends
     // the quarantine, and serves them from the block.
     let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
@@ -250,14 +260,7 @@ async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks
             .is_some_and(|a| a.contains_key("ipam.netcm.io/fenced-at"));
         assert!(fenced, "{:?} was not touched", n.metadata.name);
     }
-    netcm
-        .wait_metric(
-            "netcm_pod_cidr_quarantine_nodes",
-            "0",
-            |v| v == 0.0,
-            TIMEOUT,
-        )
-        .await;
+    wait_quarantine_ended(&netcm).await;
     assert_eq!(claimed(&env.client).await, ["10.202.0.0/22"]);
     netcm.assert_running();
 }

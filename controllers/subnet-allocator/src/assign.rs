@@ -11,7 +11,7 @@ use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
 use crate::allocator::{lock, Allocator, SyncError, NAME};
-use crate::blocks::{block_of, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
+use crate::blocks::{block_of, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
 use crate::claims::{BlockClaim, Claims};
 
 /// How many blocks found claimed by earlier leaders one sync steps over before it backs off.
@@ -68,7 +68,7 @@ pub(crate) fn pod_cidr_patch(uid: &str, fence: Fence<'_>, cidrs: &[String]) -> s
     let fence_test = if fence.has_annotations {
         serde_json::json!({
             "op": "test",
-            "path": format!("/metadata/annotations/{}", FENCED_AT_ANNOTATION.replace('~', "~0").replace('/', "~1")),
+            "path": FENCED_AT_POINTER,
             "value": fence.fenced_at,
         })
     } else {

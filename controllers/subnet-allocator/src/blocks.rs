@@ -32,6 +32,9 @@ pub const CIDRS_PER_BLOCK: u32 = 1 << BLOCK_BITS;
 /// The annotation a leader sets on a Node it touched to void an earlier leader's late write (RFC 3339).
 pub const FENCED_AT_ANNOTATION: &str = "ipam.netcm.io/fenced-at";
 
+/// [`FENCED_AT_ANNOTATION`] as a JSON Pointer (RFC 6901: `/` escaped as `~1`), for the PATCH's test.
+pub(crate) const FENCED_AT_POINTER: &str = "/metadata/annotations/ipam.netcm.io~1fenced-at";
+
 /// The ledger owner under which the free CIDRs of quarantined ranges are held (a reservation: the
 /// `claim:` prefix keeps it out of conflict Events).
 pub(crate) const QUARANTINE_OWNER: &str = "claim:quarantine";
@@ -199,6 +202,15 @@ mod tests {
             net("fd00:0:0:40::/58")
         );
         assert_eq!(block_of(net("10.1.77.0/24"), None), net("10.1.64.0/18"));
+    }
+
+    #[test]
+    fn the_fence_pointer_is_the_annotation_escaped_as_json_pointer() {
+        let escaped = FENCED_AT_ANNOTATION.replace('~', "~0").replace('/', "~1");
+        assert_eq!(
+            FENCED_AT_POINTER,
+            format!("/metadata/annotations/{escaped}")
+        );
     }
 
     #[test]

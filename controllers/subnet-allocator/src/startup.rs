@@ -87,8 +87,15 @@ impl Allocator {
     }
 
     /// Settles Node `name` in the quarantine from what the cache shows; ends the quarantine with the last.
+    /// Every sync calls it: without a quarantine it only takes the lock.
     pub(crate) fn settle_quarantine(&self, name: &str, uid: Option<&str>, has_cidrs: bool) {
-        let ended = lock(&self.blocks).settle(name, uid, has_cidrs);
+        let ended = {
+            let mut blocks = lock(&self.blocks);
+            if blocks.waiting_nodes() == 0 {
+                return;
+            }
+            blocks.settle(name, uid, has_cidrs)
+        };
         self.after_settling(ended);
     }
 
