@@ -142,6 +142,20 @@ pub fn start_apiserver() {
     controlplane_sh(&["start-apiserver"]);
 }
 
+/// The process id of this checkout's kube-apiserver.
+pub fn apiserver_pid() -> u32 {
+    let env = controlplane_sh(&["env"]);
+    let state = env
+        .lines()
+        .find_map(|l| l.strip_prefix("STATE_DIR="))
+        .expect("STATE_DIR in hack/controlplane.sh env");
+    std::fs::read_to_string(Path::new(state).join("kube-apiserver.pid"))
+        .expect("kube-apiserver.pid")
+        .trim()
+        .parse()
+        .expect("kube-apiserver.pid holds a pid")
+}
+
 /// Freezes kube-apiserver with SIGSTOP (connections are accepted by the kernel, nothing is answered)
 /// until dropped, which sends SIGCONT — also when the test fails.
 pub struct FrozenApiserver {
@@ -151,15 +165,7 @@ pub struct FrozenApiserver {
 impl FrozenApiserver {
     /// Sends SIGSTOP to this checkout's kube-apiserver.
     pub fn freeze() -> FrozenApiserver {
-        let env = controlplane_sh(&["env"]);
-        let state = env
-            .lines()
-            .find_map(|l| l.strip_prefix("STATE_DIR="))
-            .expect("STATE_DIR in hack/controlplane.sh env");
-        let pid = std::fs::read_to_string(Path::new(state).join("kube-apiserver.pid"))
-            .expect("kube-apiserver.pid")
-            .trim()
-            .to_string();
+        let pid = apiserver_pid().to_string();
         kill(&pid, "STOP");
         FrozenApiserver { pid }
     }

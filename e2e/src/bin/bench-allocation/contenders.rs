@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::fixtures::{create_nodes, delete_everything, node_name, SetWatch};
 use crate::measure::{proc_stats, AuditMark, ProcStats, Writes};
 use crate::Config;
-use netcm_e2e::{control_plane, tool, LEASE_NAMESPACE};
+use netcm_e2e::{apiserver_pid, control_plane, tool, LEASE_NAMESPACE};
 
 /// One line of a backlog table.
 pub struct Row {
@@ -22,6 +22,8 @@ pub struct Row {
     /// Peak RSS (over allocation and the idle window) and CPU seconds until the last allocation.
     pub stats: Option<ProcStats>,
     pub idle_cpu_pct: Option<f64>,
+    /// kube-apiserver's CPU seconds from the start until the last allocation was seen.
+    pub apiserver_cpu_seconds: f64,
 }
 
 /// A controller to start as a child process.
@@ -143,6 +145,8 @@ pub async fn run_backlog(client: &kube::Client, cfg: &Config, mut c: Contender) 
     create_nodes(client, &set, n, cfg.creators).await;
     let watch = SetWatch::start(client, &set).await;
     let mark = AuditMark::now(&control_plane().audit_log);
+    let apiserver = apiserver_pid();
+    let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
     let start = Instant::now();
     let child = spawn(&mut c, &set);
     let Some(finished) = watch.wait_allocated(n, cfg.timeout).await else {
@@ -154,6 +158,7 @@ pub async fn run_backlog(client: &kube::Client, cfg: &Config, mut c: Contender) 
         );
     };
     let at_finish = proc_stats(child.id());
+    let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
     // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
     tokio::time::sleep(cfg.idle).await;
     let after_idle = proc_stats(child.id());
@@ -180,6 +185,7 @@ pub async fn run_backlog(client: &kube::Client, cfg: &Config, mut c: Contender) 
         writes,
         stats: Some(stats),
         idle_cpu_pct: Some(idle_cpu_pct),
+        apiserver_cpu_seconds,
     }
 }
 
@@ -188,48 +194,91 @@ fn ceiling_cidr(i: usize) -> String {
     format!("10.{}.{}.0/24", (i / 256) % 256, i % 256)
 }
 
-/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller.
-pub async fn api_ceiling(client: &kube::Client, cfg: &Config) -> Row {
+/// What the ceiling's PATCHes run beside.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CeilingLoad {
+    /// Nothing: the PATCHes alone, timed until the last response.
+    Bare,
+    /// The bench's own watch of the set, which every contender's run has too; timed as contenders are,
+    /// until that watch has seen every Node with a CIDR.
+    Observed,
+    /// Observed, plus a watch of every Node such as any informer-based allocator holds.
+    Informer,
+}
+
+/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller, under
+/// `load`.
+pub async fn api_ceiling(client: &kube::Client, cfg: &Config, load: CeilingLoad) -> Row {
     let n = cfg.nodes;
     let set = "bench-ceiling";
     create_nodes(client, set, n, cfg.creators).await;
     let api: Api<Node> = Api::all(client.clone());
+    let watch = match load {
+        CeilingLoad::Bare => None,
+        _ => Some(SetWatch::start(client, set).await),
+    };
+    let informer = match load {
+        CeilingLoad::Informer => Some(SetWatch::every_node(client).await),
+        _ => None,
+    };
     let mark = AuditMark::now(&control_plane().audit_log);
+    let apiserver = apiserver_pid();
+    let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
     let start = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
             let api = api.clone();
+            let client = client.clone();
             async move {
                 let cidr = ceiling_cidr(i);
+                let name = node_name(set, i);
                 let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
-                api.patch(
-                    &node_name(set, i),
-                    &PatchParams::default(),
-                    &Patch::Strategic(&patch),
-                )
-                .await
-                .unwrap();
+                // Sent as netcm sends its PATCHes: the answer is not decoded (a client that decodes
+                // 8 KB per answer would take cores from the API server and lower the ceiling).
+                let request = kube::core::Request::new(api.resource_url())
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .unwrap();
+                client
+                    .request::<serde::de::IgnoredAny>(request)
+                    .await
+                    .unwrap();
             }
         })
         .buffer_unordered(cfg.ceiling_clients)
         .collect::<Vec<_>>()
         .await;
-    let seconds = start.elapsed().as_secs_f64();
+    let finished = match &watch {
+        None => Instant::now(),
+        Some(w) => w
+            .wait_allocated(n, cfg.timeout)
+            .await
+            .expect("the ceiling's watch sees every PATCH"),
+    };
+    let seconds = finished.duration_since(start).as_secs_f64();
+    let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
+    drop(informer);
+    drop(watch);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = mark.writes("", set);
+    let what = match load {
+        CeilingLoad::Bare => "no watch",
+        CeilingLoad::Observed => "the bench's watch",
+        CeilingLoad::Informer => "the bench's watch + a watch of every Node",
+    };
     eprintln!(
-        "[bench] ceiling: {seconds:.1} s, {} node writes",
+        "[bench] ceiling ({what}): {seconds:.1} s, {} node writes",
         writes.node
     );
     reset(client, cfg.nodes).await;
     Row {
         contender: format!(
-            "API ceiling ({} concurrent PATCHes, no controller)",
+            "API ceiling ({} concurrent PATCHes, {what})",
             cfg.ceiling_clients
         ),
         seconds,
         writes,
         stats: None,
         idle_cpu_pct: None,
+        apiserver_cpu_seconds,
     }
 }

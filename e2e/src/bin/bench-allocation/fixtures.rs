@@ -277,8 +277,20 @@ impl SetWatch {
     /// Starts watching the Nodes labelled with `set` and returns once the initial list is through, so
     /// the bench's own list does not overlap the contender's start.
     pub async fn start(client: &kube::Client, set: &str) -> SetWatch {
+        Self::with_config(
+            client,
+            watcher::Config::default().labels(&format!("{SET_LABEL}={set}")),
+        )
+        .await
+    }
+
+    /// A watch of every Node, as an informer-based controller holds one.
+    pub async fn every_node(client: &kube::Client) -> SetWatch {
+        Self::with_config(client, watcher::Config::default()).await
+    }
+
+    async fn with_config(client: &kube::Client, config: watcher::Config) -> SetWatch {
         let api: Api<SlimNode> = Api::all(client.clone());
-        let config = watcher::Config::default().labels(&format!("{SET_LABEL}={set}"));
         let seen: Arc<Mutex<Seen>> = Default::default();
         let recorder = seen.clone();
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();

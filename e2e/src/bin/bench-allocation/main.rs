@@ -4,7 +4,8 @@
 //! Modes (`MODE=`):
 //! - `default`: N (5,000) Nodes of ~8 KB without pod CIDRs (a backlog), then the allocator starts; the
 //!   time from its process start until the bench's watch has seen every Node with a CIDR. Contenders,
-//!   each on a fresh Node set: the API server's ceiling (concurrent PATCHes, no controller), netcm at its
+//!   each on a fresh Node set: the API server's ceiling (concurrent PATCHes, no controller: bare, then
+//!   with the bench's watch, then also with a watch of every Node as any informer holds), netcm at its
 //!   defaults, without claims and at qps 5000, kube-controller-manager's nodeipam at qps 500 and at its
 //!   default qps 20. Then 200 Nodes arriving one at a time: create → CIDR latency.
 //! - `scale`: the same backlog at N = 50,000: the ceiling, netcm and KCM at one QPS (default 1000).
@@ -12,7 +13,8 @@
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
 //!
 //! Per contender: writes per Node from the API server's audit log, peak RSS (VmHWM), CPU seconds
-//! (utime + stime) until the last allocation, and idle CPU in the IDLE_SECONDS after it.
+//! (utime + stime) until the last allocation, and idle CPU in the IDLE_SECONDS after it; per row, the
+//! kube-apiserver's CPU seconds over the same time (on 2 cores the API server is the bottleneck).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -23,7 +25,7 @@ mod measure;
 
 use std::time::Duration;
 
-use contenders::{api_ceiling, kcm, netcm, run_backlog, Row};
+use contenders::{api_ceiling, kcm, netcm, run_backlog, CeilingLoad, Row};
 use measure::{ms, percentile};
 
 /// Settings from the environment (names in capitals in the README).
@@ -117,8 +119,18 @@ async fn main() {
     }
 }
 
+/// The ceiling rows: bare first (every ratio is against it), then under the loads contenders carry.
+async fn ceilings(client: &kube::Client, cfg: &Config) -> Vec<Row> {
+    let mut rows = vec![api_ceiling(client, cfg, CeilingLoad::Bare).await];
+    if !flag("BARE_CEILING_ONLY") {
+        rows.push(api_ceiling(client, cfg, CeilingLoad::Observed).await);
+        rows.push(api_ceiling(client, cfg, CeilingLoad::Informer).await);
+    }
+    rows
+}
+
 async fn default_mode(client: &kube::Client, cfg: &Config) {
-    let mut rows = vec![api_ceiling(client, cfg).await];
+    let mut rows = ceilings(client, cfg).await;
     rows.push(
         run_backlog(
             client,
@@ -185,7 +197,7 @@ async fn scale_mode(client: &kube::Client, cfg: &Config) {
         format!("--kube-api-burst={burst}"),
     ];
     let fair: Vec<&str> = fair.iter().map(String::as_str).collect();
-    let mut rows = vec![api_ceiling(client, cfg).await];
+    let mut rows = ceilings(client, cfg).await;
     let label = format!("netcm (qps {qps}, burst {burst})");
     rows.push(run_backlog(client, cfg, netcm(cfg, &label, &fair)).await);
     if !flag("ONLY_NETCM") {
@@ -231,14 +243,14 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     );
     println!(
         "| contender | time to allocate all | Nodes/s | × ceiling | node writes per Node | claim writes \
-         per Node | peak RSS MiB | CPU s | idle CPU % |"
+         per Node | peak RSS MiB | CPU s | idle CPU % | API server CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "–".into());
     for r in rows {
         let is_ceiling = r.stats.is_none();
         println!(
-            "| {} | {:.1} s | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {:.1} |",
             r.contender,
             r.seconds,
             n as f64 / r.seconds,
@@ -248,6 +260,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             or_dash(r.stats.map(|s| format!("{:.1}", s.peak_rss_mib))),
             or_dash(r.stats.map(|s| format!("{:.1}", s.cpu_seconds))),
             or_dash(r.idle_cpu_pct.map(|p| format!("{p:.2}"))),
+            r.apiserver_cpu_seconds,
         );
     }
 }
@@ -259,9 +272,13 @@ fn compare(rows: &[Row], netcm_label: &str, kcm_label: &str) {
         return;
     };
     println!(
-        "\nnetcm ÷ KCM at equal QPS: time {:.2}×; netcm time ÷ API ceiling {:.2}×",
+        "\nnetcm ÷ KCM at equal QPS: time {:.2}×; netcm time ÷ API ceiling {:.2}× (÷ the ceiling with \
+         the watches every allocator's run carries: {})",
         n.seconds / k.seconds,
-        n.seconds / rows[0].seconds
+        n.seconds / rows[0].seconds,
+        rows.iter()
+            .find(|r| r.contender.contains("watch of every Node"))
+            .map_or("not run".to_string(), |c| format!("{:.2}×", n.seconds / c.seconds))
     );
     if let (Some(a), Some(b)) = (n.stats, k.stats) {
         println!(
