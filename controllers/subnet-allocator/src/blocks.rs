@@ -23,11 +23,31 @@ use std::collections::{HashMap, HashSet};
 
 use ipnet::IpNet;
 
-/// How many node CIDRs one block claim covers, as a power of two (64 CIDRs: a /18 of /24s).
-const BLOCK_BITS: u8 = 6;
+/// The fewest node CIDRs a block covers, as a power of two (64: a /18 of /24s), and the size of a block
+/// whose cluster CIDR is unknown.
+const MIN_BLOCK_BITS: u8 = 6;
 
-/// How many node CIDRs one block claim covers.
-pub const CIDRS_PER_BLOCK: u32 = 1 << BLOCK_BITS;
+/// The most node CIDRs a block covers, as a power of two (1,024): a takeover quarantines the free CIDRs
+/// of earlier leaders' blocks, so a block stays a small part of a large pool.
+const MAX_BLOCK_BITS: u8 = 10;
+
+/// A cluster CIDR is cut into about 2^8 blocks: one claim write per 256 allocations in a /8 of /24s
+/// (65,536 CIDRs), one per 64 in pools of up to 16,384.
+const BLOCKS_PER_POOL_BITS: u8 = 8;
+
+/// The fewest node CIDRs one block claim covers.
+pub const CIDRS_PER_BLOCK: u32 = 1 << MIN_BLOCK_BITS;
+
+/// How many node CIDRs (as a power of two) a block of a cluster CIDR with `pool_bits` bits of node
+/// CIDRs covers: a fixed share of the pool, within [`MIN_BLOCK_BITS`]..=[`MAX_BLOCK_BITS`]. Every
+/// leader with the same cluster CIDRs computes the same blocks, so two of them claim a block under one
+/// name; a leader of another version may cut other blocks, which the quarantine still covers, since it
+/// holds CIDRs by range, not by claim name.
+fn block_bits(pool_bits: u8) -> u8 {
+    pool_bits
+        .saturating_sub(BLOCKS_PER_POOL_BITS)
+        .clamp(MIN_BLOCK_BITS, MAX_BLOCK_BITS)
+}
 
 /// The annotation a leader sets on a Node it touched to void an earlier leader's late write (RFC 3339).
 pub const FENCED_AT_ANNOTATION: &str = "ipam.netcm.io/fenced-at";
@@ -39,15 +59,17 @@ pub(crate) const FENCED_AT_POINTER: &str = "/metadata/annotations/ipam.netcm.io~
 /// `claim:` prefix keeps it out of conflict Events).
 pub(crate) const QUARANTINE_OWNER: &str = "claim:quarantine";
 
-/// The block a node CIDR is claimed under: the aligned supernet of [`CIDRS_PER_BLOCK`] node CIDRs,
-/// or the whole cluster CIDR it came from when that is smaller.
+/// The block a node CIDR is claimed under: the aligned supernet of 2^[`block_bits`] node CIDRs of its
+/// cluster CIDR ([`CIDRS_PER_BLOCK`] when that is unknown), or the whole cluster CIDR when it is smaller.
 pub fn block_of(node_cidr: IpNet, cluster_cidr: Option<IpNet>) -> IpNet {
     let node_cidr = node_cidr.trunc();
-    let mut prefix = node_cidr.prefix_len().saturating_sub(BLOCK_BITS);
-    if let Some(cluster) = cluster_cidr {
-        if cluster.contains(&node_cidr) {
-            prefix = prefix.max(cluster.prefix_len());
-        }
+    let cluster = cluster_cidr.filter(|c| c.contains(&node_cidr));
+    let bits = cluster.map_or(MIN_BLOCK_BITS, |c| {
+        block_bits(node_cidr.prefix_len().saturating_sub(c.prefix_len()))
+    });
+    let mut prefix = node_cidr.prefix_len().saturating_sub(bits);
+    if let Some(cluster) = cluster {
+        prefix = prefix.max(cluster.prefix_len());
     }
     IpNet::new(node_cidr.addr(), prefix)
         .map(|n| n.trunc())
@@ -189,19 +211,43 @@ mod tests {
     }
 
     #[test]
-    fn a_block_is_sixty_four_node_cidrs_aligned_or_the_whole_smaller_cluster_cidr() {
-        let cluster = Some(net("10.0.0.0/8"));
-        assert_eq!(block_of(net("10.1.77.0/24"), cluster), net("10.1.64.0/18"));
-        assert_eq!(block_of(net("10.1.64.0/24"), cluster), net("10.1.64.0/18"));
+    fn a_block_is_a_256th_of_its_cluster_cidr_between_64_and_1024_node_cidrs() {
+        // A /8 of /24s: 65,536 CIDRs in blocks of 256 (/16s).
+        let slash8 = Some(net("10.0.0.0/8"));
+        assert_eq!(block_of(net("10.1.77.0/24"), slash8), net("10.1.0.0/16"));
+        assert_eq!(block_of(net("10.255.255.0/24"), slash8), net("10.255.0.0/16"));
+        // A /12 of /24s (4,096 CIDRs): the floor of 64 (/18s).
+        let slash12 = Some(net("10.0.0.0/12"));
+        assert_eq!(block_of(net("10.1.77.0/24"), slash12), net("10.1.64.0/18"));
+        // A /8 of /28s (1,048,576 CIDRs): the ceiling of 1,024 (/18s of /28s).
+        assert_eq!(block_of(net("10.1.77.16/28"), slash8), net("10.1.64.0/18"));
+        // A cluster CIDR smaller than a block is one block.
         assert_eq!(
             block_of(net("10.201.0.32/27"), Some(net("10.201.0.0/24"))),
             net("10.201.0.0/24")
         );
+        // A /48 of /64s (65,536): blocks of 256 (/56s).
         assert_eq!(
             block_of(net("fd00:0:0:7f::/64"), Some(net("fd00::/48"))),
-            net("fd00:0:0:40::/58")
+            net("fd00:0:0::/56")
         );
+        // Outside any known cluster CIDR: 64.
         assert_eq!(block_of(net("10.1.77.0/24"), None), net("10.1.64.0/18"));
+        assert_eq!(
+            block_of(net("10.1.77.0/24"), Some(net("192.168.0.0/16"))),
+            net("10.1.64.0/18")
+        );
+    }
+
+    #[test]
+    fn block_sizes_stay_between_the_floor_and_the_ceiling() {
+        for pool_bits in 0..=64 {
+            let bits = block_bits(pool_bits);
+            assert!((MIN_BLOCK_BITS..=MAX_BLOCK_BITS).contains(&bits), "{pool_bits}: {bits}");
+        }
+        assert_eq!(block_bits(16), 8);
+        assert_eq!(block_bits(14), MIN_BLOCK_BITS);
+        assert_eq!(block_bits(20), MAX_BLOCK_BITS);
     }
 
     #[test]
