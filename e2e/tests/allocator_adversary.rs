@@ -239,6 +239,42 @@ async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_b
 }
 
 #[tokio::test]
+async fn an_earlier_versions_smaller_block_inside_a_block_netcm_claims_keeps_its_free_cidrs_quarantined(
+) {
+    let env = TestEnv::new().await;
+    // A leader of an earlier version cut blocks of 64 and claimed 10.192.0.0/22 (64 /28s); in a /12 of
+    // /28s this version cuts blocks of 256 (/20s), so its first block 10.192.0.0/20 — another claim
+    // name, created without a 409 — contains that one. "inflight" may still get the earlier leader's
+    // PATCH with any free CIDR of the /22: the quarantine must hold them by range, not by claim name.
+    create_node(
+        &env.client,
+        &NodeFixture::named("settled").pod_cidrs(&["10.192.0.0/28"]),
+    )
+    .await;
+    create_node(&env.client, &NodeFixture::named("inflight")).await;
+    let netcm =
+        start_after_an_earlier_leaders_block(&env, "mixed", "10.192.0.0/22", "10.192.0.0/12").await;
+    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
+    let got = cidrs_of(&nodes);
+    let earlier_block: IpNet = "10.192.0.0/22".parse().expect("cidr");
+    assert!(
+        !earlier_block.contains(&got["inflight"][0]),
+        "inflight got {:?}, a free CIDR of the smaller block an earlier version may be writing from",
+        got["inflight"]
+    );
+    wait_quarantine_ended(&netcm).await;
+    create_plain_nodes(&env.client, "m", 3).await;
+    let nodes = wait_all_allocated(&env.client, 5, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    assert_eq!(
+        claimed(&env.client).await,
+        vec!["10.192.0.0/20".to_string(), "10.192.0.0/22".to_string()],
+        "the earlier version's block and the one block of 256 netcm claimed around it"
+    );
+    netcm.assert_running();
+}
+
+#[tokio::test]
 async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks_hold_every_free_cidr(
 ) {
     let env = TestEnv::new().await;

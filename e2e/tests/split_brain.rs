@@ -39,9 +39,10 @@ const FREEZE_MARGIN: Duration = Duration::from_millis(250);
 const TRICKLE_EVERY: Duration = Duration::from_millis(200);
 /// A bound on the steady creator, far above what the test's duration allows.
 const TRICKLE_MAX: usize = 3000;
-/// A /11 holds 8192 /24s: room for every Node the test can create (ROUNDS × BURST + TRICKLE_MAX = 5000), so
-/// no round ever waits on a full pool.
-const CLUSTER_CIDR: &str = "--cluster-cidr=10.128.0.0/11";
+/// A /8 holds 65,536 /24s: room for every Node the test can create (ROUNDS × BURST + TRICKLE_MAX = 5000), so
+/// no round ever waits on a full pool, in claim blocks of 256 CIDRs as in a large cluster (the
+/// adversary tests cover blocks of 64 and blocks that are a whole cluster CIDR).
+const CLUSTER_CIDR: &str = "--cluster-cidr=10.0.0.0/8";
 
 fn replica_args() -> Vec<&'static str> {
     let mut args = vec![

@@ -215,7 +215,10 @@ mod tests {
         // A /8 of /24s: 65,536 CIDRs in blocks of 256 (/16s).
         let slash8 = Some(net("10.0.0.0/8"));
         assert_eq!(block_of(net("10.1.77.0/24"), slash8), net("10.1.0.0/16"));
-        assert_eq!(block_of(net("10.255.255.0/24"), slash8), net("10.255.0.0/16"));
+        assert_eq!(
+            block_of(net("10.255.255.0/24"), slash8),
+            net("10.255.0.0/16")
+        );
         // A /12 of /24s (4,096 CIDRs): the floor of 64 (/18s).
         let slash12 = Some(net("10.0.0.0/12"));
         assert_eq!(block_of(net("10.1.77.0/24"), slash12), net("10.1.64.0/18"));
@@ -243,7 +246,10 @@ mod tests {
     fn block_sizes_stay_between_the_floor_and_the_ceiling() {
         for pool_bits in 0..=64 {
             let bits = block_bits(pool_bits);
-            assert!((MIN_BLOCK_BITS..=MAX_BLOCK_BITS).contains(&bits), "{pool_bits}: {bits}");
+            assert!(
+                (MIN_BLOCK_BITS..=MAX_BLOCK_BITS).contains(&bits),
+                "{pool_bits}: {bits}"
+            );
         }
         assert_eq!(block_bits(16), 8);
         assert_eq!(block_bits(14), MIN_BLOCK_BITS);
