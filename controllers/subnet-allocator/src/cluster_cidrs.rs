@@ -271,6 +271,11 @@ impl Allocator {
     /// How many waiting Nodes each pool selects.
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
         let names: Vec<String> = lock(&self.waiting).iter().cloned().collect();
+        if names.is_empty() {
+            // The common case, every second: no pool is full, nothing to count.
+            lock(&self.waiting_labels).clear();
+            return HashMap::new();
+        }
         // Drop the labels of Nodes no longer waiting. Held while `pools` is locked below; nothing takes
         // this lock while holding `pools`, so the order cannot deadlock.
         let mut labels = lock(&self.waiting_labels);
@@ -280,7 +285,6 @@ impl Allocator {
         }
         let no_labels = BTreeMap::new();
         let pools = lock(&self.pools);
-        let reports = pools.reports();
         let mut out: HashMap<String, usize> = HashMap::new();
         for name in names {
             if self.nodes.get(&name).is_none() {
@@ -290,8 +294,8 @@ impl Allocator {
                 name: &name,
                 labels: labels.get(&name).unwrap_or(&no_labels),
             }) {
-                if let Some(r) = reports.get(i) {
-                    *out.entry(r.name.clone()).or_default() += 1;
+                if let Some(name) = pools.name_of(i) {
+                    *out.entry(name.to_string()).or_default() += 1;
                 }
             }
         }

@@ -209,7 +209,8 @@ pub struct PoolReport {
     pub node_masks: Vec<u8>,
     /// The selector, shortened for people.
     pub selector: String,
-    /// Owners (Nodes, pending allocations, claim reservations) holding a CIDR from it.
+    /// Owners (Nodes, pending allocations, claim reservations) holding a CIDR from it; counted for
+    /// ClusterCIDR pools only (0 for the flag pool, whose count no status shows).
     pub holders: usize,
     /// How many Nodes it can serve in all.
     pub capacity: u64,

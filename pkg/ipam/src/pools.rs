@@ -125,7 +125,6 @@ impl Pools {
         let mut out: Vec<HoldFinding> = self
             .ledger
             .overlapping(&span)
-            .into_iter()
             .filter(|h| h.node != node)
             .map(|h| HoldFinding::Conflict {
                 cidr: *cidr,
@@ -362,7 +361,6 @@ impl Pools {
                     && self
                         .ledger
                         .overlapping(&Span::of(&cidr))
-                        .iter()
                         .all(|h| h.node == owner)
             })
     }
@@ -455,7 +453,7 @@ fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], span: &Span
         };
         let region = part.widen_to(set.node_mask());
         let _ = set.release(region.to_net());
-        let held = ledger.overlapping(&region).into_iter().map(|h| h.cidr);
+        let held = ledger.overlapping(&region).map(|h| h.cidr);
         for other in held.chain(services.iter().copied()) {
             if let Some(keep) = region.intersect(&Span::of(&other)) {
                 let _ = set.occupy(keep.to_net());

@@ -131,7 +131,7 @@ impl Pools {
                     service_range: *svc,
                 });
             }
-            let covering = self.ledger.overlapping(&span).into_iter().find(|h| {
+            let covering = self.ledger.overlapping(&span).find(|h| {
                 !span.contains(&Span::of(&h.cidr))
                     && !self
                         .sets
@@ -247,6 +247,11 @@ impl Pools {
             })
     }
 
+    /// The name of the pool at `i` (as [`Pools::candidates`] numbers them).
+    pub fn name_of(&self, i: usize) -> Option<&str> {
+        self.pools.get(i).map(|p| p.name.as_str())
+    }
+
     /// Every pool, the flag pool first.
     pub fn reports(&self) -> Vec<PoolReport> {
         (0..self.pools.len())
@@ -268,7 +273,9 @@ impl Pools {
                     },
                     node_masks: sets.iter().map(|s| s.node_mask()).collect(),
                     selector: p.selector.summary(),
-                    holders: self.holders(i),
+                    // A scan of the pool's holdings: only ClusterCIDR objects show it (status), and
+                    // this runs every second, so the flag pool of a 50,000-Node cluster is not scanned.
+                    holders: if p.is_object { self.holders(i) } else { 0 },
                     capacity: self.capacity(i),
                 }
             })
