@@ -217,7 +217,6 @@ mod tests {
     fn nodes_overlapping(l: &Ledger, cidr: &str) -> Vec<(String, String)> {
         let mut v: Vec<_> = l
             .overlapping(&Span::of(&net(cidr)))
-            .into_iter()
             .map(|h| (h.node.to_string(), h.cidr.to_string()))
             .collect();
         v.sort();
