@@ -314,9 +314,10 @@ pub fn print(cfg: &Config, results: &[ChurnResult]) {
     row("node / claim writes per created Node", &|r| {
         let n = r.created.max(1) as f64;
         format!(
-            "{:.2} / {:.2}",
+            "{:.2} / {:.3} ({} claim creates)",
             r.node_writes as f64 / n,
-            r.claim_writes as f64 / n
+            r.claim_writes as f64 / n,
+            r.claim_writes
         )
     });
     for r in results {

@@ -256,7 +256,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             n as f64 / r.seconds,
             r.seconds / ceiling,
             r.writes.node as f64 / n as f64,
-            or_dash((!is_ceiling).then(|| format!("{:.2}", r.writes.claim as f64 / n as f64))),
+            or_dash((!is_ceiling).then(|| format!("{:.3}", r.writes.claim as f64 / n as f64))),
             or_dash(r.stats.map(|s| format!("{:.1}", s.peak_rss_mib))),
             or_dash(r.stats.map(|s| format!("{:.1}", s.cpu_seconds))),
             or_dash(r.idle_cpu_pct.map(|p| format!("{p:.2}"))),
