@@ -77,6 +77,34 @@ async fn start_after_an_earlier_leaders_block(
     start_allocator(env, label, &[&cluster, "--node-cidr-mask-size=28"])
 }
 
+/// "settled" holds the first /28 of `block`, which an earlier leader claimed; "inflight" has no CIDRs yet,
+/// so that leader's PATCH for it — with any free CIDR of the block — may still land. Starts netcm on
+/// `cluster_cidr`, waits until both Nodes have CIDRs and checks that "inflight" got one outside `block`;
+/// returns netcm and that CIDR.
+async fn serve_a_node_an_earlier_leader_may_be_writing_to(
+    env: &TestEnv,
+    label: &str,
+    block: &str,
+    cluster_cidr: &str,
+) -> (Netcm, IpNet) {
+    let earlier_block: IpNet = block.parse().expect("cidr");
+    let settled = format!("{}/28", earlier_block.network());
+    create_node(
+        &env.client,
+        &NodeFixture::named("settled").pod_cidrs(&[&settled]),
+    )
+    .await;
+    create_node(&env.client, &NodeFixture::named("inflight")).await;
+    let netcm = start_after_an_earlier_leaders_block(env, label, block, cluster_cidr).await;
+    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
+    let inflight = cidrs_of(&nodes)["inflight"][0];
+    assert!(
+        !earlier_block.contains(&inflight),
+        "inflight got {inflight}, a free CIDR of the block an earlier leader may be writing from"
+    );
+    (netcm, inflight)
+}
+
 /// Waits until netcm's quarantine of earlier leaders' blocks waits for no Node.
 async fn wait_quarantine_ended(netcm: &Netcm) {
     netcm
@@ -183,26 +211,14 @@ async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs
 async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_be_writing_to_is_settled(
 ) {
     let env = TestEnv::new().await;
-    // An earlier leader claimed the block 10.201.0.0/22 (64 /28s) and gave 10.201.0.0/28 to "settled";
-    // "inflight" has no CIDRs yet, so that leader's PATCH for it — with any free CIDR of the block — may
-    // still land.
-    create_node(
-        &env.client,
-        &NodeFixture::named("settled").pod_cidrs(&["10.201.0.0/28"]),
+    // An earlier leader claimed the block 10.201.0.0/22 (64 /28s).
+    let (netcm, inflight) = serve_a_node_an_earlier_leader_may_be_writing_to(
+        &env,
+        "blocks",
+        "10.201.0.0/22",
+        "10.201.0.0/20",
     )
     .await;
-    create_node(&env.client, &NodeFixture::named("inflight")).await;
-    let netcm =
-        start_after_an_earlier_leaders_block(&env, "blocks", "10.201.0.0/22", "10.201.0.0/20")
-            .await;
-    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
-    let got = cidrs_of(&nodes);
-    let earlier_block: IpNet = "10.201.0.0/22".parse().expect("cidr");
-    assert!(
-        !earlier_block.contains(&got["inflight"][0]),
-        "inflight got {:?}, a free CIDR of the block an earlier leader may be writing from",
-        got["inflight"]
-    );
     // The earlier leader's late PATCH now fails: pod CIDRs never change once set.
     let api: Api<Node> = Api::all(env.client.clone());
     let late =
@@ -226,9 +242,7 @@ async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_b
     assert_no_overlaps(&nodes);
     let inflight_block = format!(
         "{}",
-        IpNet::new(got["inflight"][0].network(), 22)
-            .expect("block")
-            .trunc()
+        IpNet::new(inflight.network(), 22).expect("block").trunc()
     );
     assert_eq!(
         claimed(&env.client).await,
@@ -246,22 +260,13 @@ async fn an_earlier_versions_smaller_block_inside_a_block_netcm_claims_keeps_its
     // /28s this version cuts blocks of 256 (/20s), so its first block 10.192.0.0/20 — another claim
     // name, created without a 409 — contains that one. "inflight" may still get the earlier leader's
     // PATCH with any free CIDR of the /22: the quarantine must hold them by range, not by claim name.
-    create_node(
-        &env.client,
-        &NodeFixture::named("settled").pod_cidrs(&["10.192.0.0/28"]),
+    let (netcm, _) = serve_a_node_an_earlier_leader_may_be_writing_to(
+        &env,
+        "mixed",
+        "10.192.0.0/22",
+        "10.192.0.0/12",
     )
     .await;
-    create_node(&env.client, &NodeFixture::named("inflight")).await;
-    let netcm =
-        start_after_an_earlier_leaders_block(&env, "mixed", "10.192.0.0/22", "10.192.0.0/12").await;
-    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
-    let got = cidrs_of(&nodes);
-    let earlier_block: IpNet = "10.192.0.0/22".parse().expect("cidr");
-    assert!(
-        !earlier_block.contains(&got["inflight"][0]),
-        "inflight got {:?}, a free CIDR of the smaller block an earlier version may be writing from",
-        got["inflight"]
-    );
     wait_quarantine_ended(&netcm).await;
     create_plain_nodes(&env.client, "m", 3).await;
     let nodes = wait_all_allocated(&env.client, 5, TIMEOUT).await;
