@@ -9,7 +9,9 @@
 #   MODE=churn NODES=5000 CHURN_SECONDS=300 hack/bench-allocation.sh   # 20 Nodes/s created + deleted
 #
 # The ceiling runs three times (bare; with the bench's watch; with that and a watch of every Node, as
-# any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only. Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
+# any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
+#
+# Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
 # CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, CLUSTER_CIDR (10.0.0.0/8),
 # TIMEOUT_SECONDS (3600). At 50,000 Nodes kube-apiserver holds ~4 GiB.
 set -euo pipefail

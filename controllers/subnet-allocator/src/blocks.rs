@@ -3,7 +3,8 @@
 //!
 //! A leader claims a *block* of node CIDRs (one PodCIDRClaim, named after the block) before it hands out
 //! the first CIDR of it, and hands out CIDRs only from blocks it created itself or may use — so a Node
-//! allocation costs one claim write per [`CIDRS_PER_BLOCK`] allocations instead of one each.
+//! allocation costs one claim write per block (64 to 1,024 CIDRs, a 256th of the cluster CIDR:
+//! [`block_of`]) instead of one each.
 //!
 //! Why that is safe across leaders: an earlier leader's write that lands late was decided before its fence
 //! closed, so (a) its block's claim existed before this leader listed the claims, and (b) it targets a
@@ -35,9 +36,6 @@ const MAX_BLOCK_BITS: u8 = 10;
 /// (65,536 CIDRs), one per 64 in pools of up to 16,384.
 const BLOCKS_PER_POOL_BITS: u8 = 8;
 
-/// The fewest node CIDRs one block claim covers.
-pub const CIDRS_PER_BLOCK: u32 = 1 << MIN_BLOCK_BITS;
-
 /// How many node CIDRs (as a power of two) a block of a cluster CIDR with `pool_bits` bits of node
 /// CIDRs covers: a fixed share of the pool, within [`MIN_BLOCK_BITS`]..=[`MAX_BLOCK_BITS`]. Every
 /// leader with the same cluster CIDRs computes the same blocks, so two of them claim a block under one
@@ -59,8 +57,9 @@ pub(crate) const FENCED_AT_POINTER: &str = "/metadata/annotations/ipam.netcm.io~
 /// `claim:` prefix keeps it out of conflict Events).
 pub(crate) const QUARANTINE_OWNER: &str = "claim:quarantine";
 
-/// The block a node CIDR is claimed under: the aligned supernet of 2^[`block_bits`] node CIDRs of its
-/// cluster CIDR ([`CIDRS_PER_BLOCK`] when that is unknown), or the whole cluster CIDR when it is smaller.
+/// The block a node CIDR is claimed under: the aligned supernet of a 256th of its cluster CIDR's node
+/// CIDRs, at least 64 and at most 1,024 (64 when the cluster CIDR is unknown), or the whole cluster CIDR
+/// when it is smaller.
 pub fn block_of(node_cidr: IpNet, cluster_cidr: Option<IpNet>) -> IpNet {
     let node_cidr = node_cidr.trunc();
     let cluster = cluster_cidr.filter(|c| c.contains(&node_cidr));

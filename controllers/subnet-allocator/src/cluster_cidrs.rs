@@ -271,11 +271,6 @@ impl Allocator {
     /// How many waiting Nodes each pool selects.
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
         let names: Vec<String> = lock(&self.waiting).iter().cloned().collect();
-        if names.is_empty() {
-            // The common case, every second: no pool is full, nothing to count.
-            lock(&self.waiting_labels).clear();
-            return HashMap::new();
-        }
         // Drop the labels of Nodes no longer waiting. Held while `pools` is locked below; nothing takes
         // this lock while holding `pools`, so the order cannot deadlock.
         let mut labels = lock(&self.waiting_labels);
