@@ -2,7 +2,7 @@
 //! kube-controller-manager's nodeipam range allocator, and never hands one CIDR to two Nodes.
 //!
 //! Watches Nodes through the manager's shared informer; writes only `spec.podCIDR` and `spec.podCIDRs`
-//! (one strategic-merge PATCH per Node, behind the leader fence, naming the Node's UID), only from blocks
+//! (one JSON Patch per Node, behind the leader fence, testing the Node's UID), only from blocks
 //! of CIDRs it claimed with a PodCIDRClaim object named after the block ([`claims`], [`blocks`]), so two
 //! leaders can never both give out one CIDR. Before the first allocation it records every CIDR any Node
 //! holds and quarantines the free CIDRs of earlier leaders' blocks while a write of theirs may still land;
