@@ -42,14 +42,6 @@ impl Family {
             Family::V6 => 128,
         }
     }
-
-    /// Index of this family in two-element per-family arrays (V4 = 0, V6 = 1).
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Family::V4 => 0,
-            Family::V6 => 1,
-        }
-    }
 }
 
 impl fmt::Display for Family {
