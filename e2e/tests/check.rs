@@ -1,14 +1,16 @@
 //! `netcm check` against a real control plane, tried as a new user would: each failure class is created
 //! for real (a full pool, overlapping pod CIDRs, no leader, kube-controller-manager allocating beside
-//! netcm, the chart's RBAC missing a verb, the API server down) and must be named with the right fix; a
-//! healthy cluster run by netcm as the chart's ServiceAccount passes every check.
+//! netcm, the chart's RBAC missing a verb, the API server down, a refused ClusterCIDR) and must be named
+//! with the right fix; a healthy cluster run by netcm as the chart's ServiceAccount passes every check.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use netcm_e2e::nodes::pod_cidrs;
-use netcm_e2e::{serviceaccount_kubeconfig, wait_for, Netcm, TestEnv, LEASE_NAMESPACE};
+use netcm_e2e::{
+    cluster_cidrs, serviceaccount_kubeconfig, wait_for, Netcm, TestEnv, LEASE_NAMESPACE,
+};
 
 #[path = "check/support.rs"]
 mod support;
@@ -185,6 +187,78 @@ async fn a_full_pool_names_the_waiting_node_and_says_to_append_a_cluster_cidr() 
         "the Event netcm recorded is shown:\n{}",
         node.text
     );
+}
+
+#[tokio::test]
+async fn a_clustercidr_pools_nodes_are_counted_there_and_a_refused_clustercidr_is_named() {
+    let env = TestEnv::new().await;
+    for (name, spec) in [
+        // A pool of its own for a rack of Nodes.
+        (
+            "check-rack",
+            serde_json::json!({"perNodeHostBits": 8, "ipv4": "10.128.0.0/16"}),
+        ),
+        // Half of the flag pool's range: refused, as it overlaps without being the same range.
+        (
+            "check-clash",
+            serde_json::json!({"perNodeHostBits": 8, "ipv4": "10.244.0.0/17"}),
+        ),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.x-k8s.io/v1",
+            "kind": "ClusterCIDR",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .expect("ClusterCIDR");
+        cluster_cidrs(&env.client)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create ClusterCIDR");
+    }
+    let _netcm = Netcm::start(
+        "pools",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    );
+    // A Node that already holds a CIDR of the rack pool, and one the allocator serves.
+    register_node(&env.client, "rack-0", "192.0.2.40", &["10.128.0.0/24"]).await;
+    register_node(&env.client, "plain-0", "192.0.2.41", &[]).await;
+    wait_all_allocated(&env.client, 2).await;
+
+    let run = netcm_check(&env.cp.kubeconfig, &[]);
+    let cidrs = run.findings("cidrs");
+    assert!(
+        cidrs.iter().all(|f| f["status"] == "ok"),
+        "a CIDR from a ClusterCIDR pool is not out of range:\n{}",
+        run.text
+    );
+    let rack = run
+        .findings("pool")
+        .into_iter()
+        .find(|f| {
+            f["message"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("ClusterCIDR check-rack")
+        })
+        .unwrap_or_else(|| panic!("no line for the rack pool:\n{}", run.text));
+    assert_eq!(rack["status"], "ok", "{}", run.text);
+    assert!(
+        rack["message"].as_str().unwrap_or("").contains("1/256"),
+        "{}",
+        run.text
+    );
+    let clash = run.failed("pool", "ClusterCIDR check-clash is refused");
+    assert!(
+        CheckRun::fix(clash).contains("kubectl describe clustercidr check-clash"),
+        "{}",
+        run.text
+    );
+    assert_eq!(run.code, 1, "a refused ClusterCIDR fails the check");
 }
 
 #[tokio::test]

@@ -10,6 +10,8 @@
 
 mod convert;
 
+pub use convert::object_pool;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

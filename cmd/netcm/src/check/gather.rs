@@ -17,7 +17,9 @@ use netcm_subnet_allocator::claims::{GROUP, KIND, PLURAL, VERSION};
 
 use super::rbac::{self, Request, Subject};
 use super::report::Finding;
-use super::snapshot::{ClaimRecord, ClaimsState, GivenFlags, LeaseState, Settings, Snapshot};
+use super::snapshot::{
+    ClaimRecord, ClaimsState, GivenFlags, LeaseState, ObjectPoolsState, Settings, Snapshot,
+};
 
 /// What to read and as whom.
 #[derive(Debug, Clone)]
@@ -157,6 +159,7 @@ pub async fn gather(t: &Target) -> Gathered {
         }
     };
     let claims = read_claims(&client).await;
+    let object_pools = read_object_pools(&client).await;
     let events = Api::<Event>::namespaced(client.clone(), "default")
         .list(&ListParams::default())
         .await
@@ -175,6 +178,7 @@ pub async fn gather(t: &Target) -> Gathered {
         lease,
         nodes,
         claims,
+        object_pools,
         events,
         settings,
     };
@@ -233,6 +237,31 @@ async fn read_claims(client: &kube::Client) -> ClaimsState {
         ),
         Err(kube::Error::Api(s)) if s.code == 404 => ClaimsState::NotInstalled,
         Err(e) => ClaimsState::Unreadable(error_text(&e)),
+    }
+}
+
+/// The ClusterCIDR objects as the allocator's pools, oldest first (then by name), as it ranks them.
+async fn read_object_pools(client: &kube::Client) -> ObjectPoolsState {
+    let resource = netcm_subnet_allocator::cluster_cidrs::api_resource();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let mut objects = list.items;
+            objects.sort_by_cached_key(|o| {
+                (
+                    o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    o.metadata.name.clone(),
+                )
+            });
+            ObjectPoolsState::Listed(
+                objects
+                    .iter()
+                    .map(netcm_subnet_allocator::cluster_cidrs::object_pool)
+                    .collect(),
+            )
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => ObjectPoolsState::NotInstalled,
+        Err(e) => ObjectPoolsState::Unreadable(error_text(&e)),
     }
 }
 

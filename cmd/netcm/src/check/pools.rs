@@ -1,14 +1,15 @@
 //! Pools, waiting Nodes and bad data: capacity vs Nodes per cluster CIDR (as the allocator counts it,
-//! with netcm-ipam's own `Pools`), Nodes without a pod CIDR and why, and pod CIDRs that are unparsable,
-//! outside every cluster CIDR, or overlap another Node's (naming both).
+//! with netcm-ipam's own `Pools`: the flag pool and, unless the leader ignores them, the ClusterCIDR
+//! objects' pools), Nodes without a pod CIDR and why, and pod CIDRs that are unparsable, outside every
+//! pool, or overlap another Node's (naming both).
 
 use std::collections::BTreeMap;
 
-use netcm_ipam::{HoldFinding, PoolStats, Pools};
+use netcm_ipam::{HoldFinding, PoolState, PoolStats, Pools, DEFAULT_POOL};
 use netcm_node::Family;
 
 use super::report::Finding;
-use super::snapshot::{ago, event_time, name, pod_cidrs, Snapshot, Source};
+use super::snapshot::{ago, event_time, name, pod_cidrs, ObjectPoolsState, Snapshot, Source};
 
 /// Usage above which a pool is reported as nearly full.
 pub const NEARLY_FULL: f64 = 0.9;
@@ -17,10 +18,12 @@ pub const GRACE_SECS: i64 = 30;
 
 /// The pools as the allocator would see them with every Node's CIDRs recorded.
 pub struct Analysis {
-    /// Usage per cluster CIDR.
+    /// Usage per cluster CIDR, the flag pool's first.
     pub stats: Vec<PoolStats>,
-    /// Families whose every cluster CIDR is full.
+    /// Families whose every cluster CIDR of the flag pool is full.
     pub full: Vec<Family>,
+    /// ClusterCIDRs the allocator refuses, and why.
+    pub refused: Vec<(String, String)>,
     /// Per Node: (unparsable CIDRs, findings).
     pub bad: BTreeMap<String, (Vec<String>, Vec<HoldFinding>)>,
 }
@@ -35,6 +38,23 @@ pub fn analyse(s: &Snapshot) -> Option<Result<Analysis, String>> {
         Ok(p) => p,
         Err(e) => return Some(Err(e.to_string())),
     };
+    // The leader counts ClusterCIDR pools unless it runs with --cluster-cidr-objects=false: a Node's CIDR
+    // from one of them is neither out of range nor free for the flag pool.
+    if let (ObjectPoolsState::Listed(objects), false) = (
+        &s.object_pools,
+        s.settings.cluster_cidr_objects == Some(false),
+    ) {
+        pools.sync_objects(objects);
+    }
+    let refused = pools
+        .reports()
+        .into_iter()
+        .filter(|r| r.is_object)
+        .filter_map(|r| match r.state {
+            PoolState::Refused(why) => Some((r.name, why.to_string())),
+            PoolState::Active | PoolState::Draining => None,
+        })
+        .collect();
     let mut bad = BTreeMap::new();
     // Oldest first, so the Node that got a CIDR second is the one named as overlapping the first.
     let mut nodes: Vec<_> = s.nodes.iter().collect();
@@ -54,11 +74,16 @@ pub fn analyse(s: &Snapshot) -> Option<Result<Analysis, String>> {
         .filter(|fam| {
             stats
                 .iter()
-                .filter(|st| st.family == *fam)
+                .filter(|st| st.family == *fam && st.pool == DEFAULT_POOL)
                 .all(|st| st.allocated >= st.max)
         })
         .collect();
-    Some(Ok(Analysis { stats, full, bad }))
+    Some(Ok(Analysis {
+        stats,
+        full,
+        refused,
+        bad,
+    }))
 }
 
 fn cluster_cidr_fix(s: &Snapshot, full: &[&PoolStats]) -> String {
@@ -95,27 +120,56 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
         Source::Leader => "the leader's",
         Source::Defaults => "default",
     };
-    a.stats
+    let mut findings: Vec<Finding> = a
+        .stats
         .iter()
         .map(|p| {
             let pct = p.usage * 100.0;
-            let line = format!(
-                "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
-                p.cluster_cidr, p.family, p.allocated, p.max
-            );
+            let (line, fix) = if p.pool == DEFAULT_POOL {
+                let line = format!(
+                    "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
+                    p.cluster_cidr, p.family, p.allocated, p.max
+                );
+                (line, cluster_cidr_fix(s, &[p]))
+            } else {
+                let line = format!(
+                    "ClusterCIDR {}: {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
+                    p.pool, p.cluster_cidr, p.family, p.allocated, p.max
+                );
+                let fix = format!(
+                    "create another ClusterCIDR with an unused range for the Nodes that {} selects (kubectl get clustercidr {} -o yaml), or delete the Nodes that are gone",
+                    p.pool, p.pool
+                );
+                (line, fix)
+            };
             if p.allocated >= p.max {
-                Finding::fail("pool", format!("{line}: full"), cluster_cidr_fix(s, &[p]))
+                Finding::fail("pool", format!("{line}: full"), fix)
             } else if p.usage > NEARLY_FULL {
-                Finding::warn(
-                    "pool",
-                    format!("{line}: over 90 %"),
-                    cluster_cidr_fix(s, &[p]),
-                )
+                Finding::warn("pool", format!("{line}: over 90 %"), fix)
             } else {
                 Finding::ok("pool", line)
             }
         })
-        .collect()
+        .collect();
+    for (pool, why) in &a.refused {
+        findings.push(Finding::fail(
+            "pool",
+            format!("ClusterCIDR {pool} is refused, nothing is allocated from it: {why}"),
+            format!("fix or delete it: kubectl describe clustercidr {pool} (its Events say why), kubectl edit clustercidr {pool}"),
+        ));
+    }
+    // Unread objects matter only to a leader that counts them.
+    if let (ObjectPoolsState::Unreadable(e), false) = (
+        &s.object_pools,
+        s.settings.cluster_cidr_objects == Some(false),
+    ) {
+        findings.push(Finding::warn(
+            "pool",
+            format!("ClusterCIDR objects could not be listed ({e}); their pools are not counted above"),
+            "run netcm check as a user who may list clustercidrs.networking.x-k8s.io (kubectl auth can-i list clustercidrs.networking.x-k8s.io)",
+        ));
+    }
+    findings
 }
 
 /// Why a Node without a pod CIDR has none, and how bad that is.
@@ -314,197 +368,4 @@ pub fn check_bad_data(s: &Snapshot, analysis: Option<&Result<Analysis, String>>)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::report::Status;
-    use super::super::snapshot::fixtures::*;
-    use super::*;
-    use k8s_openapi::api::core::v1::ObjectReference;
-    use k8s_openapi::api::events::v1::Event;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-
-    fn run(s: &Snapshot) -> Vec<Finding> {
-        let a = analyse(s);
-        let mut out = check_pools(s, a.as_ref());
-        out.extend(check_waiting(s, a.as_ref()));
-        out.extend(check_bad_data(s, a.as_ref()));
-        out
-    }
-
-    #[test]
-    fn a_healthy_pool_reports_its_usage_and_every_node_served() {
-        let s = snapshot(
-            "10.244.0.0/16",
-            vec![
-                node("a", "192.0.2.1", &["10.244.0.0/24"]),
-                node("b", "192.0.2.2", &["10.244.1.0/24"]),
-            ],
-        );
-        let f = run(&s);
-        assert!(f.iter().all(|f| f.status == Status::Ok), "{f:#?}");
-        assert!(f[0].message.contains("2/256"), "{}", f[0].message);
-    }
-
-    #[test]
-    fn a_full_pool_names_the_waiting_node_and_says_to_append_a_cluster_cidr() {
-        let s = snapshot(
-            "10.244.0.0/23",
-            vec![
-                node("a", "192.0.2.1", &["10.244.0.0/24"]),
-                node("b", "192.0.2.2", &["10.244.1.0/24"]),
-                node("c", "192.0.2.3", &[]),
-            ],
-        );
-        let f = run(&s);
-        let pool = &f[0];
-        assert_eq!(pool.status, Status::Fail);
-        assert!(
-            pool.message.contains("2/2") && pool.message.contains("full"),
-            "{}",
-            pool.message
-        );
-        let waiting = f.iter().find(|f| f.check == "waiting").expect("waiting");
-        assert_eq!(waiting.status, Status::Fail);
-        assert_eq!(waiting.nodes, ["c"]);
-        assert!(
-            waiting.message.contains("10.244.0.0/23 is full (2/2)"),
-            "{}",
-            waiting.message
-        );
-        assert!(waiting
-            .fix
-            .as_deref()
-            .unwrap_or_default()
-            .contains("--cluster-cidr"));
-    }
-
-    #[test]
-    fn a_pool_over_ninety_percent_is_a_warning() {
-        let nodes: Vec<_> = (0..15)
-            .map(|i| {
-                node(
-                    &format!("n{i}"),
-                    "192.0.2.1",
-                    &[&format!("10.244.0.{}/28", i * 16)],
-                )
-            })
-            .collect();
-        let mut s = snapshot("10.244.0.0/24", nodes);
-        s.settings = super::super::snapshot::Settings::resolve(
-            &super::super::snapshot::GivenFlags {
-                cluster_cidr: Some("10.244.0.0/24".into()),
-                node_cidr_mask_size: Some(28),
-                ..Default::default()
-            },
-            None,
-        );
-        let f = run(&s);
-        assert_eq!(f[0].status, Status::Warn, "{f:#?}");
-        assert!(f[0].message.contains("15/16"));
-    }
-
-    #[test]
-    fn overlapping_cidrs_name_both_nodes_and_the_later_one_is_to_be_recreated() {
-        let mut older = node("old", "192.0.2.1", &["10.244.1.0/24"]);
-        older.metadata.creation_timestamp = Some(Time(before(7200)));
-        let s = snapshot(
-            "10.244.0.0/16",
-            vec![node("new", "192.0.2.2", &["10.244.1.0/25"]), older],
-        );
-        let f = run(&s);
-        let bad = f.iter().find(|f| f.check == "cidrs").expect("cidrs");
-        assert_eq!(bad.status, Status::Fail);
-        assert_eq!(bad.nodes, ["new", "old"]);
-        assert!(
-            bad.message.contains("Node new") && bad.message.contains("Node old"),
-            "{}",
-            bad.message
-        );
-        assert!(bad
-            .fix
-            .as_deref()
-            .unwrap_or_default()
-            .contains("kubectl delete node new"));
-    }
-
-    #[test]
-    fn overlaps_are_found_even_without_known_cluster_cidrs() {
-        let mut s = snapshot(
-            "10.244.0.0/16",
-            vec![
-                node("a", "192.0.2.1", &["10.1.0.0/24"]),
-                node("b", "192.0.2.2", &["10.1.0.0/24"]),
-            ],
-        );
-        s.settings = super::super::snapshot::Settings::resolve(&Default::default(), None);
-        let f = run(&s);
-        assert_eq!(f[0].status, Status::Warn, "unknown pools: {f:#?}");
-        assert!(f
-            .iter()
-            .any(|f| f.check == "cidrs" && f.status == Status::Fail));
-    }
-
-    #[test]
-    fn unparsable_and_out_of_range_cidrs_are_reported_with_their_node() {
-        let s = snapshot(
-            "10.244.0.0/16",
-            vec![
-                node("a", "192.0.2.1", &["banana"]),
-                node("b", "192.0.2.2", &["10.9.0.0/24"]),
-            ],
-        );
-        let f = run(&s);
-        let bad: Vec<_> = f.iter().filter(|f| f.check == "cidrs").collect();
-        assert_eq!(bad.len(), 2, "{bad:#?}");
-        assert!(bad[0].message.contains("unparsable") && bad[0].nodes == ["a"]);
-        assert!(bad[1].message.contains("outside every cluster CIDR") && bad[1].nodes == ["b"]);
-    }
-
-    #[test]
-    fn a_node_waiting_for_no_known_reason_is_a_warning_while_young_and_a_failure_later() {
-        let mut young = node("young", "192.0.2.1", &[]);
-        young.metadata.creation_timestamp = Some(Time(before(3)));
-        let s = snapshot("10.244.0.0/16", vec![young, node("old", "192.0.2.2", &[])]);
-        let f = run(&s);
-        let waiting: Vec<_> = f.iter().filter(|f| f.check == "waiting").collect();
-        assert_eq!(waiting[0].status, Status::Warn);
-        assert_eq!(waiting[1].status, Status::Fail);
-        assert!(waiting[1]
-            .fix
-            .as_deref()
-            .unwrap_or_default()
-            .contains("grep node=old"));
-    }
-
-    #[test]
-    fn a_waiting_node_shows_the_warning_event_netcm_recorded_on_it() {
-        let mut s = snapshot("10.244.0.0/16", vec![node("a", "192.0.2.1", &[])]);
-        s.events.push(Event {
-            type_: Some("Warning".into()),
-            reason: Some("CIDRAssignmentFailed".into()),
-            note: Some("denied by policy".into()),
-            event_time: Some(MicroTime(before(5))),
-            regarding: Some(ObjectReference {
-                name: Some("a".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        let f = run(&s);
-        let w = f.iter().find(|f| f.check == "waiting").expect("waiting");
-        assert!(
-            w.message
-                .contains("CIDRAssignmentFailed 5s ago: denied by policy"),
-            "{}",
-            w.message
-        );
-    }
-
-    #[test]
-    fn without_a_leader_waiting_nodes_point_at_the_leader_check() {
-        let mut s = snapshot("10.244.0.0/16", vec![node("a", "192.0.2.1", &[])]);
-        s.lease = super::super::snapshot::LeaseState::NotFound;
-        let f = run(&s);
-        let w = f.iter().find(|f| f.check == "waiting").expect("waiting");
-        assert!(w.message.contains("no netcm leads"), "{}", w.message);
-    }
-}
+mod tests;

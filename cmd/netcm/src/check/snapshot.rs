@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
-use netcm_ipam::{AllocatorConfig, AllocatorFlags};
+use netcm_ipam::{AllocatorConfig, AllocatorFlags, ObjectPool};
 use netcm_manager::published::EffectiveConfiguration;
 use netcm_node::PodCidrs;
 
@@ -44,6 +44,17 @@ pub enum ClaimsState {
     Unreadable(String),
 }
 
+/// The ClusterCIDR objects (node-ipam-controller's pools) as read.
+#[derive(Debug, Clone)]
+pub enum ObjectPoolsState {
+    /// Listed, as pools, oldest first (the order the allocator ranks them in).
+    Listed(Vec<ObjectPool>),
+    /// The CRD is not installed.
+    NotInstalled,
+    /// Could not be listed.
+    Unreadable(String),
+}
+
 /// Everything the checks look at.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -59,6 +70,8 @@ pub struct Snapshot {
     pub nodes: Vec<Node>,
     /// Every PodCIDRClaim.
     pub claims: ClaimsState,
+    /// Every ClusterCIDR.
+    pub object_pools: ObjectPoolsState,
     /// Events netcm recorded about Nodes.
     pub events: Vec<Event>,
     /// The configuration to judge by.
@@ -381,6 +394,7 @@ pub mod fixtures {
             lease: LeaseState::Found(Box::new(lease("leader_1", 1, 0))),
             nodes,
             claims: ClaimsState::NotInstalled,
+            object_pools: ObjectPoolsState::NotInstalled,
             events: Vec::new(),
             settings: Settings::resolve(&GivenFlags::default(), Some(&published(cluster_cidr))),
         }

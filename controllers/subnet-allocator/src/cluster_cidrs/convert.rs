@@ -7,8 +7,8 @@ use kube::api::DynamicObject;
 use netcm_ipam::{NodeSelector, ObjectPool, PoolReport, PoolSpec, PoolState, Requirement, Term};
 use serde_json::{json, Value};
 
-/// The pool an object describes.
-pub(crate) fn object_pool(obj: &DynamicObject) -> ObjectPool {
+/// The pool a ClusterCIDR object describes (also what `netcm check` counts by).
+pub fn object_pool(obj: &DynamicObject) -> ObjectPool {
     ObjectPool {
         name: obj.metadata.name.clone().unwrap_or_default(),
         uid: obj.metadata.uid.clone().unwrap_or_default(),
