@@ -193,10 +193,13 @@ async fn a_full_pool_names_the_waiting_node_and_says_to_append_a_cluster_cidr() 
 async fn a_clustercidr_pools_nodes_are_counted_there_and_a_refused_clustercidr_is_named() {
     let env = TestEnv::new().await;
     for (name, spec) in [
-        // A pool of its own for a rack of Nodes.
+        // A pool of its own for a rack of Nodes, labelled so. None here is: plain-0 gets a CIDR of the
+        // flag pool, and rack-0's CIDR from this range must still count here.
         (
             "check-rack",
-            serde_json::json!({"perNodeHostBits": 8, "ipv4": "10.128.0.0/16"}),
+            serde_json::json!({"perNodeHostBits": 8, "ipv4": "10.128.0.0/16",
+                "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "netcm-e2e/rack", "operator": "In", "values": ["a"]}]}]}}),
         ),
         // Half of the flag pool's range: refused, as it overlaps without being the same range.
         (
@@ -249,6 +252,12 @@ async fn a_clustercidr_pools_nodes_are_counted_there_and_a_refused_clustercidr_i
     assert_eq!(rack["status"], "ok", "{}", run.text);
     assert!(
         rack["message"].as_str().unwrap_or("").contains("1/256"),
+        "{}",
+        run.text
+    );
+    let flag = run.findings("pool")[0]["message"].as_str().unwrap_or("");
+    assert!(
+        flag.contains("10.244.0.0/16") && flag.contains("1/256"),
         "{}",
         run.text
     );
