@@ -10,7 +10,7 @@
 
 mod convert;
 
-pub use convert::object_pool;
+pub use convert::{object_pool, sort_oldest_first};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,15 +197,7 @@ impl Allocator {
     /// Brings the pools in line with the store and writes finalizers, Events and status.
     pub(crate) async fn reconcile_pools(&self, cc: &ClusterCidrs) {
         let mut objects: Vec<DynamicObject> = lock(&cc.store).values().cloned().collect();
-        objects.sort_by(|a, b| {
-            let key = |o: &DynamicObject| {
-                (
-                    o.metadata.creation_timestamp.clone().map(|t| t.0),
-                    o.metadata.name.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
+        sort_oldest_first(&mut objects);
         let wanted: Vec<_> = objects.iter().map(convert::object_pool).collect();
         let (report, reports) = {
             let mut pools = lock(&self.pools);

@@ -247,12 +247,7 @@ async fn read_object_pools(client: &kube::Client) -> ObjectPoolsState {
     match api.list(&ListParams::default()).await {
         Ok(list) => {
             let mut objects = list.items;
-            objects.sort_by_cached_key(|o| {
-                (
-                    o.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    o.metadata.name.clone(),
-                )
-            });
+            netcm_subnet_allocator::cluster_cidrs::sort_oldest_first(&mut objects);
             ObjectPoolsState::Listed(
                 objects
                     .iter()

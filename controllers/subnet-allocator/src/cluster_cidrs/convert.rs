@@ -7,6 +7,17 @@ use kube::api::DynamicObject;
 use netcm_ipam::{NodeSelector, ObjectPool, PoolReport, PoolSpec, PoolState, Requirement, Term};
 use serde_json::{json, Value};
 
+/// Sorts ClusterCIDR objects into the order pools are ranked in: oldest first, then by name, so every
+/// leader (and `netcm check`) agrees without having seen them arrive.
+pub fn sort_oldest_first(objects: &mut [DynamicObject]) {
+    objects.sort_by_cached_key(|o| {
+        (
+            o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            o.metadata.name.clone(),
+        )
+    });
+}
+
 /// The pool a ClusterCIDR object describes (also what `netcm check` counts by).
 pub fn object_pool(obj: &DynamicObject) -> ObjectPool {
     ObjectPool {

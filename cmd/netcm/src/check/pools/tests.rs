@@ -252,10 +252,8 @@ fn a_refused_or_full_clustercidr_and_unlistable_objects_are_reported() {
         "10.244.0.0/16",
         vec![node("rack", "192.0.2.2", &["10.128.0.0/24"])],
     );
-    let mut tiny = cluster_cidr_object("tiny", "10.128.0.0/24");
-    if let Ok(spec) = &mut tiny.spec {
-        spec.per_node_host_bits = 8;
-    }
+    // A /24 of /24s: room for one Node, which rack holds.
+    let tiny = cluster_cidr_object("tiny", "10.128.0.0/24");
     s.object_pools =
         ObjectPoolsState::Listed(vec![tiny, cluster_cidr_object("clash", "10.244.0.0/17")]);
     let f = run(&s);
