@@ -1,0 +1,69 @@
+//! The API server's protobuf, read for netcm's informer.
+//!
+//! kube-apiserver encodes a Node in protobuf for about a third of the CPU JSON costs it, and the encoding
+//! is smaller (measured on this machine: a streaming list of 10,000 ~8 KB Nodes took 0.6 s of its CPU
+//! in protobuf, 1.5–1.8 s in JSON). kube-rs reads only JSON, so netcm's informer asks for protobuf and
+//! this crate turns each answer into the JSON of just the fields the informer's wire type decodes
+//! (`WireNode` in netcm-manager): name, uid, resourceVersion, deletion, labels, annotations, pod CIDRs,
+//! taints, unschedulable, providerID, addresses and conditions. Everything else — managedFields, images,
+//! nodeInfo, capacity — is skipped by its length without being read. The JSON follows the API server's
+//! own rules for it (`omitempty` fields left out when empty), so a Node decodes the same either way.
+//!
+//! Start at [`transcode_object`] (a list or a single answer) and [`WatchFrames`] (a watch stream).
+//! [`wire`] reads protobuf's wire format; [`node`] knows the field numbers of `k8s.io/api/core/v1`.
+
+mod envelope;
+mod frames;
+mod json;
+pub mod node;
+pub mod wire;
+
+pub use envelope::{transcode_object, transcode_watch_event};
+pub use frames::WatchFrames;
+
+/// The content type the API server answers protobuf in (a watch adds `;stream=watch`).
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Why an answer could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtobufError {
+    /// The bytes end inside a field.
+    #[error("protobuf ends inside a field")]
+    Truncated,
+    /// A varint longer than ten bytes.
+    #[error("protobuf varint longer than 10 bytes")]
+    VarintTooLong,
+    /// A wire type protobuf 3 does not use (groups) or that does not exist.
+    #[error("protobuf wire type {0} is not supported")]
+    WireType(u8),
+    /// A field that must be a string or a message has another wire type.
+    #[error("protobuf field {field} of {message} has wire type {found}, not {expected}")]
+    FieldType {
+        /// The message being read.
+        message: &'static str,
+        /// Its field number.
+        field: u32,
+        /// The wire type expected.
+        expected: &'static str,
+        /// The wire type found.
+        found: &'static str,
+    },
+    /// A string that is not UTF-8.
+    #[error("protobuf string in {0} is not UTF-8")]
+    NotUtf8(&'static str),
+    /// The answer lacks the `k8s\0` prefix of a Kubernetes protobuf object.
+    #[error("answer lacks the Kubernetes protobuf prefix k8s\\0")]
+    NoMagic,
+    /// The envelope names a content encoding (none is used by the API server today).
+    #[error("protobuf envelope has content encoding {0:?}")]
+    ContentEncoding(String),
+    /// An object of a kind this crate does not read.
+    #[error("unexpected kind {0:?} in a protobuf answer")]
+    UnexpectedKind(String),
+    /// A watch frame longer than the limit.
+    #[error("watch frame of {0} bytes exceeds the limit")]
+    FrameTooLong(usize),
+    /// A timestamp out of range.
+    #[error("timestamp {0} s is out of range")]
+    Timestamp(i64),
+}

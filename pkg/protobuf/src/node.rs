@@ -1,0 +1,265 @@
+//! A `k8s.io/api/core/v1.Node` read from protobuf: only the fields netcm's informer decodes, each a
+//! slice of the input, then written as the API server's JSON of those fields.
+//!
+//! Field numbers are those of `k8s.io/api/core/v1/generated.proto` and
+//! `k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto`; they never change once released.
+
+use crate::json::{self, Object};
+use crate::wire;
+use crate::ProtobufError;
+
+/// A Node's taint.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Taint<'a> {
+    /// `key`.
+    pub key: &'a str,
+    /// `value`.
+    pub value: &'a str,
+    /// `effect`.
+    pub effect: &'a str,
+}
+
+/// A Node's condition, without its times.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Condition<'a> {
+    /// `type`.
+    pub type_: &'a str,
+    /// `status`.
+    pub status: &'a str,
+    /// `reason`.
+    pub reason: &'a str,
+    /// `message`.
+    pub message: &'a str,
+}
+
+/// The fields of a Node the informer decodes, borrowed from the protobuf they were read from.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct NodeView<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `metadata.uid`.
+    pub uid: &'a str,
+    /// `metadata.resourceVersion`.
+    pub resource_version: &'a str,
+    /// `metadata.deletionTimestamp`, in seconds since the epoch.
+    pub deletion_seconds: Option<i64>,
+    /// `metadata.labels`, in the order sent.
+    pub labels: Vec<(&'a str, &'a str)>,
+    /// `metadata.annotations`, in the order sent.
+    pub annotations: Vec<(&'a str, &'a str)>,
+    /// `spec.podCIDR`.
+    pub pod_cidr: &'a str,
+    /// `spec.podCIDRs`.
+    pub pod_cidrs: Vec<&'a str>,
+    /// `spec.providerID`.
+    pub provider_id: &'a str,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: Vec<Taint<'a>>,
+    /// `status.addresses` as (type, address).
+    pub addresses: Vec<(&'a str, &'a str)>,
+    /// `status.conditions`.
+    pub conditions: Vec<Condition<'a>>,
+}
+
+/// Reads a Node's protobuf (the object itself, without the `k8s\0` envelope).
+pub fn read_node(raw: &[u8]) -> Result<NodeView<'_>, ProtobufError> {
+    let mut node = NodeView::default();
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => read_meta(&mut node, v.bytes("Node", 1)?)?,
+            (2, v) => read_spec(&mut node, v.bytes("Node", 2)?)?,
+            (3, v) => read_status(&mut node, v.bytes("Node", 3)?)?,
+            _ => {}
+        }
+    }
+    Ok(node)
+}
+
+fn read_meta<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), ProtobufError> {
+    const M: &str = "ObjectMeta";
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => node.name = v.str(M, 1)?,
+            (5, v) => node.uid = v.str(M, 5)?,
+            (6, v) => node.resource_version = v.str(M, 6)?,
+            (9, v) => node.deletion_seconds = Some(read_time_seconds(v.bytes(M, 9)?)?),
+            (11, v) => node.labels.push(read_map_entry(v.bytes(M, 11)?)?),
+            (12, v) => node.annotations.push(read_map_entry(v.bytes(M, 12)?)?),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A `metav1.Time`: seconds = 1, nanos = 2 (JSON carries whole seconds only).
+fn read_time_seconds(raw: &[u8]) -> Result<i64, ProtobufError> {
+    let mut seconds = 0;
+    for field in wire::fields(raw) {
+        if let (1, v) = field? {
+            // int64 is sent as its two's complement in a varint.
+            seconds = v.varint("Time", 1)? as i64;
+        }
+    }
+    Ok(seconds)
+}
+
+/// One entry of a `map<string, string>`: key = 1, value = 2.
+fn read_map_entry(raw: &[u8]) -> Result<(&str, &str), ProtobufError> {
+    let (mut key, mut value) = ("", "");
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => key = v.str("map entry", 1)?,
+            (2, v) => value = v.str("map entry", 2)?,
+            _ => {}
+        }
+    }
+    Ok((key, value))
+}
+
+fn read_spec<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), ProtobufError> {
+    const M: &str = "NodeSpec";
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => node.pod_cidr = v.str(M, 1)?,
+            (3, v) => node.provider_id = v.str(M, 3)?,
+            (4, v) => node.unschedulable = v.varint(M, 4)? != 0,
+            (5, v) => node.taints.push(read_taint(v.bytes(M, 5)?)?),
+            (7, v) => node.pod_cidrs.push(v.str(M, 7)?),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn read_taint(raw: &[u8]) -> Result<Taint<'_>, ProtobufError> {
+    let mut taint = Taint::default();
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => taint.key = v.str("Taint", 1)?,
+            (2, v) => taint.value = v.str("Taint", 2)?,
+            (3, v) => taint.effect = v.str("Taint", 3)?,
+            _ => {}
+        }
+    }
+    Ok(taint)
+}
+
+fn read_status<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), ProtobufError> {
+    const M: &str = "NodeStatus";
+    for field in wire::fields(raw) {
+        match field? {
+            (4, v) => node.conditions.push(read_condition(v.bytes(M, 4)?)?),
+            (5, v) => node.addresses.push(read_address(v.bytes(M, 5)?)?),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn read_condition(raw: &[u8]) -> Result<Condition<'_>, ProtobufError> {
+    const M: &str = "NodeCondition";
+    let mut c = Condition::default();
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => c.type_ = v.str(M, 1)?,
+            (2, v) => c.status = v.str(M, 2)?,
+            (5, v) => c.reason = v.str(M, 5)?,
+            (6, v) => c.message = v.str(M, 6)?,
+            _ => {}
+        }
+    }
+    Ok(c)
+}
+
+fn read_address(raw: &[u8]) -> Result<(&str, &str), ProtobufError> {
+    let (mut type_, mut address) = ("", "");
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => type_ = v.str("NodeAddress", 1)?,
+            (2, v) => address = v.str("NodeAddress", 2)?,
+            _ => {}
+        }
+    }
+    Ok((type_, address))
+}
+
+impl NodeView<'_> {
+    /// Appends the Node as the API server would write these fields in JSON: `omitempty` strings, lists
+    /// and `false` left out, required ones (a taint's key and effect, an address, a condition's type
+    /// and status) always written.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), ProtobufError> {
+        // Everything that can fail comes before the first byte is written.
+        let deletion = match self.deletion_seconds {
+            Some(seconds) => Some(
+                jiff::Timestamp::from_second(seconds)
+                    .map_err(|_| ProtobufError::Timestamp(seconds))?
+                    .to_string(),
+            ),
+            None => None,
+        };
+        let mut node = Object::open(out);
+        node.str("apiVersion", "v1");
+        node.str("kind", "Node");
+        let mut meta = Object::open(node.key("metadata"));
+        meta.str_nonempty("name", self.name);
+        meta.str_nonempty("uid", self.uid);
+        meta.str_nonempty("resourceVersion", self.resource_version);
+        if let Some(at) = &deletion {
+            meta.str("deletionTimestamp", at);
+        }
+        if !self.labels.is_empty() {
+            meta.map("labels", &self.labels);
+        }
+        if !self.annotations.is_empty() {
+            meta.map("annotations", &self.annotations);
+        }
+        meta.close();
+        let mut spec = Object::open(node.key("spec"));
+        spec.str_nonempty("podCIDR", self.pod_cidr);
+        if !self.pod_cidrs.is_empty() {
+            spec.array("podCIDRs", &self.pod_cidrs, |out, s| json::string(out, s));
+        }
+        spec.str_nonempty("providerID", self.provider_id);
+        if self.unschedulable {
+            spec.key("unschedulable").extend_from_slice(b"true");
+        }
+        if !self.taints.is_empty() {
+            spec.array("taints", &self.taints, |out, t| {
+                let mut o = Object::open(out);
+                o.str("key", t.key);
+                o.str_nonempty("value", t.value);
+                o.str("effect", t.effect);
+                o.close();
+            });
+        }
+        spec.close();
+        let mut status = Object::open(node.key("status"));
+        if !self.addresses.is_empty() {
+            status.array("addresses", &self.addresses, |out, (t, a)| {
+                let mut o = Object::open(out);
+                o.str("type", t);
+                o.str("address", a);
+                o.close();
+            });
+        }
+        if !self.conditions.is_empty() {
+            status.array("conditions", &self.conditions, |out, c| {
+                let mut o = Object::open(out);
+                o.str("type", c.type_);
+                o.str("status", c.status);
+                o.str_nonempty("reason", c.reason);
+                o.str_nonempty("message", c.message);
+                o.close();
+            });
+        }
+        status.close();
+        node.close();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;
