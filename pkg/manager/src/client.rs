@@ -7,6 +7,7 @@
 //! leader election's own ([`build_unfenced_client`]), so renewals never queue behind a backlog.
 
 mod layer;
+pub mod protobuf;
 pub mod unread;
 
 use std::path::PathBuf;

@@ -151,6 +151,7 @@ impl Manager {
             retry_period = %format_duration(lease.retry_period),
             kube_api_qps = flags.kube_api_qps,
             kube_api_burst = flags.kube_api_burst,
+            kube_api_content_type = flags.kube_api_content_type.as_str(),
             listen = %format!("{}:{}", flags.bind_address, flags.port),
             "effective configuration"
         );
@@ -267,7 +268,12 @@ impl Manager {
         let fields = initialized
             .iter()
             .fold(NodeFields::none(), |all, (_, c)| all.union(c.node_fields()));
-        let informer = Informer::start(&nodes, &self.client, fields);
+        let informer = Informer::start(
+            &nodes,
+            &self.client,
+            self.opts.flags.kube_api_content_type,
+            fields,
+        );
         let mut running = Running::none();
         let end = match self.sync(&nodes, &mut term).await {
             Some(end) => end,

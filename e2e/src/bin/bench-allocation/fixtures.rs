@@ -289,8 +289,16 @@ impl SetWatch {
         Self::with_config(client, watcher::Config::default()).await
     }
 
+    /// The watch asks for protobuf, as netcm's and KCM's informers do: the API server then encodes each
+    /// event once for both (it caches an event's encoding per content type), and a JSON watch here would
+    /// add an encoding the contender does not cause. `WATCH_JSON=1` watches in JSON (the runs before).
     async fn with_config(client: &kube::Client, config: watcher::Config) -> SetWatch {
-        let api: Api<SlimNode> = Api::all(client.clone());
+        let client = if std::env::var("WATCH_JSON").is_ok_and(|v| v == "1") {
+            client.clone()
+        } else {
+            netcm_manager::client::protobuf::node_informer_client(client.clone())
+        };
+        let api: Api<SlimNode> = Api::all(client);
         let seen: Arc<Mutex<Seen>> = Default::default();
         let recorder = seen.clone();
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();

@@ -9,7 +9,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::DRAIN_TIMEOUT;
+use crate::client::protobuf::node_informer_client;
 use crate::controller::Controller;
+use crate::flags::ApiContentType;
 use crate::informer::SharedInformer;
 use crate::leader::{LeaderElector, TermEnd};
 use crate::node_fields::{NodeFields, WireNode};
@@ -114,16 +116,25 @@ pub(super) struct Informer {
 }
 
 impl Informer {
-    /// Starts the list+watch, decoding each Node as a [`WireNode`] and caching only `fields` of it;
-    /// subscriptions are closed from here on.
+    /// Starts the list+watch, in `content_type` on the wire, decoding each Node as a [`WireNode`] and
+    /// caching only `fields` of it; subscriptions are closed from here on.
     pub(super) fn start(
         nodes: &SharedInformer<CachedNode>,
         client: &kube::Client,
+        content_type: ApiContentType,
         fields: NodeFields,
     ) -> Self {
         let cancel = CancellationToken::new();
+        let client = match content_type {
+            ApiContentType::Protobuf => node_informer_client(client.clone()),
+            ApiContentType::Json => client.clone(),
+        };
+        tracing::info!(
+            content_type = content_type.as_str(),
+            "the Node informer lists and watches in this encoding"
+        );
         let task = tokio::spawn(nodes.clone().run(
-            Api::<WireNode>::all(client.clone()),
+            Api::<WireNode>::all(client),
             Arc::new(move |wire: WireNode| fields.keep(wire)),
             cancel.clone(),
         ));
