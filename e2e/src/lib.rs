@@ -30,7 +30,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use netcm::Netcm;
@@ -316,6 +316,25 @@ impl TestEnv {
             .delete_collection(&dp, &ListParams::default())
             .await
             .expect("delete nodes");
+        // Nodes a test left held by a finalizer (a deleting Node is a fixture too) go with it.
+        for node in nodes
+            .list(&ListParams::default())
+            .await
+            .expect("list Nodes")
+        {
+            if node
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty())
+            {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let strip = serde_json::json!({"metadata": {"finalizers": null}});
+                let _ = nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&strip))
+                    .await;
+            }
+        }
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
         // Not kube-apiserver's own identity Leases: a (re)started API server re-creates them within
         // seconds, so waiting for them to be gone raced the API server and flaked.
