@@ -143,6 +143,14 @@ async fn a_watch_through_protobuf_sees_changes_and_deletions_and_errors_keep_the
         other => panic!("an ERROR event with a 410, not {other:?}"),
     }
 
+    // A kind the API server has no protobuf for (a custom resource) comes back in JSON and passes
+    // through untouched.
+    let claims = netcm_e2e::pod_cidr_claims(&node_informer_client(env.client.clone()));
+    claims
+        .list(&ListParams::default())
+        .await
+        .expect("a JSON answer passes through the protobuf client");
+
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default().streaming_lists()).boxed();

@@ -147,6 +147,27 @@ async fn count_nodes(api: &Api<k8s_openapi::api::core::v1::Node>) -> Option<usiz
     })
 }
 
+/// Removes the finalizers of Nodes already deleted: something other than the bench left them held, and
+/// no controller here would ever release them.
+async fn strip_finalizers_of_deleting(nodes: &Api<k8s_openapi::api::core::v1::Node>) {
+    let Ok(list) = nodes.list_metadata(&ListParams::default()).await else {
+        return;
+    };
+    let strip = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    for node in list.items {
+        let meta = &node.metadata;
+        if meta.deletion_timestamp.is_some()
+            && meta.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+        {
+            let name = meta.name.clone().unwrap_or_default();
+            eprintln!("[bench] clean-up: removing the finalizers holding deleted Node {name}");
+            let _ = nodes
+                .patch_metadata(&name, &kube::api::PatchParams::default(), &strip)
+                .await;
+        }
+    }
+}
+
 /// Deletes every Node, PodCIDRClaim and netcm Lease, however many. Nodes go by chunk label, 8 chunks at a
 /// time, then whatever is left unlabeled; every step is retried until the list is empty, since a
 /// delete-collection that outlives its request timeout stops part-way.
@@ -164,6 +185,7 @@ pub async fn delete_everything(client: &kube::Client, max_nodes: usize) {
         }
         if round > 0 {
             eprintln!("[bench] clean-up round {round}: {left} Nodes left");
+            strip_finalizers_of_deleting(&nodes).await;
         }
         let chunks = max_nodes.max(left).div_ceil(CHUNK);
         futures::stream::iter(0..chunks)
