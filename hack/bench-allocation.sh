@@ -6,6 +6,7 @@
 #   hack/bench-allocation.sh                                  # MODE=default: 5,000-Node backlog, every contender
 #   NODES=1000 SKIP_KCM_DEFAULT=1 hack/bench-allocation.sh    (ONLY_NETCM=1: ceiling and netcm only)
 #   MODE=scale NODES=50000 hack/bench-allocation.sh           # ceiling, netcm and KCM at QPS=1000 (BURST=2×QPS)
+#   MODE=scale NODES=5000 ROUNDS=3 hack/bench-allocation.sh   # three rounds, then the medians of the ratios
 #   MODE=churn NODES=5000 CHURN_SECONDS=300 hack/bench-allocation.sh   # 20 Nodes/s created + deleted
 #
 # The ceiling runs three times (bare; with the bench's watch; with that and a watch of every Node, as

@@ -8,7 +8,8 @@
 //!   with the bench's watch, then also with a watch of every Node as any informer holds), netcm at its
 //!   defaults, without claims and at qps 5000, kube-controller-manager's nodeipam at qps 500 and at its
 //!   default qps 20. Then 200 Nodes arriving one at a time: create → CIDR latency.
-//! - `scale`: the same backlog at N = 50,000: the ceiling, netcm and KCM at one QPS (default 1000).
+//! - `scale`: the same backlog at N = 50,000: the ceiling, netcm and KCM at one QPS (default 1000),
+//!   ROUNDS times (1), then the median of each round's ratios.
 //! - `churn`: N = 5,000 allocated, then Nodes created and deleted at CHURN_RATE/s for CHURN_SECONDS:
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
 //!
@@ -22,6 +23,7 @@ mod churn;
 mod contenders;
 mod fixtures;
 mod measure;
+mod summary;
 
 use std::time::Duration;
 
@@ -49,6 +51,9 @@ pub struct Config {
     pub churn_seconds: f64,
     /// When into churn the "early" RSS is taken (at most half of the churn).
     pub rss_early_seconds: f64,
+    /// Scale mode: how many times the whole set of contenders runs; with more than one, the medians of
+    /// the per-round ratios are printed after the rounds' tables.
+    pub rounds: usize,
 }
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -78,6 +83,7 @@ impl Config {
             churn_rate: env("CHURN_RATE", 20.0),
             churn_seconds: env("CHURN_SECONDS", 300.0),
             rss_early_seconds: env("RSS_EARLY_SECONDS", 60.0),
+            rounds: env("ROUNDS", 1usize).max(1),
         }
     }
 }
@@ -197,16 +203,29 @@ async fn scale_mode(client: &kube::Client, cfg: &Config) {
         format!("--kube-api-burst={burst}"),
     ];
     let fair: Vec<&str> = fair.iter().map(String::as_str).collect();
-    let mut rows = ceilings(client, cfg).await;
-    let label = format!("netcm (qps {qps}, burst {burst})");
-    rows.push(run_backlog(client, cfg, netcm(cfg, &label, &fair)).await);
-    if !flag("ONLY_NETCM") {
-        // At KCM's default qps 20, 50,000 Nodes would take 40 minutes: only the equal-QPS pair runs.
-        let label = format!("kube-controller-manager nodeipam (qps {qps}, burst {burst})");
-        rows.push(run_backlog(client, cfg, kcm(cfg, &label, qps, burst)).await);
+    let mut rounds = Vec::new();
+    for round in 1..=cfg.rounds {
+        if cfg.rounds > 1 {
+            eprintln!("[bench] round {round} of {}", cfg.rounds);
+        }
+        let mut rows = ceilings(client, cfg).await;
+        let label = format!("netcm (qps {qps}, burst {burst})");
+        rows.push(run_backlog(client, cfg, netcm(cfg, &label, &fair)).await);
+        if !flag("ONLY_NETCM") {
+            // At KCM's default qps 20, 50,000 Nodes would take 40 minutes: only the equal-QPS pair runs.
+            let label = format!("kube-controller-manager nodeipam (qps {qps}, burst {burst})");
+            rows.push(run_backlog(client, cfg, kcm(cfg, &label, qps, burst)).await);
+        }
+        if cfg.rounds > 1 {
+            println!("\nRound {round} of {}:", cfg.rounds);
+        }
+        print_table(cfg, &rows);
+        compare(&rows, "netcm (", "kube-controller-manager");
+        rounds.push(rows);
     }
-    print_table(cfg, &rows);
-    compare(&rows, "netcm (", "kube-controller-manager");
+    if cfg.rounds > 1 {
+        summary::print_medians(&rounds, "netcm (", "kube-controller-manager");
+    }
 }
 
 async fn churn_mode(client: &kube::Client, cfg: &Config) {

@@ -1,0 +1,110 @@
+//! Several rounds of one mode, reduced to the ratios the targets are stated in. A single run on a shared
+//! 2-core machine swings by ±25 %; the ratios of one round share its conditions, so their median across
+//! rounds is what the README reports.
+
+use crate::contenders::Row;
+
+/// The ratios of one round: netcm against the bare ceiling, the ceiling with watches, and KCM.
+struct RoundRatios {
+    netcm_seconds: f64,
+    over_bare: f64,
+    over_watched: Option<f64>,
+    over_kcm_time: Option<f64>,
+    over_kcm_rss: Option<f64>,
+    over_kcm_cpu: Option<f64>,
+}
+
+fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundRatios> {
+    let bare = rows.first()?;
+    let by = |needle: &str| rows.iter().find(|r| r.contender.starts_with(needle));
+    let n = by(netcm_label)?;
+    let k = by(kcm_label);
+    let watched = rows
+        .iter()
+        .find(|r| r.contender.contains("watch of every Node"));
+    let stat_ratio = |f: fn(&crate::measure::ProcStats) -> f64| {
+        let (a, b) = (n.stats?, k?.stats?);
+        Some(f(&a) / f(&b))
+    };
+    Some(RoundRatios {
+        netcm_seconds: n.seconds,
+        over_bare: n.seconds / bare.seconds,
+        over_watched: watched.map(|w| n.seconds / w.seconds),
+        over_kcm_time: k.map(|k| n.seconds / k.seconds),
+        over_kcm_rss: stat_ratio(|s| s.peak_rss_mib),
+        over_kcm_cpu: stat_ratio(|s| s.cpu_seconds),
+    })
+}
+
+/// The median of `values` (the mean of the middle two for an even count); None when empty.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    })
+}
+
+/// Prints one line of ratios per round and their medians.
+pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
+    let all: Vec<RoundRatios> = rounds
+        .iter()
+        .filter_map(|rows| ratios(rows, netcm_label, kcm_label))
+        .collect();
+    let cell = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"));
+    println!(
+        "\nnetcm's ratios per round ({} rounds; each against the rows of its own round)\n",
+        all.len()
+    );
+    println!(
+        "| round | netcm time | ÷ bare ceiling | ÷ ceiling with watches | time ÷ KCM | peak RSS ÷ KCM | CPU ÷ KCM |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (i, r) in all.iter().enumerate() {
+        println!(
+            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} |",
+            i + 1,
+            r.netcm_seconds,
+            r.over_bare,
+            cell(r.over_watched),
+            cell(r.over_kcm_time),
+            cell(r.over_kcm_rss),
+            cell(r.over_kcm_cpu),
+        );
+    }
+    let med = |f: fn(&RoundRatios) -> Option<f64>| median(all.iter().filter_map(f).collect());
+    println!(
+        "| median | {} s | {} | {} | {} | {} | {} |",
+        med(|r| Some(r.netcm_seconds)).map_or_else(|| "–".into(), |v| format!("{v:.1}")),
+        cell(med(|r| Some(r.over_bare))),
+        cell(med(|r| r.over_watched)),
+        cell(med(|r| r.over_kcm_time)),
+        cell(med(|r| r.over_kcm_rss)),
+        cell(med(|r| r.over_kcm_cpu)),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_an_odd_count_is_the_middle_value() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+    }
+
+    #[test]
+    fn median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    #[test]
+    fn median_of_nothing_is_none() {
+        assert_eq!(median(Vec::new()), None);
+    }
+}
