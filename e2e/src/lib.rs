@@ -120,6 +120,26 @@ pub fn pod_cidr_claims(client: &kube::Client) -> Api<kube::api::DynamicObject> {
     Api::all_with(client.clone(), &resource)
 }
 
+/// The CIDR of every PodCIDRClaim, sorted.
+pub async fn claimed_cidrs(client: &kube::Client) -> Vec<String> {
+    let list = pod_cidr_claims(client)
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list claims");
+    let mut out: Vec<String> = list
+        .items
+        .iter()
+        .map(|o| {
+            o.data["spec"]["cidr"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The ClusterCIDRs API (`networking.x-k8s.io/v1`, cluster-scoped).
 pub fn cluster_cidrs(client: &kube::Client) -> Api<kube::api::DynamicObject> {
     let gvk = kube::api::GroupVersionKind::gvk("networking.x-k8s.io", "v1", "ClusterCIDR");

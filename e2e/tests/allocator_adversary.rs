@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use netcm_e2e::nodes::{
     all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, set_addresses,
     wait_all_allocated, NodeFixture,
 };
-use netcm_e2e::{audit, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv};
+use netcm_e2e::{
+    audit, claimed_cidrs, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -115,26 +117,6 @@ async fn wait_quarantine_ended(netcm: &Netcm) {
             TIMEOUT,
         )
         .await;
-}
-
-/// Every claim's CIDR, sorted.
-async fn claimed(client: &kube::Client) -> Vec<String> {
-    let list = pod_cidr_claims(client)
-        .list(&ListParams::default())
-        .await
-        .expect("list claims");
-    let mut out: Vec<String> = list
-        .items
-        .iter()
-        .map(|o| {
-            o.data["spec"]["cidr"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 #[tokio::test]
@@ -245,7 +227,7 @@ async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_b
         IpNet::new(inflight.network(), 22).expect("block").trunc()
     );
     assert_eq!(
-        claimed(&env.client).await,
+        claimed_cidrs(&env.client).await,
         vec!["10.201.0.0/22".to_string(), inflight_block],
         "the earlier leader's block and the one netcm claimed, and no more"
     );
@@ -272,7 +254,7 @@ async fn an_earlier_versions_smaller_block_inside_a_block_netcm_claims_keeps_its
     let nodes = wait_all_allocated(&env.client, 5, TIMEOUT).await;
     assert_no_overlaps(&nodes);
     assert_eq!(
-        claimed(&env.client).await,
+        claimed_cidrs(&env.client).await,
         vec!["10.192.0.0/20".to_string(), "10.192.0.0/22".to_string()],
         "the earlier version's block and the one block of 256 netcm claimed around it"
     );
@@ -302,7 +284,7 @@ async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks
         assert!(fenced, "{:?} was not touched", n.metadata.name);
     }
     wait_quarantine_ended(&netcm).await;
-    assert_eq!(claimed(&env.client).await, ["10.202.0.0/22"]);
+    assert_eq!(claimed_cidrs(&env.client).await, ["10.202.0.0/22"]);
     netcm.assert_running();
 }
 

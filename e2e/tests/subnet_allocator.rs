@@ -10,7 +10,7 @@ use netcm_e2e::nodes::{
     all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, wait_all_allocated,
     NodeFixture,
 };
-use netcm_e2e::{audit, lease_holder, wait_for, Netcm, TestEnv};
+use netcm_e2e::{audit, claimed_cidrs, lease_holder, wait_for, Netcm, TestEnv};
 
 fn name(n: &Node) -> String {
     n.metadata.name.clone().unwrap_or_default()
@@ -55,6 +55,50 @@ async fn three_hundred_nodes_created_at_once_get_distinct_cidrs_inside_the_clust
             n.spec.as_ref().and_then(|s| s.pod_cidr.clone()),
             Some(cidrs[0].clone())
         );
+    }
+}
+
+#[tokio::test]
+async fn the_next_block_is_claimed_once_half_of_the_current_one_is_handed_out_before_any_node_needs_it(
+) {
+    let env = TestEnv::new().await;
+    // A /20 of /28s: 256 CIDRs in blocks of 64 (/22s), handed out in address order.
+    let _n = Netcm::start(
+        "ahead",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.203.0.0/20",
+            "--node-cidr-mask-size=28",
+        ],
+    );
+    // 32 Nodes take the first half of the first block: only that block is claimed.
+    create_nodes(&env.client, fixtures("ahead", 32), 8).await;
+    wait_all_allocated(&env.client, 32, Duration::from_secs(60)).await;
+    assert_eq!(claimed_cidrs(&env.client).await, ["10.203.0.0/22"]);
+    // The 33rd takes the first CIDR of the second half: the next block is claimed, though no Node has a
+    // CIDR of it, so the Node that fills this block does not wait on a claim.
+    create_node(&env.client, &NodeFixture::named("ahead-0032")).await;
+    let nodes = wait_all_allocated(&env.client, 33, Duration::from_secs(60)).await;
+    let next: IpNet = "10.203.4.0/22".parse().expect("cidr");
+    wait_for(
+        "the next block's claim",
+        Duration::from_secs(30),
+        || async {
+            let claims = claimed_cidrs(&env.client).await;
+            (claims == ["10.203.0.0/22", "10.203.4.0/22"]).then_some(())
+        },
+    )
+    .await;
+    for n in &nodes {
+        for c in pod_cidrs(n) {
+            let c: IpNet = c.parse().expect("cidr");
+            assert!(
+                !next.contains(&c),
+                "{} holds {c} of the next block",
+                name(n)
+            );
+        }
     }
 }
 

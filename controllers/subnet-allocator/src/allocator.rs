@@ -175,6 +175,8 @@ pub struct Allocator {
     pub(crate) blocks: Mutex<Blocks>,
     /// Held while a block's claim is created, so two workers never race to create one block.
     pub(crate) block_create: tokio::sync::Mutex<()>,
+    /// Requests to the claim-ahead task (`claim_ahead.rs`), unless `--pod-cidr-claims=false`.
+    pub(crate) claim_ahead: Option<tokio::sync::mpsc::Sender<ipnet::IpNet>>,
     /// Held while the Nodes of the quarantine are touched, so one pass runs at a time.
     pub(crate) voiding: tokio::sync::Mutex<()>,
     pub(crate) tracking: Mutex<Tracking>,

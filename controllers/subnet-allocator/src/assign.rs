@@ -173,7 +173,10 @@ impl Allocator {
                 break allocation.cidrs;
             };
             match self.claim_blocks(claims, &allocation.cidrs).await? {
-                None => break allocation.cidrs,
+                None => {
+                    self.request_claim_ahead(&allocation.cidrs);
+                    break allocation.cidrs;
+                }
                 Some(block) => {
                     taken += 1;
                     tracing::info!(controller = NAME, node = name, block = %block, "an earlier leader claimed this block; choosing a CIDR elsewhere until it is usable");
@@ -196,28 +199,42 @@ impl Allocator {
     ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
             let block = block_of(*cidr, lock(&self.pools).pool_of(*cidr).map(|(_, c)| c));
-            if lock(&self.blocks).is_usable(&block) {
-                continue;
+            if let Some(quarantined) = self.claim_block(claims, block).await? {
+                return Ok(Some(quarantined));
             }
-            // One create per block: a second worker's create of the same block would find it existing.
-            let _creating = self.block_create.lock().await;
-            if lock(&self.blocks).is_usable(&block) {
-                continue;
+        }
+        Ok(None)
+    }
+
+    /// Makes `block` usable by this leader unless it is already: creates its claim, or finds it existing
+    /// (then, while earlier leaders' blocks are quarantined, it joins the quarantine and is returned).
+    /// Workers and the claim-ahead task both come through here.
+    pub(crate) async fn claim_block(
+        &self,
+        claims: &Claims,
+        block: IpNet,
+    ) -> Result<Option<IpNet>, SyncError> {
+        if lock(&self.blocks).is_usable(&block) {
+            return Ok(None);
+        }
+        // One create per block: a second worker's create of the same block would find it existing.
+        let _creating = self.block_create.lock().await;
+        if lock(&self.blocks).is_usable(&block) {
+            return Ok(None);
+        }
+        self.guard.ensure_leader()?;
+        match claims.claim_block(&block).await? {
+            BlockClaim::Created => {
+                lock(&self.blocks).created(block);
+                tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
             }
-            self.guard.ensure_leader()?;
-            match claims.claim_block(&block).await? {
-                BlockClaim::Created => {
-                    lock(&self.blocks).created(block);
-                    tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
-                }
-                BlockClaim::Existed => {
-                    let mut blocks = lock(&self.blocks);
-                    if let Some(quarantined) = blocks.found_existing(block) {
-                        let mut pools = lock(&self.pools);
-                        pools.hold(QUARANTINE_OWNER, quarantined);
-                        self.publish_usage(&pools);
-                        return Ok(Some(block));
-                    }
+            BlockClaim::Existed => {
+                let mut blocks = lock(&self.blocks);
+                if let Some(quarantined) = blocks.found_existing(block) {
+                    let mut pools = lock(&self.pools);
+                    pools.hold(QUARANTINE_OWNER, quarantined);
+                    self.publish_usage(&pools);
+                    return Ok(Some(block));
                 }
             }
         }

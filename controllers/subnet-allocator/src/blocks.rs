@@ -22,6 +22,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use ipnet::IpNet;
 
 /// The fewest node CIDRs a block covers, as a power of two (64: a /18 of /24s), and the size of a block
@@ -73,6 +75,30 @@ pub fn block_of(node_cidr: IpNet, cluster_cidr: Option<IpNet>) -> IpNet {
     IpNet::new(node_cidr.addr(), prefix)
         .map(|n| n.trunc())
         .unwrap_or(node_cidr)
+}
+
+/// The block to claim ahead of need when `node_cidr` (of `cluster_cidr`) was just handed out: the next
+/// block in address order once `node_cidr` lies in the second half of its own, since a round-robin
+/// allocator walks the pool upwards. `None` in the first half, past the pool's end, or when a block is
+/// one CIDR. Claiming it early takes the claim's round trip off the workers' path (every worker would
+/// otherwise wait on it when the block fills); a wrong guess costs one claim write and no safety, since a
+/// claim only widens what this leader may use.
+pub fn claim_ahead_block(node_cidr: IpNet, cluster_cidr: IpNet) -> Option<IpNet> {
+    let node_cidr = node_cidr.trunc();
+    let block = block_of(node_cidr, Some(cluster_cidr));
+    if block.prefix_len() >= node_cidr.prefix_len() {
+        return None;
+    }
+    let first_half = IpNet::new(block.addr(), block.prefix_len() + 1).ok()?;
+    if first_half.contains(&node_cidr) {
+        return None;
+    }
+    let next_addr = match block.broadcast() {
+        IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a).checked_add(1)?)),
+        IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a).checked_add(1)?)),
+    };
+    let next = IpNet::new(next_addr, block.prefix_len()).ok()?;
+    cluster_cidr.contains(&next).then_some(next)
 }
 
 /// What this leader may allocate from.
@@ -238,6 +264,42 @@ mod tests {
         assert_eq!(
             block_of(net("10.1.77.0/24"), Some(net("192.168.0.0/16"))),
             net("10.1.64.0/18")
+        );
+    }
+
+    #[test]
+    fn the_block_claimed_ahead_is_the_next_one_once_half_of_the_current_is_handed_out() {
+        let slash8 = net("10.0.0.0/8");
+        // Blocks of 256 /24s (/16s): 10.1.0.0/24 … 10.1.127.0/24 are the first half.
+        assert_eq!(claim_ahead_block(net("10.1.0.0/24"), slash8), None);
+        assert_eq!(claim_ahead_block(net("10.1.127.0/24"), slash8), None);
+        assert_eq!(
+            claim_ahead_block(net("10.1.128.0/24"), slash8),
+            Some(net("10.2.0.0/16"))
+        );
+        assert_eq!(
+            claim_ahead_block(net("10.1.255.0/24"), slash8),
+            Some(net("10.2.0.0/16"))
+        );
+        // The pool's last block has no next one, in either family.
+        assert_eq!(claim_ahead_block(net("10.255.200.0/24"), slash8), None);
+        assert_eq!(
+            claim_ahead_block(net("fd00:0:0:ff80::/64"), net("fd00::/48")),
+            None
+        );
+        assert_eq!(
+            claim_ahead_block(net("fd00:0:0:180::/64"), net("fd00::/48")),
+            Some(net("fd00:0:0:200::/56"))
+        );
+        // A cluster CIDR that is one block: nothing beyond it.
+        assert_eq!(
+            claim_ahead_block(net("10.201.0.224/27"), net("10.201.0.0/24")),
+            None
+        );
+        // The top of the address space does not wrap around.
+        assert_eq!(
+            claim_ahead_block(net("255.255.255.0/24"), net("255.0.0.0/8")),
+            None
         );
     }
 

@@ -19,6 +19,7 @@
 pub mod allocator;
 mod assign;
 pub mod blocks;
+mod claim_ahead;
 pub mod claims;
 pub mod cluster_cidrs;
 mod decision;
@@ -47,8 +48,8 @@ pub fn descriptor(flags: Flags) -> ControllerDescriptor {
 /// Builds the allocator, or `None` with `--allocate-node-cidrs=false`. Before its workers start it
 /// waits for the first list of ClusterCIDRs (with `--cluster-cidr-objects`), records every CIDR the
 /// cached Nodes hold and reconciles the claims earlier leaders left; beside them, the ClusterCIDR watch
-/// (a service: the syncs read its pools) and the pool reconcile loop (a task: it writes, so it stops at
-/// shutdown).
+/// (a service: the syncs read its pools), the pool reconcile loop and, with claims, the claim-ahead task
+/// (tasks: they write, so they stop at shutdown).
 fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let Some(config) = flags.config().map_err(InitError::new)? else {
         return Ok(None);
@@ -57,6 +58,12 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
     metrics.publish(&pools.stats());
     let queue = ctx.node_queue(NAME)?;
+    let (claim_ahead, claim_ahead_requests) = if flags.pod_cidr_claims {
+        let (tx, rx) = tokio::sync::mpsc::channel(claim_ahead::PENDING_REQUESTS);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
     let allocator = Arc::new(Allocator {
         nodes: ctx.nodes.clone(),
         api: Api::all(ctx.client.clone()),
@@ -70,6 +77,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
             .then(|| claims::Claims::new(ctx.client.clone())),
         blocks: Mutex::new(blocks::Blocks::default()),
         block_create: tokio::sync::Mutex::new(()),
+        claim_ahead,
         voiding: tokio::sync::Mutex::new(()),
         tracking: Mutex::new(allocator::Tracking::default()),
         waiting: Mutex::new(BTreeSet::new()),
@@ -94,6 +102,11 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
                 .task(move |shutdown| async move {
                     reconcile.reconcile_pools_loop(&cc, shutdown).await
                 });
+    }
+    if let Some(requests) = claim_ahead_requests {
+        let ahead = allocator.clone();
+        controller = controller
+            .task(move |shutdown| async move { claim_ahead::run(ahead, requests, shutdown).await });
     }
     let prepare = allocator.clone();
     Ok(Some(
