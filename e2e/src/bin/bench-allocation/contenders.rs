@@ -206,9 +206,25 @@ pub enum CeilingLoad {
     Informer,
 }
 
+/// How the ceiling's PATCHes are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CeilingPatch {
+    /// A strategic-merge PATCH of `spec.podCIDR(s)`, as KCM writes them: the API server's cheapest.
+    Strategic,
+    /// A JSON Patch shaped as netcm's (a `test` of the annotations as cached, then the two adds): what
+    /// the fence's precondition costs the API server, which must serialize the Node to JSON to apply it.
+    /// (netcm also tests the UID, which the bench does not read; a test costs a comparison.)
+    JsonAsNetcm,
+}
+
 /// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller, under
 /// `load`.
-pub async fn api_ceiling(client: &kube::Client, cfg: &Config, load: CeilingLoad) -> Row {
+pub async fn api_ceiling(
+    client: &kube::Client,
+    cfg: &Config,
+    load: CeilingLoad,
+    shape: CeilingPatch,
+) -> Row {
     let n = cfg.nodes;
     let set = "bench-ceiling";
     create_nodes(client, set, n, cfg.creators).await;
@@ -232,12 +248,26 @@ pub async fn api_ceiling(client: &kube::Client, cfg: &Config, load: CeilingLoad)
             async move {
                 let cidr = ceiling_cidr(i);
                 let name = node_name(set, i);
-                let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                let params = PatchParams::default();
+                let url = kube::core::Request::new(api.resource_url());
                 // Sent as netcm sends its PATCHes: the answer is not decoded (a client that decodes
                 // 8 KB per answer would take cores from the API server and lower the ceiling).
-                let request = kube::core::Request::new(api.resource_url())
-                    .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                    .unwrap();
+                let request = match shape {
+                    CeilingPatch::Strategic => {
+                        let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                        url.patch(&name, &params, &Patch::Strategic(&patch))
+                    }
+                    CeilingPatch::JsonAsNetcm => {
+                        let patch: json_patch::Patch = serde_json::from_value(json!([
+                            {"op": "test", "path": "/metadata/annotations", "value": null},
+                            {"op": "add", "path": "/spec/podCIDR", "value": cidr},
+                            {"op": "add", "path": "/spec/podCIDRs", "value": [cidr]},
+                        ]))
+                        .unwrap();
+                        url.patch(&name, &params, &Patch::Json::<()>(patch))
+                    }
+                }
+                .unwrap();
                 client
                     .request::<serde::de::IgnoredAny>(request)
                     .await
@@ -260,10 +290,11 @@ pub async fn api_ceiling(client: &kube::Client, cfg: &Config, load: CeilingLoad)
     drop(watch);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = mark.writes("", set);
-    let what = match load {
-        CeilingLoad::Bare => "no watch",
-        CeilingLoad::Observed => "the bench's watch",
-        CeilingLoad::Informer => "the bench's watch + a watch of every Node",
+    let what = match (load, shape) {
+        (CeilingLoad::Bare, CeilingPatch::Strategic) => "no watch",
+        (CeilingLoad::Bare, CeilingPatch::JsonAsNetcm) => "no watch, JSON Patch as netcm's",
+        (CeilingLoad::Observed, _) => "the bench's watch",
+        (CeilingLoad::Informer, _) => "the bench's watch + a watch of every Node",
     };
     eprintln!(
         "[bench] ceiling ({what}): {seconds:.1} s, {} node writes",

@@ -27,7 +27,7 @@ mod summary;
 
 use std::time::Duration;
 
-use contenders::{api_ceiling, kcm, netcm, run_backlog, CeilingLoad, Row};
+use contenders::{api_ceiling, kcm, netcm, run_backlog, CeilingLoad, CeilingPatch, Row};
 use measure::{ms, percentile};
 
 /// Settings from the environment (names in capitals in the README).
@@ -126,11 +126,17 @@ async fn main() {
 }
 
 /// The ceiling rows: bare first (every ratio is against it), then under the loads contenders carry.
+/// With CEILING_JSON_PATCH=1, also bare with PATCHes shaped as netcm's.
 async fn ceilings(client: &kube::Client, cfg: &Config) -> Vec<Row> {
-    let mut rows = vec![api_ceiling(client, cfg, CeilingLoad::Bare).await];
+    let smp = CeilingPatch::Strategic;
+    let mut rows = vec![api_ceiling(client, cfg, CeilingLoad::Bare, smp).await];
+    if flag("CEILING_JSON_PATCH") {
+        let json = CeilingPatch::JsonAsNetcm;
+        rows.push(api_ceiling(client, cfg, CeilingLoad::Bare, json).await);
+    }
     if !flag("BARE_CEILING_ONLY") {
-        rows.push(api_ceiling(client, cfg, CeilingLoad::Observed).await);
-        rows.push(api_ceiling(client, cfg, CeilingLoad::Informer).await);
+        rows.push(api_ceiling(client, cfg, CeilingLoad::Observed, smp).await);
+        rows.push(api_ceiling(client, cfg, CeilingLoad::Informer, smp).await);
     }
     rows
 }

@@ -9,6 +9,7 @@ struct RoundRatios {
     netcm_seconds: f64,
     over_bare: f64,
     over_watched: Option<f64>,
+    over_json_patch: Option<f64>,
     over_kcm_time: Option<f64>,
     over_kcm_rss: Option<f64>,
     over_kcm_cpu: Option<f64>,
@@ -26,10 +27,14 @@ fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundRatio
         let (a, b) = (n.stats?, k?.stats?);
         Some(f(&a) / f(&b))
     };
+    let json_patch = rows
+        .iter()
+        .find(|r| r.contender.contains("JSON Patch as netcm's"));
     Some(RoundRatios {
         netcm_seconds: n.seconds,
         over_bare: n.seconds / bare.seconds,
         over_watched: watched.map(|w| n.seconds / w.seconds),
+        over_json_patch: json_patch.map(|j| n.seconds / j.seconds),
         over_kcm_time: k.map(|k| n.seconds / k.seconds),
         over_kcm_rss: stat_ratio(|s| s.peak_rss_mib),
         over_kcm_cpu: stat_ratio(|s| s.cpu_seconds),
@@ -62,15 +67,17 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
         all.len()
     );
     println!(
-        "| round | netcm time | ÷ bare ceiling | ÷ ceiling with watches | time ÷ KCM | peak RSS ÷ KCM | CPU ÷ KCM |"
+        "| round | netcm time | ÷ bare ceiling | ÷ bare ceiling, JSON Patch as netcm's | ÷ ceiling with \
+         watches | time ÷ KCM | peak RSS ÷ KCM | CPU ÷ KCM |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (i, r) in all.iter().enumerate() {
         println!(
-            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} |",
             i + 1,
             r.netcm_seconds,
             r.over_bare,
+            cell(r.over_json_patch),
             cell(r.over_watched),
             cell(r.over_kcm_time),
             cell(r.over_kcm_rss),
@@ -79,9 +86,10 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
     }
     let med = |f: fn(&RoundRatios) -> Option<f64>| median(all.iter().filter_map(f).collect());
     println!(
-        "| median | {} s | {} | {} | {} | {} | {} |",
+        "| median | {} s | {} | {} | {} | {} | {} | {} |",
         med(|r| Some(r.netcm_seconds)).map_or_else(|| "–".into(), |v| format!("{v:.1}")),
         cell(med(|r| Some(r.over_bare))),
+        cell(med(|r| r.over_json_patch)),
         cell(med(|r| r.over_watched)),
         cell(med(|r| r.over_kcm_time)),
         cell(med(|r| r.over_kcm_rss)),
