@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use netcm_manager::client::ClientOptions;
+use netcm_manager::logging::sink::write_stderr_line;
 use netcm_manager::run::{run, ManagerOptions, RunError};
 use netcm_manager::StandbyContext;
 
@@ -30,7 +31,7 @@ const EXIT_USAGE: u8 = 2;
 /// Builds the async runtime, or says on stderr why it could not (logging may not be installed yet).
 fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
     builder.enable_all().build().map_err(|e| {
-        eprintln!("error: starting the async runtime: {e}");
+        write_stderr_line(&format!("error: starting the async runtime: {e}"));
         ExitCode::FAILURE
     })
 }
@@ -49,7 +50,8 @@ fn main() -> ExitCode {
     if let Err(e) = validate(&cli, &registry) {
         return usage_error(&e);
     }
-    netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
+    // Kept until exit: dropping it writes the lines still queued, for a bounded time.
+    let _logs = netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
     for warning in controllers::deprecation_warnings(&cli.controllers) {
         tracing::warn!("{warning}");
     }
@@ -83,14 +85,14 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             tracing::error!(error = %e, "netcm failed");
-            eprintln!("error: {e}");
+            write_stderr_line(&format!("error: {e}"));
             ExitCode::FAILURE
         }
     }
 }
 
 fn usage_error(e: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {e:#}");
+    write_stderr_line(&format!("error: {e:#}"));
     ExitCode::from(EXIT_USAGE)
 }
 

@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     if let Err(e) = registry.validate_flags(&cli.generic) {
         return usage_error(&e);
     }
-    netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
+    let _logs = netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
     let opts = ManagerOptions {
         flags: cli.generic.clone(),
         effective_config: registry.effective_config(),
