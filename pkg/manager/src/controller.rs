@@ -16,6 +16,7 @@ use crate::events::EventRecorder;
 use crate::informer::{InformerEvent, SharedInformer};
 use crate::leader::LeaderGuard;
 use crate::node_fields::NodeFields;
+use crate::supervision::{faults, is_stalled, panic_message, recover_panics, Progress, Supervisor};
 use crate::sync_metrics;
 
 /// Everything an init function may use to build its controller. Init functions subscribe to the informer
@@ -129,7 +130,8 @@ pub enum Prepared {
 }
 
 /// A worker pool that runs until shutdown and drains for at most the given time.
-type Workers = Box<dyn FnOnce(CancellationToken, Duration) -> BoxFuture<'static, ()> + Send>;
+type Workers =
+    Box<dyn FnOnce(CancellationToken, Duration, Supervisor) -> BoxFuture<'static, ()> + Send>;
 /// A future started with the shutdown token.
 type Task<T> = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, T> + Send>;
 
@@ -158,9 +160,12 @@ impl Controller {
         workers: usize,
     ) -> Self {
         self.node_fields = self.node_fields.union(&reconciler.node_fields());
-        self.workers.push(Box::new(move |shutdown, drain| {
-            Box::pin(run_workers(reconciler, queue, workers, shutdown, drain))
-        }));
+        self.workers
+            .push(Box::new(move |shutdown, drain, supervisor| {
+                Box::pin(run_workers(
+                    reconciler, queue, workers, shutdown, drain, supervisor,
+                ))
+            }));
         self
     }
 
@@ -199,16 +204,34 @@ impl Controller {
         &self.node_fields
     }
 
-    /// Runs until `shutdown`, then lets in-flight syncs finish for at most `drain`.
-    pub(crate) async fn run(self, shutdown: CancellationToken, drain: Duration) {
+    /// Runs until `shutdown`, then lets in-flight syncs finish for at most `drain`; reports to
+    /// `supervisor` when it cannot work (a worker loop ended, a stalled queue, a task that panicked).
+    pub(crate) async fn run(
+        self,
+        name: &'static str,
+        shutdown: CancellationToken,
+        drain: Duration,
+        supervisor: Supervisor,
+    ) {
         let services: Vec<_> = self.services.into_iter().map(tokio::spawn).collect();
         let ready = match self.prepare {
             Some(prepare) => prepare(shutdown.clone()).await,
             None => Prepared::Ready,
         };
         if ready == Prepared::Ready {
-            let workers = self.workers.into_iter().map(|w| w(shutdown.clone(), drain));
-            let tasks = self.tasks.into_iter().map(|t| t(shutdown.clone()));
+            let workers = self
+                .workers
+                .into_iter()
+                .map(|w| w(shutdown.clone(), drain, supervisor.clone()));
+            let tasks = self.tasks.into_iter().map(|t| {
+                let (shutdown, supervisor) = (shutdown.clone(), supervisor.clone());
+                async move {
+                    t(shutdown.clone()).await;
+                    if !shutdown.is_cancelled() {
+                        supervisor.broken(name, "a task beside its workers ended".into());
+                    }
+                }
+            });
             futures::future::join(
                 futures::future::join_all(workers),
                 futures::future::join_all(tasks),
@@ -223,34 +246,66 @@ impl Controller {
 
 /// Runs `workers` tasks that take keys from `queue` and sync them until `shutdown` is cancelled, then
 /// drains in-flight syncs for at most `drain_timeout`; queued keys are left for the next leader. Errors
-/// requeue the key with the queue's rate-limited backoff. Every finished sync is counted in
+/// requeue the key with the queue's rate-limited backoff; so does a panic in a sync, recovered and
+/// counted as `reason="panic"`. Every finished sync is counted in
 /// `netcm_sync_total{controller,result,reason}` and timed in `netcm_sync_duration_seconds{controller}`.
+/// A worker loop that ends before shutdown, or a queue with ready keys and no sync started or finished
+/// for the stall timeout, breaks the controller (`supervisor`): the process then stops and exits.
 async fn run_workers<R: Reconciler>(
     reconciler: Arc<R>,
     queue: Queue<Key>,
     workers: usize,
     shutdown: CancellationToken,
     drain_timeout: Duration,
+    supervisor: Supervisor,
 ) {
     let controller = reconciler.name();
     sync_metrics::init_controller(controller);
+    let progress = Arc::new(Progress::new());
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {
         let queue = queue.clone();
         let reconciler = reconciler.clone();
         let shutdown_seen = shutdown.clone();
+        let progress = progress.clone();
         tasks.spawn(async move {
             while let Some(key) = queue.get().await {
                 if shutdown_seen.is_cancelled() {
                     queue.done(&key);
                     continue;
                 }
+                if faults::injected("worker-panic", controller) {
+                    panic!("injected fault: worker-panic in {controller}");
+                }
+                progress.mark();
                 sync_one(reconciler.as_ref(), &queue, &key).await;
+                progress.mark();
                 queue.done(&key);
             }
         });
     }
-    shutdown.cancelled().await;
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        ended = tasks.join_next() => {
+            let why = match ended {
+                Some(Err(e)) if e.is_panic() => {
+                    format!("a worker panicked: {}", panic_message(&*e.into_panic()))
+                }
+                _ => "a worker loop ended before shutdown".to_string(),
+            };
+            supervisor.broken(controller, why);
+            shutdown.cancelled().await;
+        }
+        () = watch_for_stall(&queue, &progress, supervisor.stall_timeout) => {
+            let why = format!(
+                "no sync started or finished for {:?} while {} keys were ready",
+                progress.idle(),
+                queue.len()
+            );
+            supervisor.broken(controller, why);
+            shutdown.cancelled().await;
+        }
+    }
     if tokio::time::timeout(drain_timeout, queue.shut_down_with_drain())
         .await
         .is_err()
@@ -265,21 +320,50 @@ async fn run_workers<R: Reconciler>(
     while tasks.join_next().await.is_some() {}
 }
 
+/// Resolves once `queue` has had ready keys and no progress for `stall_timeout`; never without one.
+async fn watch_for_stall(queue: &Queue<Key>, progress: &Progress, stall_timeout: Option<Duration>) {
+    let Some(timeout) = stall_timeout else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval((timeout / 4).max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let ready = queue.len();
+        if ready == 0 {
+            // Nothing to do is not a stall: the clock starts when work is waiting.
+            progress.mark();
+        } else if is_stalled(ready, progress.idle(), timeout) {
+            return;
+        }
+    }
+}
+
 /// One sync of one key: counted, timed, and the key forgotten, delayed or requeued with backoff.
 async fn sync_one<R: Reconciler>(reconciler: &R, queue: &Queue<Key>, key: &Key) {
     let controller = reconciler.name();
     let started = Instant::now();
-    let outcome = reconciler.sync(key).await;
+    let outcome = recover_panics(async {
+        if faults::injected("sync-hang", controller) {
+            std::future::pending::<()>().await;
+        }
+        if faults::injected("sync-panic", controller) && queue.num_requeues(key) == 0 {
+            panic!("injected fault: sync-panic in {controller}");
+        }
+        reconciler.sync(key).await
+    })
+    .await;
     let (result, reason) = match &outcome {
-        Ok(SyncOutcome::Done) => (sync_metrics::RESULT_SUCCESS, "none"),
-        Ok(SyncOutcome::RetryAfter(_)) => (sync_metrics::RESULT_REQUEUE, "retry_after"),
-        Err(e) => (sync_metrics::RESULT_ERROR, e.reason()),
+        Ok(Ok(SyncOutcome::Done)) => (sync_metrics::RESULT_SUCCESS, "none"),
+        Ok(Ok(SyncOutcome::RetryAfter(_))) => (sync_metrics::RESULT_REQUEUE, "retry_after"),
+        Ok(Err(e)) => (sync_metrics::RESULT_ERROR, e.reason()),
+        Err(_) => (sync_metrics::RESULT_ERROR, sync_metrics::REASON_PANIC),
     };
     sync_metrics::observe(controller, result, reason, started.elapsed().as_secs_f64());
     match outcome {
-        Ok(SyncOutcome::Done) => queue.forget(key),
-        Ok(SyncOutcome::RetryAfter(d)) => queue.add_after(key.clone(), d),
-        Err(e) => {
+        Ok(Ok(SyncOutcome::Done)) => queue.forget(key),
+        Ok(Ok(SyncOutcome::RetryAfter(d))) => queue.add_after(key.clone(), d),
+        Ok(Err(e)) => {
             let requeues = queue.num_requeues(key);
             tracing::warn!(
                 controller,
@@ -287,6 +371,16 @@ async fn sync_one<R: Reconciler>(reconciler: &R, queue: &Queue<Key>, key: &Key) 
                 retries = requeues,
                 error = %e,
                 "sync failed; requeued with backoff"
+            );
+            queue.add_rate_limited(key.clone());
+        }
+        Err(panic) => {
+            tracing::error!(
+                controller,
+                node = %key,
+                retries = queue.num_requeues(key),
+                panic = %panic,
+                "sync panicked (a bug: please report it); recovered and requeued with backoff"
             );
             queue.add_rate_limited(key.clone());
         }
@@ -344,7 +438,12 @@ mod tests {
         let run = tokio::spawn(
             Controller::new()
                 .reconciler(reconciler.clone(), q.clone(), 2)
-                .run(shutdown.clone(), Duration::from_secs(5)),
+                .run(
+                    "flaky",
+                    shutdown.clone(),
+                    Duration::from_secs(5),
+                    Supervisor::detached(),
+                ),
         );
         let retried = async {
             while reconciler.calls.load(Ordering::SeqCst) < 2
@@ -375,9 +474,103 @@ mod tests {
                 Prepared::ShutDown
             })
             .reconciler(reconciler.clone(), q, 1)
-            .run(shutdown, Duration::from_secs(5))
+            .run(
+                "flaky",
+                shutdown,
+                Duration::from_secs(5),
+                Supervisor::detached(),
+            )
             .await;
         assert_eq!(reconciler.calls.load(Ordering::SeqCst), 0);
+    }
+
+    /// Panics on each key's first sync, hangs on `"stuck"`, succeeds otherwise.
+    #[derive(Default)]
+    struct Troubled {
+        calls: AtomicUsize,
+    }
+
+    impl Reconciler for Troubled {
+        type Error = Refused;
+        fn name(&self) -> &'static str {
+            "troubled"
+        }
+        fn node_fields(&self) -> NodeFields {
+            NodeFields::none()
+        }
+        async fn sync(&self, key: &str) -> Result<SyncOutcome, Refused> {
+            if key == "stuck" {
+                std::future::pending::<()>().await;
+            }
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("bad data on {key}");
+            }
+            Ok(SyncOutcome::Done)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sync_that_panics_is_retried_and_the_controller_stays_healthy() {
+        let reconciler = Arc::new(Troubled::default());
+        let q = Queue::new("troubled", RateLimiter::default_controller(), None);
+        q.add("n1".into());
+        let shutdown = CancellationToken::new();
+        let supervisor = Supervisor::detached();
+        let run = tokio::spawn(
+            Controller::new()
+                .reconciler(reconciler.clone(), q.clone(), 1)
+                .run(
+                    "troubled",
+                    shutdown.clone(),
+                    Duration::from_secs(5),
+                    supervisor.clone(),
+                ),
+        );
+        let retried = async {
+            while reconciler.calls.load(Ordering::SeqCst) < 2 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), retried)
+            .await
+            .expect("the panicked key is synced again");
+        assert!(supervisor.health.check().is_ok());
+        assert_eq!(supervisor.failure.reason(), None);
+        shutdown.cancel();
+        run.await.expect("controller stops");
+    }
+
+    #[tokio::test]
+    async fn a_queue_with_ready_keys_and_no_progress_breaks_the_controller() {
+        let q = Queue::new("troubled", RateLimiter::default_controller(), None);
+        q.add("stuck".into());
+        q.add("waiting".into());
+        let shutdown = CancellationToken::new();
+        let supervisor = Supervisor {
+            stall_timeout: Some(Duration::from_millis(300)),
+            ..Supervisor::detached()
+        };
+        let run = tokio::spawn(
+            Controller::new()
+                .reconciler(Arc::new(Troubled::default()), q, 1)
+                .run(
+                    "troubled",
+                    shutdown.clone(),
+                    Duration::from_millis(50),
+                    supervisor.clone(),
+                ),
+        );
+        // A bound on a hang: the stall is reported after 300 ms.
+        tokio::time::timeout(Duration::from_secs(60), supervisor.failure.failed())
+            .await
+            .expect("the stall is reported");
+        let reason = supervisor
+            .health
+            .check()
+            .expect_err("the controller is broken");
+        assert!(reason.contains("1 keys were ready"), "{reason}");
+        shutdown.cancel();
+        run.await.expect("controller stops");
     }
 
     #[test]

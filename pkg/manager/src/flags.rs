@@ -45,6 +45,11 @@ pub struct GenericFlags {
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     pub controller_start_interval: Duration,
 
+    /// A controller whose queue has ready keys and starts or finishes no sync for this long is stalled:
+    /// its health check fails and the process exits so a standby takes over; 0s disables the check.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub controller_stall_timeout: Duration,
+
     /// Start a leader election client and gain leadership before running controllers.
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,

@@ -7,7 +7,7 @@
 //! ([`controller`]: [`Reconciler`]s and the one worker loop that runs them), what of a Node each
 //! reconciler reads ([`node_fields`]: the cache keeps only that, as a [`CachedNode`]), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
 //! and [`secure`] for TLS with delegated auth),
-//! process metrics ([`metrics`]), logs ([`logging`]), the generic flags ([`flags`]) and the main
+//! process metrics ([`metrics`]), logs ([`logging`]), what stops a replica that cannot work ([`supervision`]), the generic flags ([`flags`]) and the main
 //! sequence ([`run`]). It never depends on a controller: `cmd/netcm` hands it the registry.
 //!
 //! Start reading at [`run::run`].
@@ -29,6 +29,7 @@ pub mod published;
 pub mod registry;
 pub mod run;
 pub mod secure;
+pub mod supervision;
 pub mod sync_metrics;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

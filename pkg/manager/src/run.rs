@@ -31,6 +31,7 @@ use crate::leader::{default_identity, LeaderElectionConfig, LeaderElector, Leade
 use crate::metrics::{ManagerMetrics, VERSION};
 use crate::node_fields::NodeFields;
 use crate::registry::{Registry as ControllerRegistry, RegistryError};
+use crate::supervision::{ControllerHealth, Failure, Supervisor};
 
 mod health;
 mod tasks;
@@ -78,6 +79,10 @@ pub enum RunError {
     /// An informer subscription came too late (a programming error).
     #[error(transparent)]
     Informer(#[from] crate::informer::AlreadyStarted),
+    /// The replica could not work (a panic, a worker loop that ended, a stalled queue): it drained,
+    /// released the lease and must exit non-zero so a standby takes over and it is restarted.
+    #[error("stopped because this replica cannot work: {0}")]
+    Failed(String),
 }
 
 /// Everything `run` needs besides the registry.
@@ -94,7 +99,10 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
     let serving = manager.serve().await?;
     let result = manager.lead().await;
     serving.cancel();
-    result
+    match manager.failure.reason() {
+        Some(reason) if result.is_ok() => Err(RunError::Failed(reason)),
+        _ => result,
+    }
 }
 
 /// What every phase shares, built before the first: flags, metrics, the fence, both clients, the
@@ -115,8 +123,11 @@ struct Manager {
     client: kube::Client,
     /// Leader election's own client: its own token bucket, no fence.
     election_client: kube::Client,
-    /// Cancelled on SIGTERM or SIGINT.
+    /// Cancelled on SIGTERM or SIGINT, or when the replica fails.
     shutdown: CancellationToken,
+    /// Raised by a panic, a worker loop that ended or a stalled queue: the replica stops as on SIGTERM,
+    /// then exits non-zero.
+    failure: Failure,
     health: Health,
 }
 
@@ -159,7 +170,10 @@ impl Manager {
             tracing::info!(flag = %k, value = %v, "effective configuration");
         }
 
+        let failure = Failure::default();
+        failure.install_panic_hook();
         let registry = Registry::new();
+        crate::logging::register_metrics(&registry)?;
         let metrics = ManagerMetrics::register(&registry)?;
         crate::sync_metrics::register(&registry)?;
         let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
@@ -197,9 +211,12 @@ impl Manager {
 
         let shutdown = CancellationToken::new();
         tokio::spawn({
-            let shutdown = shutdown.clone();
+            let (shutdown, failure) = (shutdown.clone(), failure.clone());
             async move {
-                termination_signal().await;
+                tokio::select! {
+                    () = termination_signal() => {}
+                    () = failure.failed() => {}
+                }
                 shutdown.cancel();
             }
         });
@@ -216,6 +233,7 @@ impl Manager {
             client,
             election_client,
             shutdown,
+            failure,
             health,
             opts,
             controllers,
@@ -273,6 +291,7 @@ impl Manager {
             &self.client,
             self.opts.flags.kube_api_content_type,
             fields,
+            &self.failure,
         );
         let mut running = Running::none();
         let end = match self.sync(&nodes, &mut term).await {
@@ -381,14 +400,29 @@ impl Manager {
                 .running_controllers
                 .with_label_values(&[name, "netcm"])
                 .set(1);
-            self.health.healthz.add(name, Arc::new(|| Ok(())));
+            let supervisor = self.supervisor();
+            // Per-controller checks by name, as KCM's: ok until the controller cannot work.
+            for checks in [&self.health.healthz, &self.health.livez] {
+                let health = supervisor.health.clone();
+                checks.add(name, Arc::new(move || health.check()));
+            }
             tracing::info!(controller = name, "started controller");
-            running.spawn(c);
+            running.spawn(name, c, supervisor);
         }
         running
     }
 
-    /// How the term ends: SIGTERM, or the renew loop's end (the lease was lost).
+    /// What a controller reports to: this process's failure, a health check of its own, the stall timeout.
+    fn supervisor(&self) -> Supervisor {
+        let stall = self.opts.flags.controller_stall_timeout;
+        Supervisor {
+            failure: self.failure.clone(),
+            health: ControllerHealth::default(),
+            stall_timeout: (!stall.is_zero()).then_some(stall),
+        }
+    }
+
+    /// How the term ends: SIGTERM (or a failure of the replica), or the renew loop's end (the lease was lost).
     async fn term_end(&self, term: &mut Term) -> TermEnd {
         tokio::select! {
             _ = self.shutdown.cancelled() => TermEnd::Cancelled,

@@ -78,6 +78,8 @@ pub(crate) fn observe(controller: &str, result: &str, reason: &str, seconds: f64
 pub const REASON_FENCED: &str = "fenced";
 /// `reason` of a failure with no more specific label.
 pub const REASON_ERROR: &str = "error";
+/// `reason` of a sync that panicked; the worker recovered it and requeued the key.
+pub const REASON_PANIC: &str = "panic";
 
 /// The `reason` label of a failed API request: `fenced` for a write the leader fence refused in the
 /// client layer, the API's status reason (`conflict`, `forbidden`, `not_found`, …) for a refused

@@ -15,7 +15,8 @@ use crate::leader::LeaderGuard;
 pub(super) struct Health {
     /// /healthz; the controllers add themselves when they start.
     pub(super) healthz: HealthChecks,
-    livez: HealthChecks,
+    /// /livez; the controllers add themselves when they start, as on /healthz.
+    pub(super) livez: HealthChecks,
     readyz: HealthChecks,
     /// Set once the API server answered.
     pub(super) api_reachable: Arc<AtomicBool>,

@@ -15,6 +15,7 @@ use crate::flags::ApiContentType;
 use crate::informer::SharedInformer;
 use crate::leader::{LeaderElector, TermEnd};
 use crate::node_fields::{NodeFields, WireNode};
+use crate::supervision::{Failure, Supervisor};
 
 /// A leader's term: the renew loop on its own task, from the lease won until it is lost or stopped.
 /// Without leader election there is no lease, and the term ends only by shutdown.
@@ -89,10 +90,19 @@ impl Running {
         }
     }
 
-    /// Runs `controller` until [`Running::stop`].
-    pub(super) fn spawn(&mut self, controller: Controller) {
-        self.tasks
-            .spawn(controller.run(self.cancel.child_token(), DRAIN_TIMEOUT));
+    /// Runs `controller` until [`Running::stop`], reporting to `supervisor` if it cannot work.
+    pub(super) fn spawn(
+        &mut self,
+        name: &'static str,
+        controller: Controller,
+        supervisor: Supervisor,
+    ) {
+        self.tasks.spawn(controller.run(
+            name,
+            self.cancel.child_token(),
+            DRAIN_TIMEOUT,
+            supervisor,
+        ));
     }
 
     /// Stops every controller and waits for their drains, bounded; a controller that overruns is aborted.
@@ -117,12 +127,14 @@ pub(super) struct Informer {
 
 impl Informer {
     /// Starts the list+watch, in `content_type` on the wire, decoding each Node as a [`WireNode`] and
-    /// caching only `fields` of it; subscriptions are closed from here on.
+    /// caching only `fields` of it; subscriptions are closed from here on. A list+watch that ends
+    /// before it is stopped fails the process: a frozen cache would silently stop every controller.
     pub(super) fn start(
         nodes: &SharedInformer<CachedNode>,
         client: &kube::Client,
         content_type: ApiContentType,
         fields: NodeFields,
+        failure: &Failure,
     ) -> Self {
         let cancel = CancellationToken::new();
         let client = match content_type {
@@ -133,11 +145,20 @@ impl Informer {
             content_type = content_type.as_str(),
             "the Node informer lists and watches in this encoding"
         );
-        let task = tokio::spawn(nodes.clone().run(
+        let list_watch = nodes.clone().run(
             Api::<WireNode>::all(client),
             Arc::new(move |wire: WireNode| fields.keep(wire)),
             cancel.clone(),
-        ));
+        );
+        let task = tokio::spawn({
+            let (cancel, failure) = (cancel.clone(), failure.clone());
+            async move {
+                list_watch.await;
+                if !cancel.is_cancelled() {
+                    failure.fail("the Node informer's list+watch ended");
+                }
+            }
+        });
         Self { cancel, task }
     }
 

@@ -1,0 +1,194 @@
+//! Faults that do not come through the API server, on the real binary against the real control plane:
+//! the log reader going away, and a replica that cannot work (a sync that panics, a worker loop that
+//! dies, a queue that stops moving). The last three are injected with netcm's test-only fault hook
+//! (`NETCM_TEST_FAULTS`), since nothing outside the process can cause them.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::{lease_holder, wait_for, Netcm, TestEnv, LEASE_NAME};
+
+fn allocator_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "--controllers=subnet-allocator",
+        "--cluster-cidr=10.244.0.0/16",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// How many of `names` hold pod CIDRs now.
+async fn allocated(client: &kube::Client, names: &[String]) -> usize {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Ok(list) = nodes.list(&Default::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|n| names.contains(n.metadata.name.as_ref().unwrap_or(&String::new())))
+        .filter(|n| !pod_cidrs(n).is_empty())
+        .count()
+}
+
+async fn create_named(env: &TestEnv, prefix: &str, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
+    create_nodes(
+        &env.client,
+        names.iter().map(|n| NodeFixture::named(n)).collect(),
+        16,
+    )
+    .await;
+    names
+}
+
+async fn wait_all_allocated(env: &TestEnv, names: &[String], n: &Netcm) {
+    wait_for(
+        &format!("all {} Nodes to hold pod CIDRs", names.len()),
+        Duration::from_secs(120),
+        || async {
+            n.assert_running();
+            (allocated(&env.client, names).await == names.len()).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The issue's scenario: stderr is a pipe whose reader exits after the first 512 bytes (a `| head`, a log
+/// shipper that dies). Every later line fails to write; netcm must drop and count those lines and go
+/// on: allocate every Node, and drain and release the Lease on SIGTERM.
+#[tokio::test]
+async fn a_leader_whose_log_reader_exited_allocates_every_node_and_still_drains_on_sigterm() {
+    let env = TestEnv::new().await;
+    // `exec` keeps the PID, so the signal reaches netcm itself; head copies 512 bytes to the log file.
+    let wrapper = ["bash", "-c", r#"exec "$@" 2> >(head -c 512)"#, "bash"];
+    let mut n = Netcm::start_wrapped(
+        "log-reader-gone",
+        &wrapper,
+        &env.cp.kubeconfig,
+        &allocator_args(&["--concurrent-node-cidr-syncs=4"]),
+    );
+    n.wait_leading(Duration::from_secs(30)).await;
+    n.wait_metric(
+        "netcm_log_lines_dropped_total{reason=\"write_failed\"}",
+        Duration::from_secs(30),
+        |v| v > 0.0,
+    )
+    .await;
+    let names = create_named(&env, "pipe", 200).await;
+    wait_all_allocated(&env, &names, &n).await;
+    let (code, body) = n.http_get("/healthz").await.expect("/healthz");
+    assert_eq!(code, 200, "{body}");
+    assert!(lease_holder(&env.client, LEASE_NAME).await.is_some());
+    n.signal("TERM");
+    let status = n.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "SIGTERM must drain and exit 0: {status}");
+    assert_eq!(
+        lease_holder(&env.client, LEASE_NAME).await,
+        None,
+        "the Lease is released on SIGTERM"
+    );
+    env.clean().await;
+}
+
+/// A sync that panics (one Node's data tripping a bug) is recovered: counted, retried with backoff, and
+/// no other Node waits on it; the replica stays healthy.
+#[tokio::test]
+async fn a_sync_that_panics_is_recovered_counted_and_every_node_is_still_allocated() {
+    let env = TestEnv::new().await;
+    let n = Netcm::start_with_env(
+        "sync-panic",
+        &env.cp.kubeconfig,
+        &allocator_args(&[]),
+        &[("NETCM_TEST_FAULTS", "sync-panic=subnet-allocator")],
+    );
+    n.wait_leading(Duration::from_secs(30)).await;
+    let names = create_named(&env, "panics", 10).await;
+    wait_all_allocated(&env, &names, &n).await;
+    n.wait_metric(
+        "netcm_sync_total{controller=\"subnet-allocator\",reason=\"panic\",result=\"error\"}",
+        Duration::from_secs(10),
+        |v| v >= 10.0,
+    )
+    .await;
+    let (code, body) = n.http_get("/healthz").await.expect("/healthz");
+    assert_eq!(code, 200, "{body}");
+    n.assert_running();
+    env.clean().await;
+}
+
+/// Waits until `/healthz` names `controller` as failing (or the process is gone); returns whether the
+/// failure was seen.
+async fn saw_controller_unhealthy(n: &mut Netcm, controller: &str, timeout: Duration) -> bool {
+    let needle = format!("[-]{controller} failed");
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if let Some((code, body)) = n.http_get("/healthz").await {
+            if code == 500 && body.contains(&needle) {
+                let (live, live_body) = n.http_get("/livez").await.unwrap_or_default();
+                return live == 500 && live_body.contains(&needle);
+            }
+        }
+        if n.try_exit().is_some() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A worker loop that dies outside any sync leaves a leader that cannot allocate: it must not keep the
+/// Lease. The process drains, releases the Lease and exits non-zero (the kubelet restarts it).
+#[tokio::test]
+async fn a_worker_loop_that_dies_makes_the_leader_release_the_lease_and_exit_non_zero() {
+    let env = TestEnv::new().await;
+    let mut n = Netcm::start_with_env(
+        "worker-panic",
+        &env.cp.kubeconfig,
+        &allocator_args(&[]),
+        &[("NETCM_TEST_FAULTS", "worker-panic=subnet-allocator")],
+    );
+    n.wait_leading(Duration::from_secs(30)).await;
+    create_named(&env, "dies", 1).await;
+    let status = n.wait_exit(Duration::from_secs(60)).await;
+    assert!(
+        !status.success(),
+        "a broken leader exits non-zero: {status}"
+    );
+    assert_eq!(status.code(), Some(1), "{status}");
+    assert_eq!(lease_holder(&env.client, LEASE_NAME).await, None);
+    env.clean().await;
+}
+
+/// A queue with ready keys that starts or finishes no sync for `--controller-stall-timeout` fails the
+/// controller's own `/healthz` and `/livez` check (by name, as KCM's), and the leader then steps down:
+/// it drains, releases the Lease and exits non-zero, so a standby takes over.
+#[tokio::test]
+async fn a_stalled_queue_fails_the_controllers_health_check_and_the_leader_steps_down() {
+    let env = TestEnv::new().await;
+    let mut n = Netcm::start_with_env(
+        "sync-hang",
+        &env.cp.kubeconfig,
+        &allocator_args(&[
+            "--controller-stall-timeout=3s",
+            "--concurrent-node-cidr-syncs=1",
+        ]),
+        &[("NETCM_TEST_FAULTS", "sync-hang=subnet-allocator")],
+    );
+    n.wait_leading(Duration::from_secs(30)).await;
+    let (code, body) = n
+        .http_get("/healthz/subnet-allocator")
+        .await
+        .expect("check");
+    assert_eq!(code, 200, "healthy before any work: {body}");
+    create_named(&env, "hangs", 3).await;
+    assert!(
+        saw_controller_unhealthy(&mut n, "subnet-allocator", Duration::from_secs(60)).await,
+        "/healthz and /livez name the stalled controller before the process exits"
+    );
+    let status = n.wait_exit(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(1), "{status}");
+    assert_eq!(lease_holder(&env.client, LEASE_NAME).await, None);
+    env.clean().await;
+}
