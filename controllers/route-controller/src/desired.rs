@@ -49,11 +49,16 @@ impl NodeRoutes {
     /// Every pod CIDR this Node may have a route for, whether or not one can be built now. Refused pod
     /// CIDRs are not among them, so a route netcm once made to one is deleted.
     pub fn destinations(&self) -> impl Iterator<Item = IpNet> + '_ {
+        self.destinations_via().map(|(d, _)| d)
+    }
+
+    /// [`NodeRoutes::destinations`], each with the gateway the Node asks for if it has one.
+    pub fn destinations_via(&self) -> impl Iterator<Item = (IpNet, Option<IpAddr>)> + '_ {
         self.routes
             .iter()
-            .map(|r| r.destination)
-            .chain(self.unroutable.iter().map(|u| u.destination))
-            .chain(self.waiting.iter().copied())
+            .map(|r| (r.destination, Some(r.gateway)))
+            .chain(self.unroutable.iter().map(|u| (u.destination, u.gateway)))
+            .chain(self.waiting.iter().map(|d| (*d, None)))
     }
 
     /// Moves every pod CIDR for which `why` gives a reason into [`NodeRoutes::refused`].

@@ -25,6 +25,7 @@ pub mod backend;
 pub mod condition;
 pub mod desired;
 pub mod flags;
+pub mod holder;
 pub mod metrics;
 pub mod netlink;
 pub mod ownership;

@@ -7,8 +7,11 @@
 //! gone or refused, left over from an earlier run) as long as they are netcm's to judge (see
 //! [`crate::ownership`]), and names the Nodes whose routes differ from the table so their syncs repair
 //! them. A Node sync compares the Node's wanted routes with the view and creates, replaces or deletes
-//! only what differs, so a sync of an unchanged Node costs no backend call. A change someone else makes
-//! is applied to the view as the kernel reports it, and the Node it concerns is synced at once.
+//! only what differs, so a sync of an unchanged Node costs no backend call. A destination several Nodes
+//! ask for is routed to one of them only, its holder ([`crate::holder`]): the view keeps every Node that
+//! asks for each destination, seeded by each full reconcile and kept current by the syncs. A change
+//! someone else makes is applied to the view as the kernel reports it, and the Node it concerns is
+//! synced at once.
 //! Reconciles take the table exclusively; Node syncs and reported changes share it, so a listing never
 //! interleaves with a change.
 
@@ -27,6 +30,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::backend::{BackendError, Operation, Route, Routes};
 use crate::desired::{node_routes, NodeRoutes};
+use crate::holder::{holder, Contenders};
 use crate::metrics::RouteMetrics;
 use crate::ownership::Ownership;
 
@@ -88,8 +92,11 @@ struct State {
     programmed: HashMap<IpNet, IpAddr>,
     /// Who each destination is programmed (or tried) for.
     claims: HashMap<IpNet, Claim>,
-    /// The destinations each Node asked for at its last sync.
+    /// The destinations each Node asked for at its last sync or the last full reconcile, and those it
+    /// no longer asks for whose route's delete failed.
     owned: HashMap<String, Vec<IpNet>>,
+    /// Every Node that asks for each destination, as in `owned`.
+    contenders: Contenders,
     /// Nodes whose last sync left a pod CIDR without a route.
     failing: HashSet<String>,
     /// Failures of this host's routing since the last full reconcile.
@@ -210,6 +217,8 @@ impl RouteSyncer {
         let stale: Vec<Route> = {
             let mut st = self.state();
             let before = st.owned.remove(name).unwrap_or_default();
+            st.contenders.withdraw(name, &before);
+            st.contenders.enter(name, &wanted);
             let mut stale = Vec::new();
             for dst in before.into_iter().filter(|d| !wanted_dsts.contains(d)) {
                 if st.claims.get(&dst).map(|c| c.node.as_str()) != Some(name) {
@@ -307,16 +316,27 @@ impl RouteSyncer {
         Ok(sync)
     }
 
-    /// Makes one wanted route true in the table. The inner `Err` is why it could not be.
+    /// Makes one wanted route true in the table, if the Node holds its destination. The inner `Err` is
+    /// why it could not be.
     async fn program(&self, name: &str, route: Route) -> Result<Result<(), NotRouted>, Fenced> {
         let step = {
             let mut st = self.state();
-            match st.claims.get(&route.destination) {
-                Some(other) if other.node != name => Step::Conflict(format!(
-                    "pod CIDR {} is also claimed by node {}",
-                    route.destination, other.node
-                )),
-                _ => {
+            let dst = route.destination;
+            let held_by_other = holder(
+                st.contenders.of(&dst),
+                st.claims.get(&dst).map(|c| c.node.as_str()),
+                st.programmed.get(&dst).copied(),
+            )
+            .filter(|h| h.node != name)
+            .map(|h| {
+                format!(
+                    "pod CIDR {dst} is also node {}'s, which keeps the route: {}",
+                    h.node, h.ground
+                )
+            });
+            match held_by_other {
+                Some(reason) => Step::Conflict(reason),
+                None => {
                     st.claims.insert(
                         route.destination,
                         Claim {
@@ -385,5 +405,7 @@ impl RouteSyncer {
     }
 }
 
+#[cfg(test)]
+mod conflict_tests;
 #[cfg(test)]
 mod tests;

@@ -109,12 +109,11 @@ impl RouteReconciler {
 
     /// One full reconcile: delete what no Node wants, requeue Nodes whose routes differ.
     pub async fn reconcile(&self) {
-        let nodes = self.nodes.list();
-        let own_verdict: Verdict = match self.syncer.reconcile(&nodes).await {
+        let own_verdict: Verdict = match self.syncer.reconcile_with(|| self.nodes.list()).await {
             Ok(report) => {
                 tracing::debug!(
                     controller = NAME,
-                    nodes = nodes.len(),
+                    nodes = report.nodes,
                     requeued = report.requeue.len(),
                     deleted = report.deleted.len(),
                     failing = report.failing,

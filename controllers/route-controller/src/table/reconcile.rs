@@ -11,6 +11,8 @@ use netcm_node::CachedNode;
 
 use super::RouteSyncer;
 use crate::backend::{BackendError, Operation, Route};
+use crate::desired::NodeRoutes;
+use crate::holder::Contenders;
 
 /// Deletes of a full reconcile in flight at once (the cloud route controller's
 /// `maxConcurrentRouteOperations`).
@@ -19,6 +21,8 @@ const MAX_CONCURRENT_DELETES: usize = 200;
 /// The result of one full reconcile.
 #[derive(Debug, Default)]
 pub struct ReconcileReport {
+    /// Nodes the pass read.
+    pub nodes: usize,
     /// Nodes whose routes differ from the table, whose last sync failed, or that have a refused pod
     /// CIDR: sync them again.
     pub requeue: Vec<String>,
@@ -47,21 +51,41 @@ impl RouteSyncer {
         &self,
         nodes: &[Arc<CachedNode>],
     ) -> Result<ReconcileReport, BackendError> {
+        self.reconcile_with(|| nodes.to_vec()).await
+    }
+
+    /// [`RouteSyncer::reconcile`] over the Nodes `list` returns. It is called once the pass holds the
+    /// table exclusively, so no Node sync that ran before it saw a newer Node than the pass records as
+    /// asking for each destination.
+    pub async fn reconcile_with(
+        &self,
+        list: impl FnOnce() -> Vec<Arc<CachedNode>>,
+    ) -> Result<ReconcileReport, BackendError> {
         // As cloud-provider v0.36's reconcileNodeRoutes: every pass counts, one whose listing fails too.
         self.metrics.sync_total.inc();
         let _exclusive = self.table.write().await;
         self.refresh_connected().await;
+        let wants: Vec<(String, NodeRoutes)> = list()
+            .iter()
+            .map(|node| {
+                let name = node.name().to_string();
+                let want = self.wanted(&name, Some(node));
+                (name, want)
+            })
+            .collect();
+        self.record_wants(&wants);
         let listed = self.backend.list_routes().await.inspect_err(|_| {
             self.metrics.error(Operation::List);
         })?;
-        let mut report = ReconcileReport::default();
+        let mut report = ReconcileReport {
+            nodes: wants.len(),
+            ..ReconcileReport::default()
+        };
         let mut wanted: HashSet<IpNet> = HashSet::new();
         let actual: HashMap<IpNet, IpAddr> =
             listed.iter().map(|r| (r.destination, r.gateway)).collect();
         let failing = self.state().failing.clone();
-        for node in nodes {
-            let name = node.name().to_string();
-            let want = self.wanted(&name, Some(node));
+        for (name, want) in wants {
             wanted.extend(want.destinations());
             let differs = want
                 .routes
@@ -118,5 +142,24 @@ impl RouteSyncer {
         report.host_faults = std::mem::take(&mut st.host_faults) + host_faults;
         self.publish_gauges(&st);
         Ok(report)
+    }
+
+    /// Replaces what each Node asks for with `wants`, every Node's, and forgets who a destination is
+    /// routed to once that Node no longer asks for it (the holder is then decided afresh).
+    fn record_wants(&self, wants: &[(String, NodeRoutes)]) {
+        let mut owned = HashMap::new();
+        let mut contenders = Contenders::default();
+        for (name, want) in wants {
+            let destinations: Vec<IpNet> = want.destinations().collect();
+            if !destinations.is_empty() {
+                contenders.enter(name, want);
+                owned.insert(name.clone(), destinations);
+            }
+        }
+        let mut st = self.state();
+        st.claims
+            .retain(|d, claim| contenders.contends(&claim.node, d));
+        st.owned = owned;
+        st.contenders = contenders;
     }
 }

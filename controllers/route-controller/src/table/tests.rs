@@ -8,7 +8,7 @@ use netcm_node::test_support::{flannel_keys as keys, node};
 /// The cluster CIDRs of every test here.
 const CLUSTER_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/8"];
 
-fn syncer(own: Option<&str>) -> (Arc<FakeRoutes>, RouteSyncer) {
+pub(super) fn syncer(own: Option<&str>) -> (Arc<FakeRoutes>, RouteSyncer) {
     let (backend, s, _) = syncer_with_metrics(own);
     (backend, s)
 }
@@ -28,30 +28,30 @@ fn syncer_with_metrics(own: Option<&str>) -> (Arc<FakeRoutes>, RouteSyncer, Rout
     (backend, s, metrics)
 }
 
-fn net(s: &str) -> IpNet {
+pub(super) fn net(s: &str) -> IpNet {
     s.parse().expect("net")
 }
 
-fn route(dst: &str, gw: &str) -> Route {
+pub(super) fn route(dst: &str, gw: &str) -> Route {
     Route {
         destination: dst.parse().expect("dst"),
         gateway: gw.parse().expect("gw"),
     }
 }
 
-fn n(name: &str, cidr: &str, ip: &str) -> CachedNode {
+pub(super) fn n(name: &str, cidr: &str, ip: &str) -> CachedNode {
     node(name, &[cidr], &[("InternalIP", ip)], &[])
 }
 
 /// Syncs the Node [`n`] builds from `name`, `cidr` and `ip`.
-async fn sync(s: &RouteSyncer, name: &str, cidr: &str, ip: &str) -> NodeSync {
+pub(super) async fn sync(s: &RouteSyncer, name: &str, cidr: &str, ip: &str) -> NodeSync {
     s.sync_node(name, Some(&n(name, cidr, ip)))
         .await
         .expect("sync")
 }
 
 /// The failures of `outcome`; panics on any other outcome.
-fn failures(outcome: NodeOutcome) -> Vec<Failure> {
+pub(super) fn failures(outcome: NodeOutcome) -> Vec<Failure> {
     match outcome {
         NodeOutcome::Failed(f) => f,
         other => panic!("expected a failure, got {other:?}"),

@@ -1,0 +1,107 @@
+//! Unit tests of Nodes that claim the same pod CIDR: who keeps the route, whatever order they sync in.
+
+use super::tests::{failures, n, net, route, sync, syncer};
+use super::*;
+use crate::backend::fake::FakeRoutes;
+
+/// The pod CIDR both Nodes of these tests claim.
+const SHARED: &str = "10.244.1.0/24";
+/// The Node the pod CIDR was handed to.
+const VICTIM: (&str, &str) = ("victim", "192.0.2.1");
+/// A Node registered later with a copy of the victim's pod CIDR; its name sorts first.
+const COPY: (&str, &str) = ("copy", "192.0.2.2");
+
+/// Both orders in which the two Nodes can sync first.
+const ORDERS: [[(&str, &str); 2]; 2] = [[VICTIM, COPY], [COPY, VICTIM]];
+
+/// A syncer over a table that already routes [`SHARED`] to `routed`, as after a restart.
+fn restarted_with(routed: Option<(&str, &str)>) -> (Arc<FakeRoutes>, RouteSyncer) {
+    let (backend, s) = syncer(None);
+    if let Some((_, gw)) = routed {
+        backend
+            .ours
+            .lock()
+            .expect("lock")
+            .insert(net(SHARED), gw.parse().expect("ip"));
+    }
+    (backend, s)
+}
+
+/// Starts as the controller does (a full reconcile over every Node), then syncs the Nodes in `order`;
+/// returns each Node's outcome by name.
+async fn start_then_sync(
+    s: &RouteSyncer,
+    order: [(&str, &str); 2],
+) -> HashMap<String, NodeOutcome> {
+    let nodes: Vec<Arc<CachedNode>> = order
+        .iter()
+        .map(|(name, gw)| Arc::new(n(name, SHARED, gw)))
+        .collect();
+    s.reconcile(&nodes).await.expect("reconcile");
+    let mut outcomes = HashMap::new();
+    for (name, gw) in order {
+        outcomes.insert(name.to_string(), sync(s, name, SHARED, gw).await.outcome);
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn after_a_restart_a_copied_pod_cidr_stays_routed_to_the_node_the_table_routes_it_to_whichever_syncs_first(
+) {
+    for order in ORDERS {
+        let (backend, s) = restarted_with(Some(VICTIM));
+        let outcomes = start_then_sync(&s, order).await;
+        assert_eq!(backend.table(), [route(SHARED, VICTIM.1)], "{order:?}");
+        assert_eq!(outcomes[VICTIM.0], NodeOutcome::Routed, "{order:?}");
+        let lost = failures(outcomes[COPY.0].clone());
+        assert_eq!(lost.len(), 1, "{order:?}: {lost:?}");
+        assert!(!lost[0].on_this_host, "{order:?}: {lost:?}");
+        // Later passes change nothing.
+        let again = start_then_sync(&s, order).await;
+        assert_eq!(backend.table(), [route(SHARED, VICTIM.1)], "{order:?}");
+        assert_eq!(again[VICTIM.0], NodeOutcome::Routed, "{order:?}");
+    }
+}
+
+#[tokio::test]
+async fn with_no_route_in_the_table_a_shared_pod_cidr_goes_to_the_same_node_whichever_syncs_first()
+{
+    let mut tables = Vec::new();
+    for order in ORDERS {
+        let (backend, s) = restarted_with(None);
+        let outcomes = start_then_sync(&s, order).await;
+        let routed: Vec<&String> = outcomes
+            .iter()
+            .filter(|(_, o)| **o == NodeOutcome::Routed)
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(routed.len(), 1, "{order:?}: {outcomes:?}");
+        tables.push(backend.table());
+    }
+    assert_eq!(tables[0], tables[1]);
+}
+
+#[tokio::test]
+async fn the_node_routed_first_keeps_its_pod_cidr_when_a_copy_appears_and_when_its_gateway_changes()
+{
+    let (backend, s) = syncer(None);
+    sync(&s, VICTIM.0, SHARED, VICTIM.1).await;
+    let copy = sync(&s, COPY.0, SHARED, COPY.1).await;
+    assert!(matches!(copy.outcome, NodeOutcome::Failed(_)), "{copy:?}");
+    let moved = sync(&s, VICTIM.0, SHARED, "192.0.2.9").await;
+    assert_eq!(moved.outcome, NodeOutcome::Routed);
+    sync(&s, COPY.0, SHARED, COPY.1).await;
+    assert_eq!(backend.table(), [route(SHARED, "192.0.2.9")]);
+}
+
+#[tokio::test]
+async fn the_losing_node_fails_the_same_way_at_every_resync_without_a_route_change() {
+    let (backend, s) = restarted_with(Some(VICTIM));
+    start_then_sync(&s, [COPY, VICTIM]).await;
+    backend.take_calls();
+    let first = failures(sync(&s, COPY.0, SHARED, COPY.1).await.outcome);
+    let second = failures(sync(&s, COPY.0, SHARED, COPY.1).await.outcome);
+    // The same failure each time, so the Warning Event it becomes is one the recorder deduplicates.
+    assert_eq!(first, second);
+    assert!(backend.take_calls().is_empty());
+}
