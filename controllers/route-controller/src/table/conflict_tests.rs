@@ -105,3 +105,23 @@ async fn the_losing_node_fails_the_same_way_at_every_resync_without_a_route_chan
     assert_eq!(first, second);
     assert!(backend.take_calls().is_empty());
 }
+
+#[tokio::test]
+async fn the_first_syncs_know_every_node_that_asks_for_a_destination_even_when_the_first_listing_fails(
+) {
+    let (backend, s) = syncer(None);
+    backend
+        .list_fails
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let first = Arc::new(n("a", SHARED, "192.0.2.1"));
+    let second = Arc::new(n("b", SHARED, "192.0.2.2"));
+    assert!(s.reconcile(&[first, second]).await.is_err());
+    // "a" sorts first; "b" syncing before it must not take the route.
+    let b = sync(&s, "b", SHARED, "192.0.2.2").await;
+    assert!(matches!(b.outcome, NodeOutcome::Failed(_)), "{b:?}");
+    assert_eq!(
+        sync(&s, "a", SHARED, "192.0.2.1").await.outcome,
+        NodeOutcome::Routed
+    );
+    assert_eq!(backend.table(), [route(SHARED, "192.0.2.1")]);
+}

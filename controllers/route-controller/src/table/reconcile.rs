@@ -11,7 +11,6 @@ use netcm_node::CachedNode;
 
 use super::RouteSyncer;
 use crate::backend::{BackendError, Operation, Route};
-use crate::desired::NodeRoutes;
 use crate::holder::Contenders;
 
 /// Deletes of a full reconcile in flight at once (the cloud route controller's
@@ -65,36 +64,43 @@ impl RouteSyncer {
         self.metrics.sync_total.inc();
         let _exclusive = self.table.write().await;
         self.refresh_connected().await;
-        let wants: Vec<(String, NodeRoutes)> = list()
-            .iter()
-            .map(|node| {
-                let name = node.name().to_string();
-                let want = self.wanted(&name, Some(node));
-                (name, want)
-            })
-            .collect();
-        self.record_wants(&wants);
+        let nodes = list();
         let listed = self.backend.list_routes().await.inspect_err(|_| {
             self.metrics.error(Operation::List);
-        })?;
+        });
+        let actual: HashMap<IpNet, IpAddr> = listed
+            .iter()
+            .flatten()
+            .map(|r| (r.destination, r.gateway))
+            .collect();
         let mut report = ReconcileReport {
-            nodes: wants.len(),
+            nodes: nodes.len(),
             ..ReconcileReport::default()
         };
         let mut wanted: HashSet<IpNet> = HashSet::new();
-        let actual: HashMap<IpNet, IpAddr> =
-            listed.iter().map(|r| (r.destination, r.gateway)).collect();
+        let (mut owned, mut contenders) = (HashMap::new(), Contenders::default());
         let failing = self.state().failing.clone();
-        for (name, want) in wants {
-            wanted.extend(want.destinations());
+        for node in &nodes {
+            let name = node.name().to_string();
+            let want = self.wanted(&name, Some(node));
+            let destinations: Vec<IpNet> = want.destinations().collect();
+            wanted.extend(&destinations);
             let differs = want
                 .routes
                 .iter()
                 .any(|r| actual.get(&r.destination) != Some(&r.gateway));
             if differs || failing.contains(&name) || !want.refused.is_empty() {
-                report.requeue.push(name);
+                report.requeue.push(name.clone());
+            }
+            if !destinations.is_empty() {
+                contenders.enter(&name, &want);
+                owned.insert(name, destinations);
             }
         }
+        // Also when the table cannot be listed: the first syncs must know every Node that asks for a
+        // destination.
+        self.record_wants(owned, contenders);
+        let listed = listed?;
         let orphans: Vec<Route> = listed
             .iter()
             .filter(|r| {
@@ -144,18 +150,9 @@ impl RouteSyncer {
         Ok(report)
     }
 
-    /// Replaces what each Node asks for with `wants`, every Node's, and forgets who a destination is
-    /// routed to once that Node no longer asks for it (the holder is then decided afresh).
-    fn record_wants(&self, wants: &[(String, NodeRoutes)]) {
-        let mut owned = HashMap::new();
-        let mut contenders = Contenders::default();
-        for (name, want) in wants {
-            let destinations: Vec<IpNet> = want.destinations().collect();
-            if !destinations.is_empty() {
-                contenders.enter(name, want);
-                owned.insert(name.clone(), destinations);
-            }
-        }
+    /// Replaces what each Node asks for with what every Node asks for now, and forgets who a
+    /// destination is routed to once that Node no longer asks for it (its holder is decided afresh).
+    fn record_wants(&self, owned: HashMap<String, Vec<IpNet>>, contenders: Contenders) {
         let mut st = self.state();
         st.claims
             .retain(|d, claim| contenders.contends(&claim.node, d));
