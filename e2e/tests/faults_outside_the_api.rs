@@ -72,8 +72,9 @@ async fn a_leader_whose_log_reader_exited_allocates_every_node_and_still_drains_
     n.wait_leading(Duration::from_secs(30)).await;
     n.wait_metric(
         "netcm_log_lines_dropped_total{reason=\"write_failed\"}",
-        Duration::from_secs(30),
+        "above 0 (the pipe broke)",
         |v| v > 0.0,
+        Duration::from_secs(30),
     )
     .await;
     let names = create_named(&env, "pipe", 200).await;
@@ -108,8 +109,9 @@ async fn a_sync_that_panics_is_recovered_counted_and_every_node_is_still_allocat
     wait_all_allocated(&env, &names, &n).await;
     n.wait_metric(
         "netcm_sync_total{controller=\"subnet-allocator\",reason=\"panic\",result=\"error\"}",
-        Duration::from_secs(10),
+        "at least one per Node",
         |v| v >= 10.0,
+        Duration::from_secs(10),
     )
     .await;
     let (code, body) = n.http_get("/healthz").await.expect("/healthz");
