@@ -164,31 +164,38 @@ impl<K: IndexKey> FamilyIndex<K> {
         holders.as_slice().first().map(AsRef::as_ref)
     }
 
-    /// See [`Ledger::overlapping`].
-    fn overlapping<'a>(&'a self, span: Span) -> impl Iterator<Item = Holding<'a>> + 'a {
+    /// The holdings of the entry `key`.
+    fn holdings<'a>(&self, key: K, holders: &'a Holders) -> impl Iterator<Item = Holding<'a>> + 'a {
+        let cidr = net_from(self.family, key.first(), key.prefix());
+        holders
+            .as_slice()
+            .iter()
+            .map(move |n| Holding { cidr, node: n })
+    }
+
+    /// Holdings strictly containing the span: one lookup per prefix length in use.
+    fn containing<'a>(&'a self, span: Span) -> impl Iterator<Item = Holding<'a>> + 'a {
         let family = self.family;
-        let holdings = move |key: K, holders: &'a Holders| {
-            let cidr = net_from(family, key.first(), key.prefix());
-            holders
-                .as_slice()
-                .iter()
-                .map(move |n| Holding { cidr, node: n })
-        };
-        // Holdings strictly containing the span.
-        let containing = (0..span.prefix)
+        (0..span.prefix)
             .filter(move |&prefix| self.prefix_counts[usize::from(prefix)] != 0)
             .filter_map(move |prefix| {
                 let first = span.first & !host_mask(u32::from(family.bits() - prefix));
                 let key = K::pack(first, prefix);
-                self.entries.get(&key).map(|holders| holdings(key, holders))
+                self.entries
+                    .get(&key)
+                    .map(|holders| self.holdings(key, holders))
             })
-            .flatten();
+            .flatten()
+    }
+
+    /// See [`Ledger::overlapping`].
+    fn overlapping<'a>(&'a self, span: Span) -> impl Iterator<Item = Holding<'a>> + 'a {
         // Holdings equal to or inside the span.
         let inside = self
             .entries
             .range(K::pack(span.first, span.prefix)..=K::pack(span.last, u8::MAX))
-            .flat_map(move |(&key, holders)| holdings(key, holders));
-        containing.chain(inside)
+            .flat_map(move |(&key, holders)| self.holdings(key, holders));
+        self.containing(span).chain(inside)
     }
 }
 
@@ -281,6 +288,14 @@ impl Ledger {
         match span.family {
             Family::V4 => EitherFamily::V4(self.v4.overlapping(*span)),
             Family::V6 => EitherFamily::V6(self.v6.overlapping(*span)),
+        }
+    }
+
+    /// Every holding strictly containing `span`, without visiting those inside it.
+    pub fn containing<'a>(&'a self, span: &Span) -> impl Iterator<Item = Holding<'a>> + 'a {
+        match span.family {
+            Family::V4 => EitherFamily::V4(self.v4.containing(*span)),
+            Family::V6 => EitherFamily::V6(self.v6.containing(*span)),
         }
     }
 

@@ -16,8 +16,8 @@ use crate::cidr_set::CidrSet;
 use crate::config::AllocatorConfig;
 use crate::error::Error;
 use crate::ledger::Ledger;
-use crate::outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
-use crate::pool::{PoolState, DEFAULT_POOL};
+use crate::outcome::{NodeAllocation, PoolStats, PoolTries};
+use crate::pool::{ObjectPool, PoolState, DEFAULT_POOL};
 use crate::selector::{NodeSelector, NodeView};
 
 /// One pool: the flag pool (first) or a ClusterCIDR, and the sets it allocates from.
@@ -34,6 +34,21 @@ pub(crate) struct Pool {
     pub(crate) asked: Vec<IpNet>,
     /// The object's UID (empty for the flag pool).
     pub(crate) uid: String,
+    /// The object it was built from (none for the flag pool): a refused pool is built again when its
+    /// object changes.
+    pub(crate) source: Option<ObjectPool>,
+    /// [`Pools::refusal_epoch`]'s parts when it was checked: a refusal is checked again only when what
+    /// it depends on has changed since.
+    pub(crate) checked: Epochs,
+}
+
+/// What pool refusals depend on besides the object itself, as counters that only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Epochs {
+    /// Bumped when a pool's sets are added or removed (overlaps between pools).
+    pub(crate) shape: u64,
+    /// Bumped when a held CIDR outside every set is released (a Node CIDR covering a pool's range).
+    pub(crate) outside_released: u64,
 }
 
 /// A candidate's sort key: fallback last, more matches first, then capacity, host bits, name; and its index.
@@ -48,6 +63,15 @@ pub struct Pools {
     pub(crate) pools: Vec<Pool>,
     pub(crate) services: Vec<IpNet>,
     pub(crate) ledger: Ledger,
+    /// The position in `pools` of the pool owning each set.
+    pub(crate) set_owner: Vec<usize>,
+    /// Each ClusterCIDR pool's position in `pools`, by name.
+    pub(crate) index: std::collections::HashMap<String, usize>,
+    /// See [`Epochs`].
+    pub(crate) epochs: Epochs,
+    /// How often a ClusterCIDR object made [`Pools::sync_objects`] search or check the pools: the
+    /// bound its tests hold a pass's work to.
+    pub(crate) object_scans: u64,
 }
 
 impl Pools {
@@ -68,6 +92,7 @@ impl Pools {
             mark(&mut sets, &Span::of(svc));
         }
         Ok(Pools {
+            set_owner: vec![0; sets.len()],
             sets,
             pools: vec![Pool {
                 name: DEFAULT_POOL.to_string(),
@@ -81,65 +106,15 @@ impl Pools {
                     .flat_map(|f| f.cluster_cidrs.iter().copied())
                     .collect(),
                 uid: String::new(),
+                source: None,
+                checked: Epochs::default(),
             }],
             services,
             ledger: Ledger::new(),
+            index: std::collections::HashMap::new(),
+            epochs: Epochs::default(),
+            object_scans: 0,
         })
-    }
-
-    /// Records that `node` holds `cidrs` (as read from the API) and reports
-    /// conflicts, CIDRs outside every cluster CIDR and service-range overlaps.
-    ///
-    /// Holding the same CIDRs again changes nothing; different CIDRs replace
-    /// the old ones; an empty list forgets the node. Conflicting CIDRs are
-    /// still recorded, so nothing overlapping any of them is handed out.
-    pub fn hold(&mut self, node: &str, cidrs: &[IpNet]) -> HoldOutcome {
-        let wanted = first_occurrences(cidrs.iter().map(IpNet::trunc));
-        let change = match self.ledger.held_by(node) {
-            Some(held) if held == wanted.as_slice() => HoldChange::Unchanged,
-            None if wanted.is_empty() => HoldChange::Unchanged,
-            Some(_) => {
-                let previous = self.release_node(node);
-                HoldChange::Replaced { previous }
-            }
-            None => HoldChange::New,
-        };
-        if change != HoldChange::Unchanged && !wanted.is_empty() {
-            for c in &wanted {
-                mark(&mut self.sets, &Span::of(c));
-            }
-            self.ledger.insert(node, wanted.clone());
-        }
-        let findings = wanted.iter().flat_map(|c| self.findings(node, c)).collect();
-        HoldOutcome { change, findings }
-    }
-
-    /// Problems with `cidr` as held by `node`.
-    fn findings(&self, node: &str, cidr: &IpNet) -> Vec<HoldFinding> {
-        let span = Span::of(cidr);
-        let mut out: Vec<HoldFinding> = self
-            .ledger
-            .overlapping(&span)
-            .filter(|h| h.node != node)
-            .map(|h| HoldFinding::Conflict {
-                cidr: *cidr,
-                other_node: h.node.to_string(),
-                other_cidr: h.cidr,
-            })
-            .collect();
-        if !self.sets.iter().any(|s| s.span().contains(&span)) {
-            out.push(HoldFinding::OutOfRange { cidr: *cidr });
-        }
-        out.extend(
-            self.services
-                .iter()
-                .filter(|svc| Span::of(svc).overlaps(&span))
-                .map(|&service_range| HoldFinding::ServiceRangeOverlap {
-                    cidr: *cidr,
-                    service_range,
-                }),
-        );
-        out
     }
 
     /// Allocates for a Node without labels; see [`Pools::allocate_for`].
@@ -367,7 +342,12 @@ impl Pools {
             return Vec::new();
         };
         for c in &held {
-            unmark(&mut self.sets, &self.ledger, &self.services, &Span::of(c));
+            let span = Span::of(c);
+            if !self.sets.iter().any(|s| s.span().contains(&span)) {
+                // It may have kept a ClusterCIDR inside it refused.
+                self.epochs.outside_released += 1;
+            }
+            unmark(&mut self.sets, &self.ledger, &self.services, &span);
         }
         held
     }
@@ -429,36 +409,8 @@ impl Pools {
     }
 }
 
-/// `items` without repeats, each where it first appears. A set beside the list above a few items: a
-/// search of the list per item is quadratic, and a quarantine of 50,000 ranges (an earlier version's
-/// per-CIDR claims) took 1.2 s that way with the pools and blocks locks held.
-pub(crate) fn first_occurrences<T: Copy + Eq + std::hash::Hash>(
-    items: impl IntoIterator<Item = T>,
-) -> Vec<T> {
-    /// Up to this many items a search of the list is cheaper than hashing (a Node has one or two).
-    const SEARCH_UP_TO: usize = 8;
-    let items = items.into_iter();
-    let mut out: Vec<T> = Vec::with_capacity(items.size_hint().0);
-    let mut seen: std::collections::HashSet<T> = std::collections::HashSet::new();
-    for c in items {
-        if out.len() < SEARCH_UP_TO {
-            if !out.contains(&c) {
-                out.push(c);
-            }
-            continue;
-        }
-        if seen.is_empty() {
-            seen.extend(out.iter().copied());
-        }
-        if seen.insert(c) {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Marks the blocks overlapping `span` in use in every set it touches.
-fn mark(sets: &mut [CidrSet], span: &Span) {
+pub(crate) fn mark(sets: &mut [CidrSet], span: &Span) {
     for set in sets.iter_mut() {
         if let Some(part) = set.span().intersect(span) {
             // Cannot fail: `part` lies inside the set.
@@ -469,7 +421,7 @@ fn mark(sets: &mut [CidrSet], span: &Span) {
 
 /// Clears the blocks overlapping `span`, then re-marks those still covered
 /// by a holding in `ledger` or by a service range.
-fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], span: &Span) {
+pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], span: &Span) {
     for set in sets.iter_mut() {
         let Some(part) = set.span().intersect(span) else {
             continue;
@@ -485,6 +437,8 @@ fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], span: &Span
     }
 }
 
+#[path = "pools_hold.rs"]
+mod hold;
 #[path = "pools_objects.rs"]
 mod objects;
 

@@ -18,51 +18,83 @@ impl Pools {
     /// Brings the ClusterCIDR pools in line with `objects` (every object, oldest first): new ones are
     /// checked and added, deleted ones drain, refused ones are checked again, absent ones are dropped.
     /// A pool once active stays active until its object is deleted.
+    ///
+    /// Linear in the objects: pools are found by name, and a refused pool is built again only when its
+    /// object changed or what its refusal depends on did ([`Pools::refusal_epoch`]), so a pass over
+    /// unchanged objects checks nothing. Refused pools are checked again in one more round if a pool
+    /// was added in this pass, so the reasons returned are those of the pools as they now stand.
     pub fn sync_objects(&mut self, objects: &[ObjectPool]) -> SyncReport {
         let mut report = SyncReport::default();
         let present: HashSet<(&str, &str)> = objects
             .iter()
             .map(|o| (o.name.as_str(), o.uid.as_str()))
             .collect();
-        let gone: Vec<String> = self
-            .pools
-            .iter()
-            .filter(|p| p.is_object && !present.contains(&(p.name.as_str(), p.uid.as_str())))
-            .map(|p| p.name.clone())
-            .collect();
-        for name in gone {
-            self.remove_pool(&name);
-            report.removed.push(name);
-        }
+        report.removed =
+            self.remove_pools(|p| !present.contains(&(p.name.as_str(), p.uid.as_str())));
+        let shape = self.epochs.shape;
         for obj in objects {
-            let known = self
-                .pools
-                .iter()
-                .position(|p| p.is_object && p.name == obj.name);
-            match known {
-                Some(i) => match (&self.pools[i].state, obj.deleting) {
-                    (PoolState::Active, true) => self.pools[i].state = PoolState::Draining,
-                    (PoolState::Refused(_), false) => {
-                        self.remove_pool(&obj.name);
-                        if self.add(obj) {
-                            report.activated.push(obj.name.clone());
-                        }
-                    }
-                    _ => {}
-                },
+            match self.index.get(obj.name.as_str()) {
+                Some(&i) => self.update(i, obj, &mut report),
                 None => {
-                    if self.add(obj) {
+                    let pool = self.build(obj, self.pools.len());
+                    if pool.state == PoolState::Active {
                         report.activated.push(obj.name.clone());
                     }
+                    self.index.insert(obj.name.clone(), self.pools.len());
+                    self.pools.push(pool);
+                }
+            }
+        }
+        if self.epochs.shape != shape {
+            for obj in objects {
+                if let Some(&i) = self.index.get(obj.name.as_str()) {
+                    self.update(i, obj, &mut report);
                 }
             }
         }
         report
     }
 
-    /// Adds `obj` as a pool: active if it passes [`Pools::check`], draining if it is being deleted (a
-    /// new leader must still see which Nodes hold CIDRs from it), else refused. True if active.
-    fn add(&mut self, obj: &ObjectPool) -> bool {
+    /// A number that changes whenever something a refusal depends on besides the object may have
+    /// changed: a pool's ranges were added or removed, or a Node CIDR outside every pool was released.
+    /// [`Pools::sync_objects`] with the same objects at the same epoch changes nothing, so a caller that
+    /// knows its objects are unchanged may skip the call.
+    pub fn refusal_epoch(&self) -> u64 {
+        self.epochs.shape + self.epochs.outside_released
+    }
+
+    /// Brings the known pool `i` in line with `obj`: an active one drains once `obj` is deleted; a
+    /// refused one is built again if `obj` changed or its refusal may have.
+    fn update(&mut self, i: usize, obj: &ObjectPool, report: &mut SyncReport) {
+        let pool = &self.pools[i];
+        match (&pool.state, obj.deleting) {
+            (PoolState::Active, true) => self.pools[i].state = PoolState::Draining,
+            (PoolState::Refused(why), false) => {
+                let stale = match why {
+                    Refusal::Invalid(_) | Refusal::Modified => false,
+                    Refusal::PoolOverlap { .. } | Refusal::ServiceRangeOverlap { .. } => {
+                        pool.checked.shape != self.epochs.shape
+                    }
+                    Refusal::NodeCidrOverlap { .. } => pool.checked != self.epochs,
+                };
+                if !stale && pool.source.as_ref() == Some(obj) {
+                    return;
+                }
+                let rebuilt = self.build(obj, i);
+                if rebuilt.state == PoolState::Active {
+                    report.activated.push(obj.name.clone());
+                }
+                self.pools[i] = rebuilt;
+            }
+            _ => {}
+        }
+    }
+
+    /// The pool `obj` describes, to be placed at `at` in `pools`: active if it passes [`Pools::check`]
+    /// (its sets added), draining if it is being deleted (a new leader must still see which Nodes hold
+    /// CIDRs from it), else refused.
+    fn build(&mut self, obj: &ObjectPool, at: usize) -> Pool {
+        self.object_scans += 1;
         let spec = obj.spec.clone().map_err(Refusal::Invalid);
         let checked = spec.as_ref().map_err(Clone::clone).and_then(|s| {
             if obj.modified {
@@ -80,50 +112,51 @@ impl Pools {
             Ok(r) => self.check(&r).map(|()| r),
             Err(e) => Err(e),
         };
-        match ranges {
+        let epochs = self.epochs;
+        let (families, state, asked) = match ranges {
             Ok(ranges) => {
                 let state = if obj.deleting {
                     PoolState::Draining
                 } else {
                     PoolState::Active
                 };
-                let active = state == PoolState::Active;
-                self.install(obj, selector, &ranges, state);
-                active
+                let families = self.install(&ranges, at);
+                (families, state, ranges.iter().map(|r| r.cidr).collect())
             }
-            Err(refusal) => {
-                self.pools.push(Pool {
-                    name: obj.name.clone(),
-                    selector,
-                    families: Vec::new(),
-                    state: PoolState::Refused(refusal),
-                    is_object: true,
-                    asked,
-                    uid: obj.uid.clone(),
-                });
-                false
-            }
+            Err(refusal) => (Vec::new(), PoolState::Refused(refusal), asked),
+        };
+        Pool {
+            name: obj.name.clone(),
+            selector,
+            families,
+            state,
+            is_object: true,
+            asked,
+            uid: obj.uid.clone(),
+            source: Some(obj.clone()),
+            checked: epochs,
         }
     }
 
     /// Why a pool with these ranges may not allocate: a partial overlap with another pool's range, a
-    /// service range, or a Node CIDR that covers more than the range outside every pool.
+    /// service range, or a Node CIDR that covers more than the range outside every pool. Visits the
+    /// sets (active and draining pools' ranges), never the refused pools.
     fn check(&self, ranges: &[PoolRange]) -> Result<(), Refusal> {
         for r in ranges {
             let span = Span::of(&r.cidr);
-            for p in self.pools.iter().filter(|p| !p.families.is_empty()) {
-                for (_, sets) in &p.families {
-                    let clash = self.sets[sets.clone()]
-                        .iter()
-                        .find(|s| s.span().overlaps(&span) && s.cluster() != r.cidr);
-                    if let Some(s) = clash {
-                        return Err(Refusal::PoolOverlap {
-                            range: r.cidr,
-                            pool: p.name.clone(),
-                            other: s.cluster(),
-                        });
-                    }
-                }
+            let clash = self
+                .sets
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.span().overlaps(&span) && s.cluster() != r.cidr)
+                .filter_map(|(k, s)| Some((*self.set_owner.get(k)?, s.cluster())))
+                .min_by_key(|(p, _)| *p);
+            if let Some((p, other)) = clash {
+                return Err(Refusal::PoolOverlap {
+                    range: r.cidr,
+                    pool: self.pools[p].name.clone(),
+                    other,
+                });
             }
             if let Some(svc) = self.services.iter().find(|s| Span::of(s).overlaps(&span)) {
                 return Err(Refusal::ServiceRangeOverlap {
@@ -131,12 +164,12 @@ impl Pools {
                     service_range: *svc,
                 });
             }
-            let covering = self.ledger.overlapping(&span).find(|h| {
-                !span.contains(&Span::of(&h.cidr))
-                    && !self
-                        .sets
-                        .iter()
-                        .any(|s| s.span().contains(&Span::of(&h.cidr)))
+            // A holding overlapping the range but not inside it contains it (CIDRs nest).
+            let covering = self.ledger.containing(&span).find(|h| {
+                !self
+                    .sets
+                    .iter()
+                    .any(|s| s.span().contains(&Span::of(&h.cidr)))
             });
             if let Some(h) = covering {
                 return Err(Refusal::NodeCidrOverlap {
@@ -149,14 +182,13 @@ impl Pools {
         Ok(())
     }
 
-    /// Adds a pool with one set per range, marking what the ledger and the service ranges already use.
+    /// Adds one set per range for the pool at `at`, marking what the ledger and the service ranges
+    /// already use; returns the families as the pool records them.
     fn install(
         &mut self,
-        obj: &ObjectPool,
-        selector: crate::selector::NodeSelector,
         ranges: &[PoolRange],
-        state: PoolState,
-    ) {
+        at: usize,
+    ) -> Vec<(Family, std::ops::Range<usize>)> {
         let mut families = Vec::new();
         for r in ranges {
             // Cannot fail: `PoolSpec::ranges` checked mask and size.
@@ -174,49 +206,55 @@ impl Pools {
                     let _ = set.occupy(part.to_net());
                 }
             }
-            let at = self.sets.len();
+            let k = self.sets.len();
             self.sets.push(set);
-            families.push((r.family, at..at + 1));
+            self.set_owner.push(at);
+            families.push((r.family, k..k + 1));
         }
-        self.pools.push(Pool {
-            name: obj.name.clone(),
-            selector,
-            families,
-            state,
-            is_object: true,
-            asked: ranges.iter().map(|r| r.cidr).collect(),
-            uid: obj.uid.clone(),
-        });
+        if !families.is_empty() {
+            self.epochs.shape += 1;
+        }
+        families
     }
 
-    /// Drops the object pool `name` and its sets. What Nodes hold stays in the ledger.
-    fn remove_pool(&mut self, name: &str) {
-        let Some(i) = self
+    /// Drops the ClusterCIDR pools `gone` selects, with their sets, in one pass over the pools; returns
+    /// their names. What Nodes hold stays in the ledger.
+    fn remove_pools(&mut self, gone: impl Fn(&Pool) -> bool) -> Vec<String> {
+        if !self.pools.iter().any(|p| p.is_object && gone(p)) {
+            return Vec::new();
+        }
+        let mut old_sets: Vec<Option<CidrSet>> = std::mem::take(&mut self.sets)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.set_owner.clear();
+        let mut removed = Vec::new();
+        for mut pool in std::mem::take(&mut self.pools) {
+            if pool.is_object && gone(&pool) {
+                if !pool.families.is_empty() {
+                    self.epochs.shape += 1;
+                }
+                removed.push(pool.name);
+                continue;
+            }
+            for (_, r) in &mut pool.families {
+                let start = self.sets.len();
+                self.sets
+                    .extend(r.clone().filter_map(|k| old_sets.get_mut(k)?.take()));
+                *r = start..self.sets.len();
+                let owner = self.pools.len();
+                self.set_owner.resize(self.sets.len(), owner);
+            }
+            self.pools.push(pool);
+        }
+        self.index = self
             .pools
             .iter()
-            .position(|p| p.is_object && p.name == name)
-        else {
-            return;
-        };
-        let pool = self.pools.remove(i);
-        let Some(start) = pool.families.iter().map(|(_, r)| r.start).min() else {
-            return;
-        };
-        let end = pool
-            .families
-            .iter()
-            .map(|(_, r)| r.end)
-            .max()
-            .unwrap_or(start);
-        self.sets.drain(start..end);
-        let removed = end - start;
-        for p in &mut self.pools {
-            for (_, r) in &mut p.families {
-                if r.start >= end {
-                    *r = r.start - removed..r.end - removed;
-                }
-            }
-        }
+            .enumerate()
+            .filter(|(_, p)| p.is_object)
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        removed
     }
 
     /// Owners holding a CIDR from pool `i`: inside one of its sets at that set's node mask.
@@ -237,10 +275,9 @@ impl Pools {
     /// Whether the ClusterCIDR pool `name` is draining and no owner holds a CIDR from it any more:
     /// its finalizer may go.
     pub fn drained(&self, name: &str) -> bool {
-        self.pools
-            .iter()
-            .position(|p| p.is_object && p.name == name)
-            .is_some_and(|i| match self.pools[i].state {
+        self.index
+            .get(name)
+            .is_some_and(|&i| match self.pools[i].state {
                 PoolState::Draining => self.holders(i) == 0,
                 PoolState::Refused(_) => true,
                 PoolState::Active => false,
@@ -254,32 +291,37 @@ impl Pools {
 
     /// Every pool, the flag pool first.
     pub fn reports(&self) -> Vec<PoolReport> {
-        (0..self.pools.len())
-            .map(|i| {
-                let p = &self.pools[i];
-                let sets: Vec<&CidrSet> = p
-                    .families
-                    .iter()
-                    .flat_map(|(_, r)| self.sets[r.clone()].iter())
-                    .collect();
-                PoolReport {
-                    name: p.name.clone(),
-                    is_object: p.is_object,
-                    state: p.state.clone(),
-                    ranges: if sets.is_empty() {
-                        p.asked.clone()
-                    } else {
-                        sets.iter().map(|s| s.cluster()).collect()
-                    },
-                    node_masks: sets.iter().map(|s| s.node_mask()).collect(),
-                    selector: p.selector.summary(),
-                    // A scan of the pool's holdings: only ClusterCIDR objects show it (status), and
-                    // this runs every second, so the flag pool of a 50,000-Node cluster is not scanned.
-                    holders: if p.is_object { self.holders(i) } else { 0 },
-                    capacity: self.capacity(i),
-                }
-            })
-            .collect()
+        (0..self.pools.len()).map(|i| self.report_at(i)).collect()
+    }
+
+    /// The ClusterCIDR pool `name` as [`Pools::reports`] describes it, found by name.
+    pub fn report(&self, name: &str) -> Option<PoolReport> {
+        self.index.get(name).map(|&i| self.report_at(i))
+    }
+
+    fn report_at(&self, i: usize) -> PoolReport {
+        let p = &self.pools[i];
+        let sets: Vec<&CidrSet> = p
+            .families
+            .iter()
+            .flat_map(|(_, r)| self.sets[r.clone()].iter())
+            .collect();
+        PoolReport {
+            name: p.name.clone(),
+            is_object: p.is_object,
+            state: p.state.clone(),
+            ranges: if sets.is_empty() {
+                p.asked.clone()
+            } else {
+                sets.iter().map(|s| s.cluster()).collect()
+            },
+            node_masks: sets.iter().map(|s| s.node_mask()).collect(),
+            selector: p.selector.summary(),
+            // A scan of the pool's holdings: only ClusterCIDR objects show it (status), and
+            // this runs every second, so the flag pool of a 50,000-Node cluster is not scanned.
+            holders: if p.is_object { self.holders(i) } else { 0 },
+            capacity: self.capacity(i),
+        }
     }
 
     /// The families pool `name` gives a Node, in order (empty if unknown or refused).

@@ -366,3 +366,94 @@ fn labels_are_needed_only_while_an_active_pool_selects_by_label() {
         "a pool that is gone no longer needs labels"
     );
 }
+
+/// `n` ClusterCIDRs inside the flag pool's 10.0.0.0/8, so all refused.
+fn refused_objects(n: usize) -> Vec<ObjectPool> {
+    (0..n)
+        .map(|i| {
+            let v4 = format!("10.{}.{}.0/24", (i >> 8) & 0xff, i & 0xff);
+            obj(&format!("refused-{i}"), NodeSelector::Fallback, 4, &v4, "")
+        })
+        .collect()
+}
+
+#[test]
+fn a_pass_over_unchanged_objects_searches_and_checks_the_pools_for_none_of_them() {
+    let mut p = pools("10.0.0.0/8", "");
+    let objects = refused_objects(2_000);
+    p.sync_objects(&objects);
+    let refused = p
+        .reports()
+        .iter()
+        .filter(|r| r.is_object)
+        .all(|r| r.state.phase() == "Refused");
+    assert!(refused);
+    p.object_scans = 0;
+    let report = p.sync_objects(&objects);
+    assert_eq!(report, SyncReport::default());
+    assert_eq!(
+        p.object_scans, 0,
+        "an unchanged pass searched or checked the pools for objects"
+    );
+    assert!(matches!(
+        state(&p, "refused-7"),
+        PoolState::Refused(Refusal::PoolOverlap { ref pool, .. }) if pool == DEFAULT_POOL
+    ));
+}
+
+#[test]
+fn a_pool_refused_for_a_node_cidr_around_it_allocates_once_that_node_is_released() {
+    let mut p = pools("10.244.0.0/16", "");
+    p.hold("uid-wide", &[net("10.70.0.0/15")]);
+    let objects = [obj("x", NodeSelector::Fallback, 8, "10.70.0.0/16", "")];
+    p.sync_objects(&objects);
+    assert!(matches!(
+        state(&p, "x"),
+        PoolState::Refused(Refusal::NodeCidrOverlap { ref owner, .. }) if owner == "uid-wide"
+    ));
+    let epoch = p.refusal_epoch();
+    p.hold("uid-inside", &[net("10.244.3.0/24")]);
+    p.release_node("uid-inside");
+    assert_eq!(
+        p.refusal_epoch(),
+        epoch,
+        "a CIDR inside a pool changes no refusal"
+    );
+    p.release_node("uid-wide");
+    assert_ne!(p.refusal_epoch(), epoch);
+    let r = p.sync_objects(&objects);
+    assert_eq!(r.activated, ["x"]);
+}
+
+#[test]
+fn a_refused_pool_is_built_again_when_its_object_changes() {
+    let mut p = pools("10.244.0.0/16", "");
+    let mut x = obj("x", NodeSelector::Fallback, 8, "10.71.0.0/16", "");
+    x.spec = Err("nodeSelector: unknown operator".into());
+    p.sync_objects(std::slice::from_ref(&x));
+    assert!(matches!(
+        state(&p, "x"),
+        PoolState::Refused(Refusal::Invalid(_))
+    ));
+    let fixed = obj("x", NodeSelector::Fallback, 8, "10.71.0.0/16", "");
+    assert_eq!(p.sync_objects(&[fixed]).activated, ["x"]);
+}
+
+#[test]
+fn refusals_name_the_pools_as_they_stand_after_the_pass() {
+    let mut p = pools("10.244.0.0/16", "10.60.0.0/20");
+    // The older one overlaps the service range; the newer one, added in the same pass, overlaps it.
+    let objects = [
+        obj("older", NodeSelector::Fallback, 8, "10.60.0.0/16", ""),
+        obj("newer", NodeSelector::Fallback, 8, "10.60.128.0/17", ""),
+    ];
+    p.sync_objects(&objects);
+    assert_eq!(state(&p, "newer"), PoolState::Active);
+    assert!(matches!(
+        state(&p, "older"),
+        PoolState::Refused(Refusal::PoolOverlap { ref pool, .. }) if pool == "newer"
+    ));
+    p.object_scans = 0;
+    p.sync_objects(&objects);
+    assert_eq!(p.object_scans, 0, "the pass before left nothing to check");
+}
