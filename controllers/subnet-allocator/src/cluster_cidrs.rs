@@ -7,14 +7,20 @@
 //! pool (removed once a deleted pool is drained), a Warning Event on a refused one, and the status where
 //! the CRD is netcm's (it has a status subresource; node-ipam-controller's does not). A pool that starts
 //! allocating wakes the Nodes waiting for a CIDR at once.
+//!
+//! The store keeps each object read once (`store.rs`), and a pass looks only at what changed since the
+//! last one (`pass.rs`): with thousands of objects, a pass that cloned and re-checked every one held the
+//! pools lock, which every allocation waits on, for a third of a second each second.
 
 mod convert;
+mod pass;
+mod store;
 
 pub use convert::{object_pool, sort_oldest_first};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use std::borrow::Cow;
@@ -24,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
-use netcm_ipam::{NodeView, PoolState};
+use netcm_ipam::{NodeView, PoolReport, PoolState};
 use netcm_manager::informer::watch_backoff;
 use netcm_manager::EventType;
 use parking_lot::Mutex;
@@ -33,6 +39,8 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::allocator::{lock, Allocator, NAME};
+use pass::{Publish, Seen};
+use store::{Store, Stored};
 
 /// node-ipam-controller's finalizer, so objects moved over from it keep theirs.
 pub const FINALIZER: &str = "networking.x-k8s.io/cluster-cidr-finalizer";
@@ -52,11 +60,11 @@ pub struct ClusterCidr {
 
 impl ClusterCidr {
     /// The identity of `obj`.
-    fn about(obj: &DynamicObject) -> Self {
+    fn about(obj: &Stored) -> Self {
         Self {
             metadata: ObjectMeta {
-                name: obj.metadata.name.clone(),
-                uid: obj.metadata.uid.clone(),
+                name: Some(obj.name.clone()),
+                uid: obj.uid.clone(),
                 ..ObjectMeta::default()
             },
         }
@@ -90,13 +98,13 @@ impl kube::Resource for ClusterCidr {
 /// The watch's store and what wakes the reconciler.
 pub(crate) struct ClusterCidrs {
     api: Api<DynamicObject>,
-    store: Mutex<BTreeMap<String, DynamicObject>>,
+    store: Mutex<Store>,
     /// Wakes the reconciler (a Node released its CIDRs).
     pub(crate) changed: Notify,
     /// False once a status write found no status subresource (node-ipam-controller's CRD).
     status_supported: AtomicBool,
-    /// Refusals already logged, so the once-a-second reconcile does not repeat them.
-    logged: Mutex<HashSet<(String, String)>>,
+    /// What the last pass saw, so the next one skips what did not change.
+    seen: Mutex<Seen>,
 }
 
 impl ClusterCidrs {
@@ -104,16 +112,15 @@ impl ClusterCidrs {
     pub(crate) fn new(client: kube::Client) -> Self {
         Self {
             api: Api::all_with(client, &api_resource()),
-            store: Mutex::new(BTreeMap::new()),
+            store: Mutex::new(Store::default()),
             changed: Notify::new(),
             status_supported: AtomicBool::new(true),
-            logged: Mutex::new(HashSet::new()),
+            seen: Mutex::new(Seen::default()),
         }
     }
 
-    fn put(&self, obj: DynamicObject) {
-        let name = obj.metadata.name.clone().unwrap_or_default();
-        lock(&self.store).insert(name, obj);
+    fn put(&self, obj: &DynamicObject) {
+        lock(&self.store).put(obj);
     }
 }
 
@@ -134,7 +141,7 @@ impl ClusterCidrs {
     pub(crate) async fn watch(self: Arc<Self>, listed: watch::Sender<bool>) {
         let stream = watcher(self.api.clone(), watcher::Config::default()).backoff(watch_backoff());
         let mut stream = std::pin::pin!(stream);
-        let mut relist: Option<BTreeMap<String, DynamicObject>> = None;
+        let mut relist: Option<Vec<DynamicObject>> = None;
         let mut missing_logged = false;
         while let Some(item) = stream.next().await {
             match item {
@@ -151,21 +158,21 @@ impl ClusterCidrs {
                     continue;
                 }
                 Ok(Event::Init) => {
-                    relist = Some(BTreeMap::new());
+                    relist = Some(Vec::new());
                     continue;
                 }
                 Ok(Event::InitApply(obj)) => {
                     if let Some(r) = relist.as_mut() {
-                        r.insert(obj.metadata.name.clone().unwrap_or_default(), obj);
+                        r.push(obj);
                     }
                     continue;
                 }
                 Ok(Event::InitDone) => {
-                    *lock(&self.store) = relist.take().unwrap_or_default();
+                    lock(&self.store).replace(relist.take().unwrap_or_default());
                     missing_logged = false;
                     listed.send_replace(true);
                 }
-                Ok(Event::Apply(obj)) => self.put(obj),
+                Ok(Event::Apply(obj)) => self.put(&obj),
                 Ok(Event::Delete(obj)) => {
                     lock(&self.store).remove(obj.metadata.name.as_deref().unwrap_or_default());
                 }
@@ -195,53 +202,123 @@ impl Allocator {
     }
 
     /// Brings the pools in line with the store and writes finalizers, Events and status.
+    ///
+    /// Runs every second, so what it does under the pools lock is bounded by what changed: the pools
+    /// are synced only when an object's pool or the pools' refusal epoch changed (else nothing but two
+    /// numbers is read), and reports are made only of the pools it looks at — objects put since the
+    /// last pass, live pools (their counts move with the Nodes) and refusals whose Event is due.
     pub(crate) async fn reconcile_pools(&self, cc: &ClusterCidrs) {
-        let mut objects: Vec<DynamicObject> = lock(&cc.store).values().cloned().collect();
-        sort_oldest_first(&mut objects);
-        let wanted: Vec<_> = objects.iter().map(convert::object_pool).collect();
-        let (report, reports) = {
+        let snap = lock(&cc.store).snapshot();
+        let now = Instant::now();
+        let report = {
             let mut pools = lock(&self.pools);
-            let report = pools.sync_objects(&wanted);
-            self.publish_usage(&pools);
-            (report, pools.reports())
+            let must_sync = lock(&cc.seen).must_sync(snap.pools_version, pools.refusal_epoch());
+            must_sync.then(|| {
+                let report = pools.sync_objects(&snap.pools);
+                self.publish_usage(&pools);
+                lock(&cc.seen).synced(snap.pools_version, pools.refusal_epoch());
+                report
+            })
         };
-        for name in &report.removed {
-            tracing::info!(controller = NAME, pool = %name, "ClusterCIDR is gone; its pool is dropped");
+        if let Some(report) = &report {
+            for name in &report.removed {
+                tracing::info!(controller = NAME, pool = %name, "ClusterCIDR is gone; its pool is dropped");
+            }
+            if !report.activated.is_empty() {
+                tracing::info!(controller = NAME, pools = ?report.activated, "ClusterCIDR pools allocate now; waking the nodes waiting for a CIDR");
+                self.wake_waiting();
+            }
         }
-        if !report.activated.is_empty() {
-            tracing::info!(controller = NAME, pools = ?report.activated, "ClusterCIDR pools allocate now; waking the nodes waiting for a CIDR");
-            self.wake_waiting();
-        }
-        let waiting = self.waiting_per_pool();
-        for obj in objects {
-            let name = obj.metadata.name.clone().unwrap_or_default();
-            let Some(rep) = reports.iter().find(|r| r.is_object && r.name == name) else {
+        let synced = report.is_some();
+        let (since, due) = {
+            let seen = lock(&cc.seen);
+            (
+                seen.version,
+                if synced { Vec::new() } else { seen.due(now) },
+            )
+        };
+        let entries: Vec<Arc<Stored>> = {
+            let store = lock(&cc.store);
+            let mut entries = store.newer_than(since, synced);
+            let have: HashSet<String> = entries.iter().map(|e| e.name.clone()).collect();
+            entries.extend(
+                due.iter()
+                    .filter(|n| !have.contains(n.as_str()))
+                    .filter_map(|n| store.get(n)),
+            );
+            entries
+        };
+        let reports: HashMap<&str, PoolReport> = {
+            let pools = lock(&self.pools);
+            entries
+                .iter()
+                .filter_map(|e| Some((e.name.as_str(), pools.report(&e.name)?)))
+                .collect()
+        };
+        let waiting = if reports
+            .values()
+            .any(|r| !matches!(r.state, PoolState::Refused(_)))
+        {
+            self.waiting_per_pool()
+        } else {
+            HashMap::new()
+        };
+        for obj in &entries {
+            let Some(rep) = reports.get(obj.name.as_str()) else {
                 continue;
             };
-            let deleting = obj.metadata.deletion_timestamp.is_some();
-            let finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
-            let has = finalizers.iter().any(|f| f == FINALIZER);
-            if !deleting && !has {
-                let mut f = finalizers.clone();
-                f.push(FINALIZER.to_string());
-                self.set_finalizers(cc, &obj, f, "add").await;
-                continue;
+            let settled = self.reconcile_pool(cc, obj, rep, &waiting, now).await;
+            lock(&cc.seen).looked_at(&obj.name, &rep.state, settled);
+        }
+        let mut seen = lock(&cc.seen);
+        seen.version = snap.version;
+        if synced {
+            let store = lock(&cc.store);
+            seen.retain(|n| store.contains(n));
+        }
+    }
+
+    /// The finalizer, the refusal's Event and the status of one ClusterCIDR; false if a write it needs
+    /// failed or was not allowed, so the next pass looks at it again.
+    async fn reconcile_pool(
+        &self,
+        cc: &ClusterCidrs,
+        obj: &Stored,
+        rep: &PoolReport,
+        waiting: &HashMap<String, usize>,
+        now: Instant,
+    ) -> bool {
+        let name = &obj.name;
+        let has = obj.has_finalizer();
+        if !obj.deleting && !has {
+            let mut f = obj.finalizers.clone();
+            f.push(FINALIZER.to_string());
+            // Written or not, the object is looked at again: its update comes back through the store.
+            self.set_finalizers(cc, obj, f, "add").await;
+            return false;
+        }
+        if obj.deleting && has && lock(&self.pools).drained(name) {
+            let f: Vec<String> = obj
+                .finalizers
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            if self.set_finalizers(cc, obj, f, "remove").await {
+                tracing::info!(controller = NAME, pool = %name, "no node holds a CIDR from the deleted ClusterCIDR any more; released its finalizer");
             }
-            if deleting && has && lock(&self.pools).drained(&name) {
-                let f: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
-                if self.set_finalizers(cc, &obj, f, "remove").await {
-                    tracing::info!(controller = NAME, pool = %name, "no node holds a CIDR from the deleted ClusterCIDR any more; released its finalizer");
-                }
-                continue;
+            return false;
+        }
+        if let PoolState::Refused(refusal) = &rep.state {
+            let text = refusal.to_string();
+            let publish = lock(&cc.seen).publish(name, &text, now);
+            if publish == Publish::New {
+                tracing::warn!(controller = NAME, pool = %name, reason = refusal.reason(), why = %text, "ClusterCIDR refused; nothing is allocated from it");
             }
-            if let PoolState::Refused(refusal) = &rep.state {
-                let text = refusal.to_string();
-                if lock(&cc.logged).insert((name.clone(), text.clone())) {
-                    tracing::warn!(controller = NAME, pool = %name, reason = refusal.reason(), why = %text, "ClusterCIDR refused; nothing is allocated from it");
-                }
+            if publish != Publish::No {
                 self.recorder
                     .publish(
-                        &netcm_manager::events::reference(&ClusterCidr::about(&obj)),
+                        &netcm_manager::events::reference(&ClusterCidr::about(obj)),
                         EventType::Warning,
                         refusal.reason(),
                         "AllocateCIDR",
@@ -249,17 +326,15 @@ impl Allocator {
                     )
                     .await;
             }
-            if cc.status_supported.load(Ordering::Relaxed) {
-                let status = convert::status(
-                    rep,
-                    waiting.get(&name).copied().unwrap_or(0),
-                    obj.metadata.generation,
-                );
-                if obj.data.get("status") != Some(&status) {
-                    self.write_status(cc, &name, status).await;
-                }
+        }
+        if cc.status_supported.load(Ordering::Relaxed) {
+            let status =
+                convert::status(rep, waiting.get(name).copied().unwrap_or(0), obj.generation);
+            if obj.status.as_ref() != Some(&status) {
+                return self.write_status(cc, name, status).await;
             }
         }
+        true
     }
 
     /// How many waiting Nodes each pool selects.
@@ -296,22 +371,22 @@ impl Allocator {
     async fn set_finalizers(
         &self,
         cc: &ClusterCidrs,
-        obj: &DynamicObject,
+        obj: &Stored,
         finalizers: Vec<String>,
         what: &str,
     ) -> bool {
-        let name = obj.metadata.name.clone().unwrap_or_default();
+        let name = &obj.name;
         if self.guard.ensure_leader().is_err() {
             return false;
         }
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}});
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version}});
         match cc
             .api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(updated) => {
-                cc.put(updated);
+                cc.put(&updated);
                 true
             }
             Err(e) => {
@@ -321,9 +396,10 @@ impl Allocator {
         }
     }
 
-    async fn write_status(&self, cc: &ClusterCidrs, name: &str, status: serde_json::Value) {
+    /// Writes the status; false if that failed or was not allowed.
+    async fn write_status(&self, cc: &ClusterCidrs, name: &str, status: serde_json::Value) -> bool {
         if self.guard.ensure_leader().is_err() {
-            return;
+            return false;
         }
         let patch = json!({ "status": status });
         match cc
@@ -331,17 +407,23 @@ impl Allocator {
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(updated) => cc.put(updated),
+            Ok(updated) => {
+                cc.put(&updated);
+                true
+            }
             // 404 from the status subresource of an object that exists: the CRD has none.
             Err(kube::Error::Api(s))
                 if s.code == 404 && matches!(cc.api.get_opt(name).await, Ok(Some(_))) =>
             {
                 cc.status_supported.store(false, Ordering::Relaxed);
                 tracing::info!(controller = NAME, "the installed ClusterCIDR CRD has no status subresource (node-ipam-controller's); writing no status");
+                true
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // The object is gone: its deletion comes through the watch.
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
             Err(e) => {
                 tracing::warn!(controller = NAME, pool = %name, error = %e, "could not update a ClusterCIDR's status; retrying");
+                false
             }
         }
     }
