@@ -396,16 +396,17 @@ impl Manager {
         );
         let mut running = Running::none();
         for (name, c) in initialized {
-            self.metrics
-                .running_controllers
-                .with_label_values(&[name, "netcm"])
-                .set(1);
             let supervisor = self.supervisor();
-            // Per-controller checks by name, as KCM's: ok until the controller cannot work.
+            // Per-controller checks by name, as KCM's: ok until the controller cannot work. Added before
+            // the controller counts as running, so whoever sees it running finds its check.
             for checks in [&self.health.healthz, &self.health.livez] {
                 let health = supervisor.health.clone();
                 checks.add(name, Arc::new(move || health.check()));
             }
+            self.metrics
+                .running_controllers
+                .with_label_values(&[name, "netcm"])
+                .set(1);
             tracing::info!(controller = name, "started controller");
             running.spawn(name, c, supervisor);
         }
