@@ -194,3 +194,97 @@ async fn a_stalled_queue_fails_the_controllers_health_check_and_the_leader_steps
     assert_eq!(lease_holder(&env.client, LEASE_NAME).await, None);
     env.clean().await;
 }
+
+/// stderr redirected to a full disk (`/dev/full` answers every write with ENOSPC): netcm writes no file
+/// of its own, so its log is all a full or read-only disk can cost it; the lines are dropped and
+/// counted, and every Node is still allocated.
+#[tokio::test]
+async fn a_leader_logging_to_a_full_disk_drops_the_lines_and_allocates_every_node() {
+    let env = TestEnv::new().await;
+    let wrapper = ["bash", "-c", r#"exec "$@" 2>/dev/full"#, "bash"];
+    let n = Netcm::start_wrapped(
+        "log-disk-full",
+        &wrapper,
+        &env.cp.kubeconfig,
+        &allocator_args(&[]),
+    );
+    n.wait_leading(Duration::from_secs(30)).await;
+    let names = create_named(&env, "full", 50).await;
+    wait_all_allocated(&env, &names, &n).await;
+    n.wait_metric(
+        "netcm_log_lines_dropped_total{reason=\"write_failed\"}",
+        "above 0 (every write fails)",
+        |v| v > 0.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    env.clean().await;
+}
+
+/// The shared library that shifts a process's wall clock (Debian's libfaketime), re-reading the offset
+/// from a file at every call so a test can step it while the process runs. The monotonic clock, which
+/// the fence and every timeout use, is left alone, as a wall-clock step leaves it.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The leader's wall clock steps an hour ahead, then an hour behind (an NTP correction, a VM restored
+/// from a snapshot) while a standby runs on true time. Leader election and the fence count time on the
+/// monotonic clock and trust only what they observe, so: never two leaders, every Node allocated (by
+/// whichever replica leads after each step: an hour behind, the API server's certificate may not be
+/// valid yet and the leader steps down), and no two Nodes with overlapping CIDRs.
+#[tokio::test]
+async fn a_leaders_wall_clock_stepping_an_hour_either_way_keeps_one_leader_and_no_overlaps() {
+    let env = TestEnv::new().await;
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: hack/install-prereqs.sh installs Debian's faketime"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "+0\n").expect("write offset");
+    let offset_path = offset.display().to_string();
+    let fast = [
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=1s",
+    ];
+    let skewed = Netcm::start_with_env(
+        "clock-steps",
+        &env.cp.kubeconfig,
+        &allocator_args(&fast),
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", offset_path.as_str()),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    skewed.wait_leading(Duration::from_secs(30)).await;
+    let standby = Netcm::start("true-time", &env.cp.kubeconfig, &allocator_args(&fast));
+    standby
+        .wait_standing_by(&env.client, Duration::from_secs(30))
+        .await;
+    let mut created = 0;
+    for (step, shift) in [("ahead", "+1h"), ("behind", "-1h")] {
+        std::fs::write(&offset, format!("{shift}\n")).expect("step the clock");
+        let names = create_named(&env, &format!("clock-{step}"), 20).await;
+        created += names.len();
+        wait_for(
+            &format!("the Nodes created with the leader's clock {step} to be allocated"),
+            Duration::from_secs(120),
+            || async {
+                let (a, b) = (skewed.is_leading().await, standby.is_leading().await);
+                assert!(
+                    !(a && b),
+                    "clock {step}: both replicas report that they lead"
+                );
+                (allocated(&env.client, &names).await == names.len()).then_some(())
+            },
+        )
+        .await;
+    }
+    let nodes = netcm_e2e::nodes::all_nodes(&env.client).await;
+    assert_eq!(nodes.len(), created);
+    netcm_e2e::nodes::assert_no_overlaps(&nodes);
+    drop((skewed, standby));
+    env.clean().await;
+}
