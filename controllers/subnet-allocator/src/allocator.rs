@@ -4,7 +4,7 @@
 //! under its name — inside a watch gap, or while its key waited in a backlog — is a new Node, and what
 //! was recorded for the old one (held, pending or claimed) is released, not inherited.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -23,8 +23,9 @@ use parking_lot::Mutex;
 
 use crate::blocks::Blocks;
 use crate::claims::{ClaimError, Claims};
-use crate::decision::{decide, Action, NodeFacts, Recorded};
+use crate::decision::{decide, Action, NodeFacts};
 use crate::metrics::AllocatorMetrics;
+use crate::tracking::Tracking;
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "subnet-allocator";
@@ -82,81 +83,6 @@ impl netcm_manager::SyncError for SyncError {
             | Self::ClaimsExhausted(_)
             | Self::BuildPatch(_) => REASON_ERROR,
         }
-    }
-}
-
-/// Which Node (name and UID) each ledger record belongs to, and whether its PATCH succeeded before the
-/// cache showed it. One map of exact-size strings: at 50,000 Nodes a second map (UID → name, or the
-/// written Nodes) costs a few MiB, and only Events about conflicting CIDRs — bad data, rare — need the
-/// reverse direction.
-#[derive(Debug, Default)]
-pub(crate) struct Tracking {
-    by_name: HashMap<Box<str>, Tracked>,
-}
-
-/// What [`Tracking`] holds for one Node name.
-#[derive(Debug)]
-struct Tracked {
-    /// Shared with the ledger's record when there is one (`Pools::owner`).
-    uid: Arc<str>,
-    /// The PATCH for this UID succeeded and the cache has not shown its CIDRs yet.
-    written: bool,
-}
-
-impl Tracking {
-    pub(crate) fn track(&mut self, name: &str, uid: impl Into<Arc<str>>) {
-        let uid: Arc<str> = uid.into();
-        if self.by_name.get(name).map(|t| t.uid.as_ref()) != Some(uid.as_ref()) {
-            let tracked = Tracked {
-                uid,
-                written: false,
-            };
-            self.by_name.insert(name.into(), tracked);
-        }
-    }
-
-    fn forget(&mut self, name: &str, uid: &str) {
-        if self.by_name.get(name).map(|t| t.uid.as_ref()) == Some(uid) {
-            self.by_name.remove(name);
-        }
-    }
-
-    /// Records that the PATCH for `name`/`uid` succeeded.
-    fn mark_written(&mut self, name: &str, uid: &str) {
-        match self.by_name.get_mut(name) {
-            Some(t) if t.uid.as_ref() == uid => t.written = true,
-            _ => {
-                let tracked = Tracked {
-                    uid: uid.into(),
-                    written: true,
-                };
-                self.by_name.insert(name.into(), tracked);
-            }
-        }
-    }
-
-    /// The cache shows `name`'s CIDRs: nothing is pending a write any more.
-    fn shown(&mut self, name: &str) {
-        if let Some(t) = self.by_name.get_mut(name) {
-            t.written = false;
-        }
-    }
-
-    fn recorded(&self, name: &str) -> Recorded {
-        let tracked = self.by_name.get(name);
-        Recorded {
-            uid: tracked.map(|t| t.uid.to_string()),
-            written_uid: tracked.filter(|t| t.written).map(|t| t.uid.to_string()),
-        }
-    }
-
-    /// A ledger owner as people know it: the Node's name, or the reservation as it is. A scan: only
-    /// Events about conflicting CIDRs ask.
-    fn display(&self, owner: &str) -> String {
-        self.by_name
-            .iter()
-            .find(|(_, t)| t.uid.as_ref() == owner)
-            .map_or_else(|| owner.to_string(), |(name, _)| name.to_string())
     }
 }
 
@@ -457,46 +383,5 @@ impl Reconciler for Allocator {
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
         self.sync_node(key).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_write_stays_marked_until_the_cache_shows_it_and_only_for_its_uid() {
-        let mut t = Tracking::default();
-        t.track("a", "a1");
-        t.mark_written("a", "a1");
-        assert_eq!(t.recorded("a").written_uid.as_deref(), Some("a1"));
-        t.track("a", "a1");
-        assert_eq!(
-            t.recorded("a").written_uid.as_deref(),
-            Some("a1"),
-            "tracking the same UID again keeps the mark"
-        );
-        t.shown("a");
-        assert_eq!(t.recorded("a").written_uid, None);
-        t.mark_written("a", "a1");
-        t.track("a", "a2");
-        assert_eq!(
-            t.recorded("a").written_uid,
-            None,
-            "a Node re-created under the name has written nothing"
-        );
-        t.forget("a", "a2");
-        assert_eq!(t.recorded("a").uid, None);
-    }
-
-    #[test]
-    fn tracking_forgets_a_name_only_for_the_uid_it_recorded() {
-        let mut t = Tracking::default();
-        t.track("a", "a2");
-        t.forget("a", "a1");
-        assert_eq!(t.recorded("a").uid.as_deref(), Some("a2"));
-        assert_eq!(t.display("a2"), "a");
-        t.forget("a", "a2");
-        assert_eq!(t.recorded("a").uid, None);
     }
 }

@@ -26,6 +26,7 @@ mod decision;
 pub mod flags;
 pub mod metrics;
 mod startup;
+mod tracking;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -79,7 +80,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         block_create: tokio::sync::Mutex::new(()),
         claim_ahead,
         voiding: tokio::sync::Mutex::new(()),
-        tracking: Mutex::new(allocator::Tracking::default()),
+        tracking: Mutex::new(tracking::Tracking::default()),
         waiting: Mutex::new(BTreeSet::new()),
         waiting_labels: Mutex::new(std::collections::HashMap::new()),
         flagged: Mutex::new(BTreeSet::new()),
