@@ -178,7 +178,8 @@ async fn a_stalled_queue_fails_the_controllers_health_check_and_the_leader_steps
         ]),
         &[("NETCM_TEST_FAULTS", "sync-hang=subnet-allocator")],
     );
-    n.wait_leading(Duration::from_secs(30)).await;
+    n.wait_controller_running("subnet-allocator", Duration::from_secs(30))
+        .await;
     let (code, body) = n
         .http_get("/healthz/subnet-allocator")
         .await
