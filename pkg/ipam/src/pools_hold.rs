@@ -14,7 +14,19 @@ impl Pools {
     /// Holding the same CIDRs again changes nothing; different CIDRs replace
     /// the old ones; an empty list forgets the node. Conflicting CIDRs are
     /// still recorded, so nothing overlapping any of them is handed out.
+    ///
+    /// Every conflict is listed: a CIDR covering the cluster CIDR lists every other holder. The
+    /// allocator, which records on every sync, uses [`Pools::record`] and bounded reports instead.
     pub fn hold(&mut self, node: &str, cidrs: &[IpNet]) -> HoldOutcome {
+        let change = self.record(node, cidrs);
+        HoldOutcome {
+            change,
+            findings: self.findings_of(node),
+        }
+    }
+
+    /// Records that `node` holds `cidrs`, as [`Pools::hold`] does, without looking for problems.
+    pub fn record(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
         let wanted = first_occurrences(cidrs.iter().map(IpNet::trunc));
         let change = match self.ledger.held_by(node) {
             Some(held) if held == wanted.as_slice() => HoldChange::Unchanged,
@@ -29,10 +41,19 @@ impl Pools {
             for c in &wanted {
                 mark(&mut self.sets, &Span::of(c));
             }
-            self.ledger.insert(node, wanted.clone());
+            self.ledger.insert(node, wanted);
         }
-        let findings = wanted.iter().flat_map(|c| self.findings(node, c)).collect();
-        HoldOutcome { change, findings }
+        change
+    }
+
+    /// Every problem with what `node` holds, as [`Pools::hold`] reports it.
+    pub fn findings_of(&self, node: &str) -> Vec<HoldFinding> {
+        self.ledger
+            .held_by(node)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|c| self.findings(node, c))
+            .collect()
     }
 
     /// Problems with `cidr` as held by `node`.
