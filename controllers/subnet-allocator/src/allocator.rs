@@ -6,21 +6,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use netcm_ipam::{Error as IpamError, HoldFinding, Pools};
+use netcm_ipam::{Error as IpamError, Pools};
 use netcm_manager::sync_metrics::{api_reason, REASON_ERROR, REASON_FENCED};
 use netcm_manager::CachedNode;
 use netcm_manager::Key;
 use netcm_manager::{
     EventRecorder, EventType, LeaderGuard, NodeFields, Reconciler, SharedInformer, SyncOutcome,
 };
-use netcm_node::{PodCidrs, UnparsableCidr};
+use netcm_node::PodCidrs;
 use netcm_workqueue::Queue;
 use parking_lot::Mutex;
 
+use crate::bad_data::{plan, BadData, Subject};
 use crate::blocks::Blocks;
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts};
@@ -29,11 +31,6 @@ use crate::tracking::Tracking;
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "subnet-allocator";
-
-/// Whether a ledger owner is a reservation (the quarantine of earlier leaders' blocks), not a Node.
-fn is_reservation(owner: &str) -> bool {
-    owner.starts_with("claim:")
-}
 
 /// A sync that must be retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +109,7 @@ pub struct Allocator {
     /// (for the ClusterCIDR status's count of waiting Nodes per pool).
     pub(crate) waiting_labels: Mutex<std::collections::HashMap<String, BTreeMap<String, String>>>,
     /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts`).
-    pub(crate) flagged: Mutex<BTreeSet<String>>,
+    pub(crate) bad_data: Mutex<BadData>,
     pub(crate) record_assigned: bool,
     /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
     pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
@@ -136,14 +133,11 @@ impl Allocator {
         self.metrics.publish(&pools.stats());
     }
 
-    fn set_flagged(&self, node: &str, flagged: bool) {
-        let mut set = lock(&self.flagged);
-        if flagged {
-            set.insert(node.to_string());
-        } else {
-            set.remove(node);
-        }
-        self.metrics.conflicts.set(set.len() as i64);
+    /// Forgets the bad data of the Node `name`.
+    fn forget_bad_data(&self, name: &str) {
+        let mut bad_data = lock(&self.bad_data);
+        bad_data.forget(name);
+        self.metrics.conflicts.set(bad_data.flagged() as i64);
     }
 
     /// Counts `released` CIDRs in the metrics of the pools and cluster CIDRs they came from.
@@ -166,7 +160,7 @@ impl Allocator {
             released
         };
         lock(&self.tracking).forget(name, uid);
-        self.set_flagged(name, false);
+        self.forget_bad_data(name);
         lock(&self.waiting).remove(name);
         if released.is_empty() {
             return Ok(());
@@ -200,81 +194,44 @@ impl Allocator {
             cidrs: parsed,
             unparsable,
         } = PodCidrs::parse(raw);
-        let (outcome, owner) = {
+        let plan = {
             let mut pools = lock(&self.pools);
-            let o = pools.hold(uid, &parsed);
+            pools.record(uid, &parsed);
             self.publish_usage(&pools);
-            (o, pools.owner(uid))
-        };
-        {
             let mut tracking = lock(&self.tracking);
-            tracking.track(name, owner.unwrap_or_else(|| uid.into()));
+            tracking.track(name, pools.owner(uid).unwrap_or_else(|| uid.into()));
             tracking.shown(name);
-        }
+            let mut bad_data = lock(&self.bad_data);
+            let subject = Subject { name, uid };
+            let plan = plan(
+                &pools,
+                &tracking,
+                &mut bad_data,
+                subject,
+                &unparsable,
+                Instant::now(),
+            );
+            self.metrics.conflicts.set(bad_data.flagged() as i64);
+            plan
+        };
         lock(&self.waiting).remove(name);
-        let findings: Vec<&HoldFinding> = outcome
-            .findings
-            .iter()
-            .filter(|f| !matches!(f, HoldFinding::Conflict { other_node, .. } if is_reservation(other_node)))
-            .collect();
-        let flagged = !unparsable.is_empty() || !findings.is_empty();
-        self.set_flagged(name, flagged);
-        for UnparsableCidr { raw: bad } in &unparsable {
-            let note = format!("node {name} has an unparsable pod CIDR {bad:?}; it is ignored and nothing is allocated over it");
-            tracing::warn!(controller = NAME, node = name, cidr = %bad, "unparsable pod CIDR");
+        for event in plan.events {
+            let about = if event.node == name {
+                Some(node.object_ref())
+            } else {
+                self.nodes.get(&event.node).map(|n| n.object_ref())
+            };
+            let Some(about) = about else { continue };
+            tracing::warn!(controller = NAME, node = %event.node, reason = event.reason, note = %event.note, "bad pod CIDR on node");
             self.recorder
                 .publish(
-                    &node.object_ref(),
+                    &about,
                     EventType::Warning,
-                    "CIDRInvalid",
+                    event.reason,
                     "RecordCIDR",
-                    note,
+                    event.note,
                 )
                 .await;
-        }
-        for finding in findings {
-            let (reason, other) = match finding {
-                HoldFinding::Conflict { other_node, .. } => (
-                    "CIDRConflict",
-                    Some(lock(&self.tracking).display(other_node)),
-                ),
-                HoldFinding::OutOfRange { .. } => ("CIDROutOfRange", None),
-                HoldFinding::ServiceRangeOverlap { .. } => ("CIDRServiceRangeOverlap", None),
-            };
-            let shown = match (finding, &other) {
-                (
-                    HoldFinding::Conflict {
-                        cidr, other_cidr, ..
-                    },
-                    Some(other),
-                ) => format!("{cidr} overlaps {other_cidr} held by node {other}"),
-                _ => finding.to_string(),
-            };
-            let note = format!("node {name}: {shown}; netcm keeps it reserved and never hands out an overlapping range");
-            tracing::warn!(controller = NAME, node = name, finding = %shown, "bad pod CIDR on node");
-            self.recorder
-                .publish(
-                    &node.object_ref(),
-                    EventType::Warning,
-                    reason,
-                    "RecordCIDR",
-                    note.clone(),
-                )
-                .await;
-            if let Some(other) = other {
-                self.set_flagged(&other, true);
-                if let Some(other_node) = self.nodes.get(&other) {
-                    self.recorder
-                        .publish(
-                            &other_node.object_ref(),
-                            EventType::Warning,
-                            reason,
-                            "RecordCIDR",
-                            note,
-                        )
-                        .await;
-                }
-            }
         }
     }
 

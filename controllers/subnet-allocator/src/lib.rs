@@ -18,6 +18,7 @@
 
 pub mod allocator;
 mod assign;
+mod bad_data;
 pub mod blocks;
 mod claim_ahead;
 pub mod claims;
@@ -83,7 +84,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         tracking: Mutex::new(tracking::Tracking::default()),
         waiting: Mutex::new(BTreeSet::new()),
         waiting_labels: Mutex::new(std::collections::HashMap::new()),
-        flagged: Mutex::new(BTreeSet::new()),
+        bad_data: Mutex::new(bad_data::BadData::default()),
         record_assigned: flags.record_cidr_assigned_events,
         cluster_cidrs: flags
             .cluster_cidr_objects

@@ -12,6 +12,8 @@ use crate::decision::Recorded;
 #[derive(Debug, Default)]
 pub(crate) struct Tracking {
     by_name: HashMap<Box<str>, Tracked>,
+    /// Entries visited by lookups from UID to name: the bound the bad-data tests hold them to.
+    scanned: std::cell::Cell<u64>,
 }
 
 /// What [`Tracking`] holds for one Node name.
@@ -70,11 +72,18 @@ impl Tracking {
         }
     }
 
+    /// Entries visited by lookups from UID to name so far.
+    #[cfg(test)]
+    pub(crate) fn scanned(&self) -> u64 {
+        self.scanned.get()
+    }
+
     /// A ledger owner as people know it: the Node's name, or the reservation as it is. A scan: only
     /// Events about conflicting CIDRs ask.
     pub(crate) fn display(&self, owner: &str) -> String {
         self.by_name
             .iter()
+            .inspect(|_| self.scanned.set(self.scanned.get() + 1))
             .find(|(_, t)| t.uid.as_ref() == owner)
             .map_or_else(|| owner.to_string(), |(name, _)| name.to_string())
     }
