@@ -4,7 +4,9 @@
 //! - a pass of `sync_objects` + `reports` (what the allocator's once-a-second pool reconcile does under
 //!   the pools lock) with N ClusterCIDR objects refused for overlapping the flag pool, first and unchanged;
 //! - one hold of 50,000 ranges (an earlier version's per-CIDR claims, held as the quarantine);
-//! - recording a Node whose pod CIDR covers the whole cluster CIDR while 50,000 Nodes hold CIDRs in it.
+//! - recording a Node whose pod CIDR covers the whole cluster CIDR while 50,000 Nodes hold CIDRs in it:
+//!   `hold` (every conflict listed, as `netcm check` asks), and what the allocator asks on each sync
+//!   (`record` + `has_problems`) and once per Event window (`problems`, bounded).
 //!
 //! Each figure is the fastest of a few rounds; the machine is shared, so treat it as ±25 %.
 
@@ -13,7 +15,9 @@
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use netcm_ipam::{AllocatorConfig, AllocatorFlags, NodeSelector, ObjectPool, PoolSpec, Pools};
+use netcm_ipam::{
+    AllocatorConfig, AllocatorFlags, Limits, NodeSelector, ObjectPool, PoolSpec, Pools,
+};
 
 const ROUNDS: usize = 3;
 
@@ -61,7 +65,11 @@ fn fastest(mut f: impl FnMut() -> Duration) -> Duration {
 }
 
 fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    if d < Duration::from_micros(100) {
+        format!("{:.1} µs", d.as_secs_f64() * 1e6)
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
 }
 
 fn main() {
@@ -120,5 +128,42 @@ fn main() {
         "| hold of a Node's 10.0.0.0/8 over 50,000 Nodes' /24s | {} | {} |",
         ms(first),
         ms(again)
+    );
+
+    // What the allocator does on every sync of that Node, and once per window when its Events are due.
+    let claim = |owner: &str| owner.starts_with("claim:");
+    let every_sync = fastest(|| {
+        let started = Instant::now();
+        p.record("hostile", &[wide]);
+        std::hint::black_box(p.has_problems("hostile", claim));
+        started.elapsed()
+    });
+    let limits = Limits {
+        named: 3,
+        visited: 10_000,
+    };
+    let per_window = fastest(|| {
+        let started = Instant::now();
+        std::hint::black_box(p.problems("hostile", limits, claim));
+        started.elapsed()
+    });
+    println!(
+        "| that Node's sync: record + has_problems | {} | |",
+        ms(every_sync)
+    );
+    println!(
+        "| that Node's Events due: problems (3 named, 10,000 visited) | {} | |",
+        ms(per_window)
+    );
+    let victim = uid(7);
+    let victim_sync = fastest(|| {
+        let started = Instant::now();
+        p.record(&victim, &ranges[7..8]);
+        std::hint::black_box(p.has_problems(&victim, claim));
+        started.elapsed()
+    });
+    println!(
+        "| a Node inside it: record + has_problems | {} | |",
+        ms(victim_sync)
     );
 }

@@ -43,6 +43,7 @@ mod ledger;
 mod outcome;
 mod pool;
 mod pools;
+mod problems;
 mod selector;
 
 pub use addr::Family;
@@ -58,4 +59,5 @@ pub use pool::{
     MIN_PER_NODE_HOST_BITS,
 };
 pub use pools::Pools;
+pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
 pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, Term};

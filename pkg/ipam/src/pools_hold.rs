@@ -6,6 +6,7 @@ use ipnet::IpNet;
 use super::{mark, Pools};
 use crate::addr::Span;
 use crate::outcome::{HoldChange, HoldFinding, HoldOutcome};
+use crate::problems::{Limits, Oversized, Problems, Tally};
 
 impl Pools {
     /// Records that `node` holds `cidrs` (as read from the API) and reports
@@ -54,6 +55,113 @@ impl Pools {
             .iter()
             .flat_map(|c| self.findings(node, c))
             .collect()
+    }
+
+    /// Whether what `owner` holds is bad data ([`Problems::is_bad`]), others that `ignore` selects
+    /// not counting: cheap enough for every sync, since it stops at the first problem and looks at
+    /// other owners only for a CIDR inside a pool and no wider than its node CIDRs (one inside a pool
+    /// can hold only smaller ones; a wider one, or one outside every pool, is bad already).
+    pub fn has_problems(&self, owner: &str, ignore: impl Fn(&str) -> bool) -> bool {
+        let Some(held) = self.ledger.held_by(owner) else {
+            return false;
+        };
+        held.iter().any(|c| {
+            let span = Span::of(c);
+            self.oversized(c).is_some()
+                || !self.sets.iter().any(|s| s.span().contains(&span))
+                || self
+                    .services
+                    .iter()
+                    .any(|svc| Span::of(svc).overlaps(&span))
+                || self
+                    .ledger
+                    .overlapping(&span)
+                    .filter(|h| h.node != owner && !ignore(h.node))
+                    .any(|h| !self.covers(h.cidr, *c))
+        })
+    }
+
+    /// What is wrong with what `owner` holds, others that `ignore` selects not counting, within
+    /// `limits`: each overlapping owner is counted once and the first few named, and at most
+    /// [`Limits::visited`] holdings are visited per CIDR of `owner`, so the cost is bounded by its own
+    /// CIDRs, not by how many Nodes an oversized one covers.
+    pub fn problems(&self, owner: &str, limits: Limits, ignore: impl Fn(&str) -> bool) -> Problems {
+        let mut out = Problems::default();
+        let (mut inside, mut conflicts, mut covered) = (Tally::new(), Tally::new(), Tally::new());
+        for c in self.ledger.held_by(owner).unwrap_or_default() {
+            let span = Span::of(c);
+            let oversized = self.oversized(c);
+            if !self.sets.iter().any(|s| s.span().contains(&span)) {
+                out.out_of_range.push(*c);
+            }
+            out.service_overlaps.extend(
+                self.services
+                    .iter()
+                    .filter(|svc| Span::of(svc).overlaps(&span))
+                    .map(|svc| (*c, *svc)),
+            );
+            let mut holdings = self.ledger.overlapping(&span);
+            for h in holdings.by_ref().take(limits.visited) {
+                if h.node == owner || ignore(h.node) {
+                    continue;
+                }
+                let tally = if oversized.is_some() && h.cidr != *c && c.contains(&h.cidr) {
+                    &mut inside
+                } else if self.covers(h.cidr, *c) {
+                    &mut covered
+                } else {
+                    &mut conflicts
+                };
+                tally.add(limits.named, *c, h.node, h.cidr);
+            }
+            if holdings.next().is_some() {
+                for t in [&mut inside, &mut conflicts, &mut covered] {
+                    t.out.more = true;
+                }
+            }
+            out.oversized.extend(oversized);
+        }
+        out.inside_oversized = inside.out;
+        out.conflicts = conflicts.out;
+        out.covered_by = covered.out;
+        out
+    }
+
+    /// Whether `wide` is oversized and strictly contains `cidr`.
+    fn covers(&self, wide: IpNet, cidr: IpNet) -> bool {
+        wide != cidr && wide.contains(&cidr) && self.oversized(&wide).is_some()
+    }
+
+    /// `cidr` as an [`Oversized`] CIDR, if it is wider than the widest node CIDRs of the pools it
+    /// overlaps (pools sharing a range may hand out different sizes: wider than the widest is wrong for
+    /// all of them). A scan of the sets.
+    pub fn oversized(&self, cidr: &IpNet) -> Option<Oversized> {
+        let span = Span::of(cidr);
+        let (k, set) = self
+            .sets
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.span().overlaps(&span))
+            .min_by_key(|(k, s)| (s.node_mask(), *k))?;
+        if span.prefix >= set.node_mask() {
+            return None;
+        }
+        let part = set.span().intersect(&span)?;
+        let covers = 1u64
+            .checked_shl(u32::from(set.node_mask().saturating_sub(part.prefix)))
+            .unwrap_or(u64::MAX);
+        let pool = self
+            .set_owner
+            .get(k)
+            .and_then(|&p| self.pools.get(p))
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        Some(Oversized {
+            cidr: *cidr,
+            pool,
+            node_mask: set.node_mask(),
+            covers,
+        })
     }
 
     /// Problems with `cidr` as held by `node`.
