@@ -10,6 +10,7 @@
 
 pub mod apiservers;
 pub mod audit;
+pub mod cgroup;
 pub mod chart;
 pub mod flannel;
 pub mod flanneld;

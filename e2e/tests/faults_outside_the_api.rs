@@ -289,3 +289,70 @@ async fn a_leaders_wall_clock_stepping_an_hour_either_way_keeps_one_leader_and_n
     drop((skewed, standby));
     env.clean().await;
 }
+
+/// Client-go's rules with short terms, so a starved leader loses its Lease within seconds.
+const FAST_LEASE: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
+
+/// A leader starved to 2 % of a core by a CPU quota (a cgroup, as `resources.limits.cpu` sets one) in
+/// the middle of a backlog, with a standby on full CPU. Whether the starved leader keeps up its renewals
+/// or loses the Lease to the standby, the fence holds: every Node write of it that the API server
+/// accepted arrived within the lease duration of one of its renewals, every Node is allocated and no
+/// two Nodes overlap.
+#[tokio::test]
+async fn a_leader_starved_of_cpu_during_a_backlog_writes_nothing_after_its_term_and_gives_no_cidr_twice(
+) {
+    let env = TestEnv::new().await;
+    let starved = Netcm::start("starved", &env.cp.kubeconfig, &allocator_args(&FAST_LEASE));
+    starved.wait_leading(Duration::from_secs(30)).await;
+    let starved_id = wait_for("the Lease's holder", Duration::from_secs(10), || {
+        lease_holder(&env.client, LEASE_NAME)
+    })
+    .await;
+    let standby = Netcm::start("standby", &env.cp.kubeconfig, &allocator_args(&FAST_LEASE));
+    standby
+        .wait_standing_by(&env.client, Duration::from_secs(30))
+        .await;
+    let quota = netcm_e2e::cgroup::CpuQuota::apply(starved.pid(), 2);
+    let names = create_named(&env, "starved", 100).await;
+    wait_for(
+        "every Node of the backlog to hold pod CIDRs",
+        Duration::from_secs(300),
+        // No "never both lead" poll here: a starved process answers late with what it believed when it
+        // last ran. What matters is what its writes did, read from the audit log below.
+        || async { (allocated(&env.client, &names).await == names.len()).then_some(()) },
+    )
+    .await;
+    drop(quota);
+    netcm_e2e::nodes::assert_no_overlaps(&netcm_e2e::nodes::all_nodes(&env.client).await);
+
+    let events = netcm_e2e::audit::read(&env.cp.audit_log);
+    let mine = |e: &&netcm_e2e::audit::AuditEvent| e.user_agent.contains(&starved_id);
+    let mut renewals: Vec<jiff::Timestamp> = events
+        .iter()
+        .filter(mine)
+        .filter(|e| e.resource() == "leases" && e.succeeded() && e.verb != "get")
+        .filter_map(|e| e.received())
+        .collect();
+    renewals.sort();
+    let lease = jiff::SignedDuration::from_secs(4);
+    let late: Vec<_> = events
+        .iter()
+        .filter(mine)
+        .filter(|e| e.resource() == "nodes" && e.verb == "patch" && e.succeeded())
+        .filter_map(|e| e.received())
+        .filter(|&t| {
+            let last = renewals.iter().rev().find(|r| **r <= t);
+            last.is_none_or(|r| t >= *r + lease)
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "Node writes of the starved leader accepted after its term: {late:?}"
+    );
+    drop((starved, standby));
+    env.clean().await;
+}
