@@ -22,7 +22,7 @@ use netcm_node::PodCidrs;
 use netcm_workqueue::Queue;
 use parking_lot::Mutex;
 
-use crate::bad_data::{plan, BadData, Subject};
+use crate::bad_data::{assess, name_nodes, BadData, Subject};
 use crate::blocks::Blocks;
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts};
@@ -108,7 +108,8 @@ pub struct Allocator {
     /// The labels of waiting Nodes, as read when they were allocated, while a pool selects by label
     /// (for the ClusterCIDR status's count of waiting Nodes per pool).
     pub(crate) waiting_labels: Mutex<std::collections::HashMap<String, BTreeMap<String, String>>>,
-    /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts`).
+    /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts` and
+    /// `netcm_node_cidr_oversized`), and when their Events were published.
     pub(crate) bad_data: Mutex<BadData>,
     pub(crate) record_assigned: bool,
     /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
@@ -137,7 +138,12 @@ impl Allocator {
     fn forget_bad_data(&self, name: &str) {
         let mut bad_data = lock(&self.bad_data);
         bad_data.forget(name);
+        self.publish_bad_data(&bad_data);
+    }
+
+    fn publish_bad_data(&self, bad_data: &BadData) {
         self.metrics.conflicts.set(bad_data.flagged() as i64);
+        self.metrics.oversized.set(bad_data.oversized() as i64);
     }
 
     /// Counts `released` CIDRs in the metrics of the pools and cluster CIDRs they came from.
@@ -194,34 +200,41 @@ impl Allocator {
             cidrs: parsed,
             unparsable,
         } = PodCidrs::parse(raw);
-        let plan = {
+        let subject = Subject { name, uid };
+        let assessed = {
             let mut pools = lock(&self.pools);
             pools.record(uid, &parsed);
             self.publish_usage(&pools);
-            let mut tracking = lock(&self.tracking);
-            tracking.track(name, pools.owner(uid).unwrap_or_else(|| uid.into()));
-            tracking.shown(name);
+            {
+                let mut tracking = lock(&self.tracking);
+                tracking.track(name, pools.owner(uid).unwrap_or_else(|| uid.into()));
+                tracking.shown(name);
+            }
             let mut bad_data = lock(&self.bad_data);
-            let subject = Subject { name, uid };
-            let plan = plan(
-                &pools,
-                &tracking,
-                &mut bad_data,
-                subject,
-                &unparsable,
-                Instant::now(),
-            );
-            self.metrics.conflicts.set(bad_data.flagged() as i64);
-            plan
+            let assessed = assess(&pools, &mut bad_data, subject, &unparsable, Instant::now());
+            self.publish_bad_data(&bad_data);
+            assessed
         };
+        let plan = name_nodes(
+            assessed,
+            &lock(&self.tracking),
+            &lock(&self.bad_data),
+            subject,
+            &unparsable,
+        );
         lock(&self.waiting).remove(name);
+        if plan.bad && plan.events.is_empty() {
+            tracing::debug!(
+                controller = NAME,
+                node = name,
+                "bad pod CIDRs on node; its Events were published within the window"
+            );
+        }
+        for other in plan.requeue {
+            self.queue.add(other.into());
+        }
+        let about = node.object_ref();
         for event in plan.events {
-            let about = if event.node == name {
-                Some(node.object_ref())
-            } else {
-                self.nodes.get(&event.node).map(|n| n.object_ref())
-            };
-            let Some(about) = about else { continue };
             tracing::warn!(controller = NAME, node = %event.node, reason = event.reason, note = %event.note, "bad pod CIDR on node");
             self.recorder
                 .publish(
@@ -240,13 +253,13 @@ impl Allocator {
     pub async fn sync_node(&self, name: &str) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(name);
         let facts = node.as_deref().map(facts);
-        self.settle_quarantine(
-            name,
-            facts.as_ref().map(|f| f.uid.as_str()),
-            facts.as_ref().is_some_and(|f| !f.pod_cidrs.is_empty()),
-        );
         let recorded = lock(&self.tracking).recorded(name);
         let decision = decide(facts.as_ref(), &recorded);
+        // A Node of the quarantine that holds CIDRs is settled only once they are recorded (below):
+        // settled first, the last one would free the quarantine's ranges with its CIDR in them.
+        if decision.action != Action::Record {
+            self.settle_quarantine(name, facts.as_ref().map(|f| f.uid.as_str()), false);
+        }
         if let Some(previous) = &decision.release_previous {
             tracing::info!(controller = NAME, node = name, old_uid = %previous, "node was re-created under its name; releasing what the old node held");
             self.release(name, previous).await?;
@@ -261,6 +274,7 @@ impl Allocator {
             (Action::Record, Some(node), Some(facts)) => {
                 self.record_existing(&node, name, &facts.uid, &facts.pod_cidrs)
                     .await;
+                self.settle_quarantine(name, Some(&facts.uid), true);
                 Ok(SyncOutcome::Done)
             }
             (Action::Allocate, Some(node), Some(facts)) => {
@@ -308,13 +322,27 @@ impl Allocator {
     ) -> SyncError {
         lock(&self.waiting).insert(name.to_string());
         tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
+        // A pool may be full because a Node holds a pod CIDR wider than a node CIDR: name it here too.
+        let blocking = {
+            let bad_data = lock(&self.bad_data);
+            let (named, all) = (bad_data.oversized_nodes(3), bad_data.oversized());
+            if named.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {all} Node(s) hold a pod CIDR wider than a node CIDR, which netcm keeps reserved whole: {}{} (see their CIDROversized Events)",
+                    named.join(", "),
+                    if all > named.len() { ", …" } else { "" }
+                )
+            }
+        };
         self.recorder
             .publish(
                 &node.object_ref(),
                 EventType::Warning,
                 "CIDRNotAvailable",
                 "AllocateCIDR",
-                format!("Node {name} status is now: CIDRNotAvailable ({e})"),
+                format!("Node {name} status is now: CIDRNotAvailable ({e}){blocking}"),
             )
             .await;
         SyncError::NoCidrAvailable(e)

@@ -1,14 +1,43 @@
 //! Bad data on a Node — pod CIDRs that do not parse, lie outside every pool, overlap the service range
-//! or another Node's — as Warning Events and the `netcm_node_cidr_conflicts` gauge. Pure: [`plan`]
-//! decides from the pools and the tracked names what to publish and whom to flag; the allocator does it.
+//! or another Node's, or are wider than a node CIDR — as Warning Events and the
+//! `netcm_node_cidr_conflicts` and `netcm_node_cidr_oversized` gauges. Pure: [`plan`] decides from the
+//! pools and the tracked names what to publish and which Nodes to sync again ([`assess`] under the
+//! pools lock, [`name_nodes`] without it); the allocator does it.
+//!
+//! Bounded, because a kubelet can write such data and make its Node sync at will: every sync costs
+//! what the Node itself holds ([`Pools::has_problems`]); only when its Events are due — once per Node
+//! per [`WINDOW`] — does it count and name the Nodes involved ([`Pools::problems`]: the first
+//! [`NAMED`], a visit bound of [`VISITED`]) and look up their names (one scan of the tracked Nodes).
+//! Then one Event per kind of bad data (at most five) summarises the Node's own data — "overlaps N
+//! Nodes, e.g. a, b, c" — never one per overlapping pair, and none on the other Nodes: each tells its
+//! own side when it syncs (those sharing the blame are synced again for that).
+//!
+//! A pod CIDR wider than the node CIDRs of a pool it overlaps (a kubelet may register one:
+//! NodeRestriction does not guard `spec.podCIDR`) is kept reserved whole, like every CIDR a Node
+//! holds: the promise is that no two Nodes hold overlapping pod CIDRs, so netcm hands out no address
+//! inside it, even when it covers the whole pool and every new Node waits. What netcm does instead is
+//! make it loud: a `CIDROversized` Event on that Node naming how many node CIDRs it covers and which
+//! Nodes it overlaps, the `netcm_node_cidr_oversized` gauge, the waiting Nodes' `CIDRNotAvailable`
+//! Events naming it, and `netcm check`. The Nodes inside it are not to blame and get no Event.
 
-use std::collections::BTreeSet;
-use std::time::Instant;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
-use netcm_ipam::{HoldFinding, Pools};
+use netcm_ipam::{Limits, Overlaps, Pools, Problems};
 use netcm_node::UnparsableCidr;
 
 use crate::tracking::Tracking;
+
+/// How often a Node's bad data is published at most (one Event per kind): the Event recorder's window
+/// for identical Events, so a Node whose data does not change reads as before.
+pub(crate) const WINDOW: Duration = netcm_manager::events::DEDUP_WINDOW;
+
+/// Overlapping Nodes named in an Event.
+pub(crate) const NAMED: usize = 3;
+
+/// Overlapping holdings visited per pod CIDR when an Event is made: past it, the count is "at least".
+pub(crate) const VISITED: usize = 10_000;
 
 /// Whether a ledger owner is a reservation (the quarantine of earlier leaders' blocks), not a Node.
 pub(crate) fn is_reservation(owner: &str) -> bool {
@@ -42,13 +71,30 @@ pub(crate) struct Plan {
     pub(crate) events: Vec<Planned>,
     /// Whether the Node has bad data now.
     pub(crate) bad: bool,
+    /// Nodes sharing the blame for an overlap that are not flagged yet: synced again, so each
+    /// reports its own side (a Node that has not changed is not synced otherwise).
+    pub(crate) requeue: Vec<String>,
 }
 
-/// Which Nodes have bad data now (the gauge counts them).
+/// Which Nodes have bad data now (the gauges count them), and when each was last told.
 #[derive(Debug, Default)]
 pub(crate) struct BadData {
     flagged: BTreeSet<String>,
+    oversized: BTreeSet<String>,
+    /// Node → when its Events were last planned.
+    published: HashMap<String, Instant>,
+    /// `published` is pruned of expired entries once it grows to this size.
+    prune_at: usize,
 }
+
+/// The reasons a Node's bad data is published under, in the order they are published.
+const REASONS: [&str; 5] = [
+    "CIDRInvalid",
+    "CIDROversized",
+    "CIDRConflict",
+    "CIDROutOfRange",
+    "CIDRServiceRangeOverlap",
+];
 
 impl BadData {
     /// How many Nodes have bad data now.
@@ -56,79 +102,466 @@ impl BadData {
         self.flagged.len()
     }
 
-    /// Forgets the Node `name` (gone or re-created).
-    pub(crate) fn forget(&mut self, name: &str) {
-        self.flagged.remove(name);
+    /// How many Nodes hold a pod CIDR wider than the node CIDRs of a pool it overlaps.
+    pub(crate) fn oversized(&self) -> usize {
+        self.oversized.len()
     }
 
-    fn flag(&mut self, name: &str, bad: bool) {
-        if bad {
-            self.flagged.insert(name.to_string());
-        } else {
-            self.flagged.remove(name);
+    /// Up to `n` of the Nodes holding an oversized pod CIDR, by name.
+    pub(crate) fn oversized_nodes(&self, n: usize) -> Vec<&str> {
+        self.oversized.iter().take(n).map(String::as_str).collect()
+    }
+
+    /// Forgets the Node `name` (gone, re-created or clean).
+    pub(crate) fn forget(&mut self, name: &str) {
+        self.flagged.remove(name);
+        self.oversized.remove(name);
+        self.published.remove(name);
+    }
+
+    /// Whether the Events about `name` are due at `now`; if so, records them as published.
+    fn due(&mut self, name: &str, now: Instant) -> bool {
+        if self
+            .published
+            .get(name)
+            .is_some_and(|at| now.saturating_duration_since(*at) < WINDOW)
+        {
+            return false;
         }
+        self.published.insert(name.to_string(), now);
+        if self.published.len() >= self.prune_at {
+            self.published
+                .retain(|_, at| now.saturating_duration_since(*at) < WINDOW);
+            self.prune_at = (2 * self.published.len()).max(1024);
+        }
+        true
     }
 }
 
-/// What to publish about the bad data of `node` (recorded in `pools` already), with the Nodes it names
-/// flagged in `state`.
+/// What to publish about the bad data of `node` (recorded in `pools` already) at `now`, with `state`
+/// updated: [`assess`], then [`name_nodes`].
+#[cfg(test)]
 pub(crate) fn plan(
     pools: &Pools,
     tracking: &Tracking,
     state: &mut BadData,
     node: Subject<'_>,
     unparsable: &[UnparsableCidr],
-    _now: Instant,
+    now: Instant,
 ) -> Plan {
+    let assessed = assess(pools, state, node, unparsable, now);
+    name_nodes(assessed, tracking, state, node, unparsable)
+}
+
+/// The first step of a plan, under the pools lock: whether `node` has bad data (flagged in `state`),
+/// and, if its Events are due at `now`, its problems. Costs what the Node holds, but for the bounded
+/// [`Pools::problems`] once per window.
+pub(crate) fn assess(
+    pools: &Pools,
+    state: &mut BadData,
+    node: Subject<'_>,
+    unparsable: &[UnparsableCidr],
+    now: Instant,
+) -> Assessed {
     let name = node.name;
-    let findings: Vec<HoldFinding> = pools
-        .findings_of(node.uid)
-        .into_iter()
-        .filter(|f| !matches!(f, HoldFinding::Conflict { other_node, .. } if is_reservation(other_node)))
-        .collect();
+    let bad = !unparsable.is_empty() || pools.has_problems(node.uid, is_reservation);
+    if !bad {
+        state.forget(name);
+        return Assessed::default();
+    }
+    state.flagged.insert(name.to_string());
+    let held = pools.held_by(node.uid).unwrap_or_default();
+    if held.iter().any(|c| pools.oversized(c).is_some()) {
+        state.oversized.insert(name.to_string());
+    } else {
+        state.oversized.remove(name);
+    }
+    let due = state.due(name, now).then(|| {
+        let limits = Limits {
+            named: NAMED,
+            visited: VISITED,
+        };
+        pools.problems(node.uid, limits, is_reservation)
+    });
+    Assessed { bad, due }
+}
+
+/// What [`assess`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Assessed {
+    bad: bool,
+    /// The problems, when the Node's Events are due.
+    due: Option<Problems>,
+}
+
+/// The second step of a plan, without the pools lock: the Events, naming the Nodes involved (one scan
+/// of the tracked Nodes, when Events are due), and the Nodes to sync again.
+pub(crate) fn name_nodes(
+    assessed: Assessed,
+    tracking: &Tracking,
+    state: &BadData,
+    node: Subject<'_>,
+    unparsable: &[UnparsableCidr],
+) -> Plan {
     let mut plan = Plan {
-        bad: !unparsable.is_empty() || !findings.is_empty(),
+        bad: assessed.bad,
         ..Plan::default()
     };
-    state.flag(name, plan.bad);
-    for UnparsableCidr { raw: bad } in unparsable {
-        plan.events.push(Planned {
-            node: name.to_string(),
-            reason: "CIDRInvalid",
-            note: format!("node {name} has an unparsable pod CIDR {bad:?}; it is ignored and nothing is allocated over it"),
-        });
-    }
-    for finding in findings {
-        let (reason, other) = match &finding {
-            HoldFinding::Conflict { other_node, .. } => {
-                ("CIDRConflict", Some(tracking.display(other_node)))
-            }
-            HoldFinding::OutOfRange { .. } => ("CIDROutOfRange", None),
-            HoldFinding::ServiceRangeOverlap { .. } => ("CIDRServiceRangeOverlap", None),
-        };
-        let shown = match (&finding, &other) {
-            (
-                HoldFinding::Conflict {
-                    cidr, other_cidr, ..
-                },
-                Some(other),
-            ) => format!("{cidr} overlaps {other_cidr} held by node {other}"),
-            _ => finding.to_string(),
-        };
-        let note = format!("node {name}: {shown}; netcm keeps it reserved and never hands out an overlapping range");
-        plan.events.push(Planned {
-            node: name.to_string(),
-            reason,
-            note: note.clone(),
-        });
-        if let Some(other) = other {
-            state.flag(&other, true);
-            plan.events.push(Planned {
-                node: other,
+    let Some(problems) = assessed.due else {
+        return plan;
+    };
+    let name = node.name;
+    let owners: Vec<&str> = [&problems.inside_oversized, &problems.conflicts]
+        .into_iter()
+        .flat_map(|o| o.named.iter().map(|n| n.other.as_str()))
+        .collect();
+    let names = tracking.names_of(&owners);
+    let shown = |owner: &str| {
+        names
+            .get(owner)
+            .cloned()
+            .unwrap_or_else(|| owner.to_string())
+    };
+    plan.events = REASONS
+        .into_iter()
+        .filter_map(|reason| {
+            let note = note(reason, name, unparsable, &problems, &shown)?;
+            Some(Planned {
+                node: name.to_string(),
                 reason,
                 note,
-            });
-        }
-    }
+            })
+        })
+        .collect();
+    plan.requeue = problems
+        .conflicts
+        .named
+        .iter()
+        .filter_map(|o| names.get(o.other.as_str()))
+        .filter(|other| !state.flagged.contains(other.as_str()))
+        .cloned()
+        .collect();
     plan
+}
+
+/// The note of the Event of `reason` about `name`, if it has that kind of bad data.
+fn note(
+    reason: &'static str,
+    name: &str,
+    unparsable: &[UnparsableCidr],
+    p: &Problems,
+    shown: &impl Fn(&str) -> String,
+) -> Option<String> {
+    let list = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join(", ");
+    let note = match reason {
+        "CIDRInvalid" => match unparsable {
+            [] => return None,
+            [one] => format!(
+                "node {name} has an unparsable pod CIDR {:?}; it is ignored and nothing is allocated over it",
+                one.raw
+            ),
+            many => format!(
+                "node {name} has unparsable pod CIDRs {}; they are ignored and nothing is allocated over them",
+                list(&mut many.iter().map(|u| format!("{:?}", u.raw)))
+            ),
+        },
+        "CIDROversized" => {
+            if p.oversized.is_empty() {
+                return None;
+            }
+            let mut note = format!(
+                "node {name}: {}; netcm keeps all of it reserved and hands out no address inside it",
+                list(&mut p.oversized.iter().map(ToString::to_string))
+            );
+            if !p.inside_oversized.is_empty() {
+                let _ = write!(
+                    note,
+                    "; it overlaps the pod CIDRs of {}",
+                    nodes(&p.inside_oversized, shown)
+                );
+            }
+            note.push_str(". Fix what wrote it (a kubelet's --pod-cidr?), then delete the Node so it registers again");
+            note
+        }
+        "CIDRConflict" => match (p.conflicts.count, p.conflicts.named.first()) {
+            (0, _) | (_, None) => return None,
+            (1, Some(o)) if !p.conflicts.more => format!(
+                "node {name}: {} overlaps {} held by node {}; netcm keeps it reserved and never hands out an overlapping range",
+                o.cidr,
+                o.other_cidr,
+                shown(&o.other)
+            ),
+            _ => format!(
+                "node {name}: its pod CIDRs overlap those of {}; netcm keeps them reserved and never hands out an overlapping range",
+                nodes(&p.conflicts, shown)
+            ),
+        },
+        "CIDROutOfRange" => {
+            if p.out_of_range.is_empty() {
+                return None;
+            }
+            format!(
+                "node {name}: pod CIDR {} is not inside any cluster CIDR; netcm keeps it reserved and never hands out an overlapping range",
+                list(&mut p.out_of_range.iter().map(ToString::to_string))
+            )
+        }
+        "CIDRServiceRangeOverlap" => {
+            if p.service_overlaps.is_empty() {
+                return None;
+            }
+            format!(
+                "node {name}: {}; netcm keeps it reserved and never hands out an overlapping range",
+                list(&mut p
+                    .service_overlaps
+                    .iter()
+                    .map(|(c, svc)| format!("pod CIDR {c} overlaps service range {svc}")))
+            )
+        }
+        _ => return None,
+    };
+    Some(note)
+}
+
+/// "N Nodes, e.g. a (10.0.1.0/24), b (…)" for an Event's note.
+fn nodes(o: &Overlaps, shown: &impl Fn(&str) -> String) -> String {
+    let at_least = if o.more { "at least " } else { "" };
+    let plural = if o.count == 1 { "" } else { "s" };
+    let named: Vec<String> = o
+        .named
+        .iter()
+        .map(|n| format!("{} ({})", shown(&n.other), n.other_cidr))
+        .collect();
+    format!(
+        "{at_least}{} Node{plural}, e.g. {}",
+        o.count,
+        named.join(", ")
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ipnet::IpNet;
+    use netcm_ipam::{AllocatorConfig, AllocatorFlags};
+    use std::time::Duration;
+
+    fn pools(cluster_cidr: &str) -> Pools {
+        let flags = AllocatorFlags {
+            cluster_cidr: cluster_cidr.into(),
+            node_cidr_mask_size_ipv4: Some(24),
+            ..AllocatorFlags::default()
+        };
+        Pools::new(&AllocatorConfig::from_flags(&flags).unwrap()).unwrap()
+    }
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    /// Records `cidrs` for the Node `name` (UID `uid-<name>`) as a sync does, and plans.
+    fn sync(
+        p: &mut Pools,
+        t: &mut Tracking,
+        state: &mut BadData,
+        name: &str,
+        cidrs: &[IpNet],
+        now: Instant,
+    ) -> Plan {
+        let uid = format!("uid-{name}");
+        p.record(&uid, cidrs);
+        t.track(name, p.owner(&uid).unwrap());
+        plan(p, t, state, Subject { name, uid: &uid }, &[], now)
+    }
+
+    #[test]
+    fn a_node_whose_pod_cidr_covers_the_cluster_cidr_costs_one_name_scan_and_one_event_per_window()
+    {
+        const NODES: usize = 2_000;
+        let (mut p, mut t, mut state) =
+            (pools("10.0.0.0/8"), Tracking::default(), BadData::default());
+        let t0 = Instant::now();
+        for i in 0..NODES {
+            let cidr = net(&format!("10.{}.{}.0/24", i >> 8, i & 0xff));
+            sync(&mut p, &mut t, &mut state, &format!("n{i}"), &[cidr], t0);
+        }
+        assert_eq!(state.flagged(), 0);
+        let hostile = sync(
+            &mut p,
+            &mut t,
+            &mut state,
+            "hostile",
+            &[net("10.0.0.0/8")],
+            t0,
+        );
+        assert!(
+            t.scanned() <= NODES as u64 + 1,
+            "naming the Nodes it overlaps visited {} tracked Nodes",
+            t.scanned()
+        );
+        let about: Vec<&str> = hostile.events.iter().map(|e| e.node.as_str()).collect();
+        assert_eq!(about, ["hostile"], "one Event, on the Node to blame");
+        assert!(hostile.bad);
+
+        // Its kubelet makes it sync again and again inside the window: nothing more is published or
+        // scanned.
+        let scanned = t.scanned();
+        for s in 1..=100 {
+            let again = sync(
+                &mut p,
+                &mut t,
+                &mut state,
+                "hostile",
+                &[net("10.0.0.0/8")],
+                t0 + Duration::from_secs(s),
+            );
+            assert!(again.events.is_empty() && again.bad);
+        }
+        assert_eq!(t.scanned(), scanned);
+
+        // The Nodes inside it are not to blame: no Event, not counted as bad data.
+        for i in 0..NODES {
+            let cidr = net(&format!("10.{}.{}.0/24", i >> 8, i & 0xff));
+            let inside = sync(&mut p, &mut t, &mut state, &format!("n{i}"), &[cidr], t0);
+            assert!(inside.events.is_empty() && !inside.bad, "n{i}");
+        }
+        assert_eq!(t.scanned(), scanned);
+        assert_eq!(state.flagged(), 1);
+    }
+
+    fn reasons(plan: &Plan) -> Vec<&'static str> {
+        plan.events.iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn each_of_two_nodes_holding_one_cidr_tells_its_own_side_and_the_first_is_synced_again() {
+        let (mut p, mut t, mut state) = (
+            pools("10.0.0.0/16"),
+            Tracking::default(),
+            BadData::default(),
+        );
+        let t0 = Instant::now();
+        let first = sync(
+            &mut p,
+            &mut t,
+            &mut state,
+            "twin-a",
+            &[net("10.0.1.0/24")],
+            t0,
+        );
+        assert!(!first.bad && first.events.is_empty());
+        let second = sync(
+            &mut p,
+            &mut t,
+            &mut state,
+            "twin-b",
+            &[net("10.0.1.0/24")],
+            t0,
+        );
+        assert_eq!(reasons(&second), ["CIDRConflict"]);
+        assert_eq!(second.events[0].node, "twin-b");
+        assert_eq!(
+            second.requeue,
+            ["twin-a"],
+            "twin-a did not change: sync it again"
+        );
+        let again = sync(
+            &mut p,
+            &mut t,
+            &mut state,
+            "twin-a",
+            &[net("10.0.1.0/24")],
+            t0,
+        );
+        assert_eq!(reasons(&again), ["CIDRConflict"]);
+        assert!(again.requeue.is_empty(), "twin-b knows already");
+        assert_eq!(state.flagged(), 2);
+        assert_eq!(state.oversized(), 0);
+    }
+
+    #[test]
+    fn a_node_with_several_kinds_of_bad_data_gets_one_event_of_each_kind_per_window() {
+        let flags = AllocatorFlags {
+            cluster_cidr: "10.0.0.0/16".into(),
+            service_cluster_ip_range: "10.0.255.0/24".into(),
+            node_cidr_mask_size_ipv4: Some(24),
+            ..AllocatorFlags::default()
+        };
+        let mut p = Pools::new(&AllocatorConfig::from_flags(&flags).unwrap()).unwrap();
+        let (mut t, mut state) = (Tracking::default(), BadData::default());
+        let cidrs = [net("10.9.0.0/24"), net("10.0.255.0/24")];
+        p.record("uid-x", &cidrs);
+        t.track("x", "uid-x");
+        let unparsable = [
+            UnparsableCidr {
+                raw: "banana".into(),
+            },
+            UnparsableCidr {
+                raw: "10.0.0.0/99".into(),
+            },
+        ];
+        let x = Subject {
+            name: "x",
+            uid: "uid-x",
+        };
+        let t0 = Instant::now();
+        let first = plan(&p, &t, &mut state, x, &unparsable, t0);
+        assert_eq!(
+            reasons(&first),
+            ["CIDRInvalid", "CIDROutOfRange", "CIDRServiceRangeOverlap"]
+        );
+        for s in [1, 60, 299] {
+            let within = plan(
+                &p,
+                &t,
+                &mut state,
+                x,
+                &unparsable,
+                t0 + Duration::from_secs(s),
+            );
+            assert!(within.bad && within.events.is_empty());
+        }
+        let next_window = plan(&p, &t, &mut state, x, &unparsable, t0 + WINDOW);
+        assert_eq!(reasons(&next_window).len(), 3);
+        assert_eq!(state.flagged(), 1);
+    }
+
+    #[test]
+    fn a_node_told_about_is_told_again_at_once_if_its_data_turns_bad_after_being_clean() {
+        let (mut p, mut t, mut state) = (
+            pools("10.0.0.0/16"),
+            Tracking::default(),
+            BadData::default(),
+        );
+        let t0 = Instant::now();
+        sync(&mut p, &mut t, &mut state, "a", &[net("10.0.1.0/24")], t0);
+        let told = sync(&mut p, &mut t, &mut state, "b", &[net("10.0.1.0/24")], t0);
+        assert_eq!(reasons(&told), ["CIDRConflict"]);
+        p.release_node("uid-a");
+        let clean = sync(&mut p, &mut t, &mut state, "b", &[net("10.0.1.0/24")], t0);
+        assert!(!clean.bad);
+        assert_eq!(state.flagged(), 0);
+        sync(&mut p, &mut t, &mut state, "c", &[net("10.0.1.0/25")], t0);
+        let again = sync(&mut p, &mut t, &mut state, "b", &[net("10.0.1.0/24")], t0);
+        assert_eq!(reasons(&again), ["CIDRConflict"]);
+    }
+
+    #[test]
+    fn the_quarantine_of_earlier_leaders_blocks_is_no_bad_data_of_a_node() {
+        let (mut p, mut t, mut state) = (
+            pools("10.0.0.0/16"),
+            Tracking::default(),
+            BadData::default(),
+        );
+        p.record("claim:quarantine", &[net("10.0.0.0/22")]);
+        let inside = sync(
+            &mut p,
+            &mut t,
+            &mut state,
+            "n",
+            &[net("10.0.1.0/24")],
+            Instant::now(),
+        );
+        assert!(!inside.bad && inside.events.is_empty());
+    }
 }

@@ -1,6 +1,6 @@
 //! The allocator's metrics: kube-controller-manager's `cidrset_*` (label `clusterCIDR`) for the flag pool,
 //! node-ipam-controller's `multicidrset_*` (labels `clusterCIDR`, `clusterCIDRName`) for every pool, plus
-//! `netcm_node_cidr_conflicts` and `netcm_pod_cidr_quarantine_nodes`.
+//! `netcm_node_cidr_conflicts`, `netcm_node_cidr_oversized` and `netcm_pod_cidr_quarantine_nodes`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,6 +25,8 @@ pub struct AllocatorMetrics {
     shown: Arc<Mutex<HashSet<(String, String)>>>,
     /// Nodes whose pod CIDRs are currently unparsable, out of range or overlapping another Node's.
     pub conflicts: IntGauge,
+    /// Nodes holding a pod CIDR wider than the node CIDRs of a pool it overlaps.
+    pub oversized: IntGauge,
     /// Nodes the quarantine of earlier leaders' blocks waits for.
     pub quarantine_nodes: IntGauge,
 }
@@ -105,6 +107,10 @@ impl AllocatorMetrics {
             "netcm_node_cidr_conflicts",
             "Nodes whose pod CIDRs are unparsable, outside every cluster CIDR, or overlap another Node's.",
         ))?;
+        let oversized = IntGauge::with_opts(Opts::new(
+            "netcm_node_cidr_oversized",
+            "Nodes holding a pod CIDR wider than the node CIDRs of a pool it overlaps; netcm hands out no address inside it, so it may keep a whole pool full (its CIDROversized Event names it).",
+        ))?;
         let quarantine_nodes = IntGauge::with_opts(Opts::new(
             "netcm_pod_cidr_quarantine_nodes",
             "Nodes without pod CIDRs that an earlier leader may still be writing to; while above 0, the free CIDRs of earlier leaders' claimed blocks are not handed out.",
@@ -116,6 +122,7 @@ impl AllocatorMetrics {
         registry.register(Box::new(max.clone()))?;
         registry.register(Box::new(tries.clone()))?;
         registry.register(Box::new(conflicts.clone()))?;
+        registry.register(Box::new(oversized.clone()))?;
         for m in [&multi_allocations, &multi_releases] {
             registry.register(Box::new(m.clone()))?;
         }
@@ -134,6 +141,7 @@ impl AllocatorMetrics {
             multi_max,
             shown: Arc::new(Mutex::new(HashSet::new())),
             conflicts,
+            oversized,
             quarantine_nodes,
         })
     }

@@ -78,14 +78,24 @@ impl Tracking {
         self.scanned.get()
     }
 
-    /// A ledger owner as people know it: the Node's name, or the reservation as it is. A scan: only
-    /// Events about conflicting CIDRs ask.
-    pub(crate) fn display(&self, owner: &str) -> String {
-        self.by_name
-            .iter()
-            .inspect(|_| self.scanned.set(self.scanned.get() + 1))
-            .find(|(_, t)| t.uid.as_ref() == owner)
-            .map_or_else(|| owner.to_string(), |(name, _)| name.to_string())
+    /// The names of the Nodes with these UIDs (ledger owners), as far as they are tracked. One scan for
+    /// all of them, stopping once each is found: only Events about bad data ask, at most once per Node
+    /// per window, for the few Nodes they name.
+    pub(crate) fn names_of<'a>(&self, owners: &[&'a str]) -> HashMap<&'a str, String> {
+        let wanted: std::collections::HashSet<&'a str> = owners.iter().copied().collect();
+        let mut names: HashMap<&'a str, String> = HashMap::with_capacity(wanted.len());
+        if !wanted.is_empty() {
+            for (name, t) in &self.by_name {
+                self.scanned.set(self.scanned.get() + 1);
+                if let Some(owner) = wanted.get(t.uid.as_ref()) {
+                    names.insert(owner, name.to_string());
+                    if names.len() == wanted.len() {
+                        break;
+                    }
+                }
+            }
+        }
+        names
     }
 }
 
@@ -124,7 +134,8 @@ mod tests {
         t.track("a", "a2");
         t.forget("a", "a1");
         assert_eq!(t.recorded("a").uid.as_deref(), Some("a2"));
-        assert_eq!(t.display("a2"), "a");
+        let names = t.names_of(&["a2", "claim:x"]);
+        assert_eq!((names["a2"].as_str(), names.get("claim:x")), ("a", None));
         t.forget("a", "a2");
         assert_eq!(t.recorded("a").uid, None);
     }
