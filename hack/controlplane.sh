@@ -6,6 +6,9 @@
 #   hack/controlplane.sh down               stop what `up` started
 #   hack/controlplane.sh restart-apiserver  stop and start kube-apiserver, keeping data
 #   hack/controlplane.sh restart-etcd       stop and start etcd, keeping data
+#   hack/controlplane.sh rotate-serving-cert
+#                                           a new serving key and certificate from the same CA, then
+#                                           restart-apiserver; prints the new certificate's serial
 #   hack/controlplane.sh stop-apiserver     stop kube-apiserver only (start it again with start-apiserver)
 #   hack/controlplane.sh start-apiserver    start a stopped kube-apiserver with the same flags and ports
 #   hack/controlplane.sh start-apiserver2 [FLAG...]
@@ -207,6 +210,20 @@ EOF
 }
 
 # The `kubernetes` Service's ClusterIP: the first address of the Service range.
+# A new serving key and certificate from the same CA (a cert-manager renewal), written over the old ones.
+rotate_serving_cert() {
+  local d=$state/pki
+  [ -f "$d/serving.ext" ] || die "no certificates yet: run up first"
+  (
+    cd "$d"
+    openssl req -newkey rsa:2048 -nodes -keyout serving.key.new -out serving.csr -subj "/CN=kube-apiserver" 2>/dev/null
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile serving.ext -out serving.crt.new 2>/dev/null
+    mv serving.key.new serving.key
+    mv serving.crt.new serving.crt
+  )
+  openssl x509 -in "$d/serving.crt" -noout -serial
+}
+
 service_ip() {
   python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[1])' "$SERVICE_CIDR"
 }
@@ -450,6 +467,7 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   restart-apiserver) stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted" ;;
+  rotate-serving-cert) rotate_serving_cert; stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted with a new serving certificate" ;;
   stop-apiserver) stop_component kube-apiserver 3; log "kube-apiserver stopped" ;;
   start-apiserver) alive kube-apiserver || start_apiserver; log "kube-apiserver started" ;;
   start-apiserver2) shift; start_apiserver2 "$@" ;;

@@ -153,6 +153,12 @@ pub fn restart_apiserver() {
     controlplane_sh(&["restart-apiserver"]);
 }
 
+/// Gives kube-apiserver a new serving key and certificate from the same CA and restarts it, so every
+/// client connects again and meets the new certificate; returns the new certificate's serial.
+pub fn rotate_apiserver_serving_cert() -> String {
+    controlplane_sh(&["rotate-serving-cert"])
+}
+
 /// Stops kube-apiserver (start it again with [`start_apiserver`]).
 pub fn stop_apiserver() {
     controlplane_sh(&["stop-apiserver"]);
