@@ -1,5 +1,5 @@
-//! The shared informer: ONE list+watch per kind for the whole process (kube-runtime's `watcher` feeding
-//! the informer's own store, [`store`]), fanned out to every subscribed controller as add / update /
+//! The shared informer: ONE list+watch per kind for the whole process ([`list_watch`], feeding the
+//! informer's own store, [`store`]), fanned out to every subscribed controller as add / update /
 //! delete events.
 //!
 //! Why not kube-runtime's shared streams: they are unstable and never deliver deletes to subscribers. Here a
@@ -12,7 +12,10 @@
 //! keys them by an `ObjectRef` that copies name, uid and resourceVersion again. The cached type here only
 //! has to say its name and UID ([`Cached`]); for Nodes it is the compact [`crate::CachedNode`].
 //!
-//! The watcher decodes a wire type that names only what can be cached (for Nodes,
+//! Lists are consistent reads and the cache never goes back to an older list ([`list_watch`]): a lagging
+//! API server cannot make it forget a Node, or a Node's pod CIDRs, that it has already seen.
+//!
+//! The list+watch decodes a wire type that names only what can be cached (for Nodes,
 //! [`crate::node_fields::WireNode`]), and each object is converted to the cached type before the store
 //! sees it: a full object is never built.
 
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::Api;
-use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Resource;
 use parking_lot::Mutex;
@@ -31,7 +34,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub mod initial_list;
+pub mod list_watch;
 pub mod store;
+pub mod version;
 
 pub use store::Cached;
 use store::{Objects, Store};
@@ -178,7 +183,7 @@ impl<K: Cached> SharedInformer<K> {
                 "listing in pages"
             ),
         }
-        let stream = watcher(api, strategy.watcher_config())
+        let stream = list_watch::list_watch(api, strategy)
             .backoff(watch_backoff())
             .map_ok(move |event| convert_event(event, convert.as_ref()));
         let mut stream = std::pin::pin!(stream);
@@ -193,7 +198,7 @@ impl<K: Cached> SharedInformer<K> {
             let event = match item {
                 Ok(ev) => ev,
                 Err(e) => {
-                    tracing::warn!(kind = %kind, error = %e, "watch failed; relisting with backoff");
+                    tracing::warn!(kind = %kind, error = %e, "list or watch failed; retrying with backoff");
                     continue;
                 }
             };

@@ -2,12 +2,23 @@
 //! decoded one at a time, no full list held in memory) where the API server serves it, else paged lists.
 //!
 //! An API server without streaming lists (before 1.27, or with the `WatchList` feature gate off) refuses
-//! `sendInitialEvents`, and kube-runtime's watcher would retry that refusal forever; so the informer asks
-//! once, with a watch that selects no object, and picks the strategy from the answer.
+//! `sendInitialEvents`, and retrying that refusal would never end; so the informer asks once, with a watch
+//! that selects no object, and picks the strategy from the answer.
+//!
+//! Every list — the first and every relist — is a *consistent* read (`resourceVersion` unset, client-go's
+//! reflector's choice when it must not go back in time): as new as etcd at the moment it is served, never
+//! an older copy from the API server's watch cache. "Any version" (`resourceVersion=0`, what kube-runtime's
+//! watcher sends with streaming lists) lets a lagging API server answer with a past that an earlier leader
+//! had already changed: its Nodes without the pod CIDRs it gave them, or without Nodes it saw created; a
+//! relist of that past reports every Node missing from it as deleted (issue 26). A paged list without
+//! `resourceVersion` is consistent; a streaming list is consistent with `resourceVersion` empty (and
+//! `resourceVersionMatch=NotOlderThan`, which `sendInitialEvents` requires): the API server waits until its
+//! cache has caught up with etcd, and answers 504 "Too large resource version" when that takes more than a
+//! few seconds — then the list that attempt is paged, as client-go's reflector falls back to a LIST when a
+//! streaming list fails ([`super::list_watch`]).
 
 use futures::StreamExt;
-use kube::api::{Api, WatchEvent, WatchParams};
-use kube::runtime::watcher;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
@@ -21,6 +32,13 @@ pub const PAGE_SIZE: u32 = 100;
 
 /// How long the probe may take before paged lists are chosen.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `resourceVersion` of a consistent streaming list: empty, i.e. unset — "as of now", never "any".
+pub const CONSISTENT: &str = "";
+
+/// The HTTP code of a streaming list the API server could not serve consistently in time (its watch
+/// cache lags etcd): it understood the request, so it serves streaming lists.
+const CACHE_LAGS: u16 = 504;
 
 /// The strategy the informer uses for its initial list and every relist.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,13 +57,20 @@ impl InitialList {
             Self::Paged(_) => "paged",
         }
     }
+}
 
-    /// The watcher configuration for this strategy.
-    pub fn watcher_config(&self) -> watcher::Config {
-        match self {
-            Self::Streaming => watcher::Config::default().streaming_lists(),
-            Self::Paged(_) => watcher::Config::default().page_size(PAGE_SIZE),
-        }
+/// The watch that streams a consistent list (at [`CONSISTENT`]) and goes on watching after it.
+pub fn streaming_list() -> WatchParams {
+    WatchParams::streaming_lists()
+}
+
+/// One page of a consistent paged list: no `resourceVersion`; later pages follow `continue_token`, which
+/// keeps the first page's snapshot.
+pub fn list_page(continue_token: Option<String>) -> ListParams {
+    ListParams {
+        limit: Some(PAGE_SIZE),
+        continue_token,
+        ..ListParams::default()
     }
 }
 
@@ -54,6 +79,8 @@ impl InitialList {
 pub enum ProbeAnswer {
     /// A bookmark carrying `k8s.io/initial-events-end: "true"` arrived.
     InitialEventsEnded,
+    /// The server accepted the streaming list but its cache could not catch up with etcd in time (504).
+    CacheLags,
     /// The request or the stream failed with this message (e.g. the server refused `sendInitialEvents`).
     Refused(String),
     /// The stream ended, or the probe timed out, without the bookmark.
@@ -63,7 +90,7 @@ pub enum ProbeAnswer {
 /// The strategy a probe answer stands for.
 pub fn decide(answer: ProbeAnswer) -> InitialList {
     match answer {
-        ProbeAnswer::InitialEventsEnded => InitialList::Streaming,
+        ProbeAnswer::InitialEventsEnded | ProbeAnswer::CacheLags => InitialList::Streaming,
         ProbeAnswer::Refused(why) => {
             InitialList::Paged(format!("the API server refused a streaming list: {why}"))
         }
@@ -78,13 +105,15 @@ pub async fn probe<K>(api: &Api<K>) -> ProbeAnswer
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    // No object has this name (names cannot contain '/'), so the answer is just the end bookmark.
-    let params = WatchParams::streaming_lists()
+    // No object has this name (names cannot contain '/'), so the answer is just the end bookmark. Asked
+    // as the lists will be: consistently.
+    let params = streaming_list()
         .fields("metadata.name=netcm/streaming-list-probe")
         .timeout(PROBE_TIMEOUT.as_secs() as u32);
     let ask = async {
-        let stream = match api.watch(&params, "0").await {
+        let stream = match api.watch(&params, CONSISTENT).await {
             Ok(s) => s,
+            Err(kube::Error::Api(s)) if s.code == CACHE_LAGS => return ProbeAnswer::CacheLags,
             Err(e) => return ProbeAnswer::Refused(e.to_string()),
         };
         let mut stream = std::pin::pin!(stream);
@@ -100,6 +129,7 @@ where
                         return ProbeAnswer::InitialEventsEnded;
                     }
                 }
+                Ok(WatchEvent::Error(e)) if e.code == CACHE_LAGS => return ProbeAnswer::CacheLags,
                 Ok(WatchEvent::Error(e)) => return ProbeAnswer::Refused(e.to_string()),
                 Ok(_) => {}
                 Err(e) => return ProbeAnswer::Refused(e.to_string()),
@@ -115,14 +145,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::watcher::InitialListStrategy;
 
     #[test]
-    fn the_end_bookmark_means_streaming_lists_and_anything_else_means_pages_with_the_reason() {
+    fn the_end_bookmark_or_a_lagging_cache_means_streaming_lists_and_anything_else_means_pages_with_the_reason(
+    ) {
         assert_eq!(
             decide(ProbeAnswer::InitialEventsEnded),
             InitialList::Streaming
         );
+        assert_eq!(decide(ProbeAnswer::CacheLags), InitialList::Streaming);
         let refused = decide(ProbeAnswer::Refused(
             "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
                 .into(),
@@ -132,15 +163,34 @@ mod tests {
         assert_eq!(decide(ProbeAnswer::NoBookmark).name(), "paged");
     }
 
+    /// The query string the API server receives for a request.
+    fn query(request: Result<http::Request<Vec<u8>>, kube::core::request::Error>) -> String {
+        let request = request.expect("request builds");
+        request.uri().query().unwrap_or_default().to_string()
+    }
+
     #[test]
-    fn each_strategy_configures_the_watcher_it_names() {
-        let streaming = InitialList::Streaming.watcher_config();
-        assert_eq!(
-            streaming.initial_list_strategy,
-            InitialListStrategy::StreamingList
+    fn a_streaming_list_asks_for_a_consistent_read_never_for_any_version() {
+        let nodes = kube::core::Request::new("/api/v1/nodes");
+        let q = query(nodes.watch(&streaming_list(), CONSISTENT));
+        let pairs: Vec<&str> = q.split('&').collect();
+        assert!(pairs.contains(&"sendInitialEvents=true"), "{q}");
+        assert!(pairs.contains(&"resourceVersionMatch=NotOlderThan"), "{q}");
+        assert!(
+            pairs.contains(&"resourceVersion="),
+            "resourceVersion unset: {q}"
         );
-        let paged = InitialList::Paged(String::new()).watcher_config();
-        assert_eq!(paged.initial_list_strategy, InitialListStrategy::ListWatch);
-        assert_eq!(paged.page_size, Some(PAGE_SIZE));
+        assert!(pairs.contains(&"allowWatchBookmarks=true"), "{q}");
+    }
+
+    #[test]
+    fn every_page_of_a_paged_list_is_a_consistent_read() {
+        let nodes = kube::core::Request::new("/api/v1/nodes");
+        let first = query(nodes.list(&list_page(None)));
+        assert!(!first.contains("resourceVersion"), "{first}");
+        assert!(first.contains("limit=100"), "{first}");
+        let next = query(nodes.list(&list_page(Some("token".into()))));
+        assert!(!next.contains("resourceVersion"), "{next}");
+        assert!(next.contains("continue=token"), "{next}");
     }
 }
