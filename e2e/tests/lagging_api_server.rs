@@ -1,0 +1,369 @@
+//! A replica that takes over through an API server whose view of Nodes lags behind etcd (issue 26, item
+//! 3). A list "at any version" (`resourceVersion=0`) is served from that server's watch cache, older than
+//! what the previous leader already wrote; a new leader that starts from it does not know a CIDR is held
+//! and gives it out again. netcm's first list must be a consistent read.
+//!
+//! How the lag is made, with real parts only: the second kube-apiserver reaches etcd for Nodes — and only
+//! for Nodes — through a TCP proxy in this test (`--etcd-servers-overrides=/nodes#http://127.0.0.1:<proxy>`)
+//! that holds every byte etcd sends back for [`DELAY`]. Its Node watch cache then shows etcd as it was
+//! `DELAY` ago, while Leases, Events and everything else it serves are current. A consistent read through
+//! it still sees the present: it is answered from etcd (or from the cache once it has caught up), only
+//! `DELAY` later. (Freezing the server, or its etcd connection as a whole, stops it answering at all; a
+//! delay is what makes a cache stale.)
+//!
+//! Claims are off for both replicas: with claims, the quarantine's touches go through the lagging server
+//! too, each waiting `DELAY` for its answer, and the cache has caught up before the quarantine ends — the
+//! stale list would be hidden by timing, not prevented.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use netcm_e2e::apiservers::{ApiServers, Apiserver};
+use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::{audit, client_for, control_plane, wait_for, Netcm, TestEnv};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// How far the second server's Node watch cache lags behind etcd. Longer than a takeover takes (the old
+/// leader releases on SIGTERM, the standby wakes on the Lease watch), shorter than the etcd client's
+/// keepalive timeout (10 s), so the server never drops the connection as dead.
+const DELAY: Duration = Duration::from_secs(8);
+/// Rounds of allocate, hand over, check.
+const ROUNDS: usize = 3;
+/// Nodes created each round; the pool has one CIDR, so one gets it and the others wait.
+const NODES: usize = 11;
+
+/// A TCP proxy to etcd that delays everything etcd sends by the current delay; what the API server sends
+/// passes at once. Order is kept on each connection.
+struct EtcdDelay {
+    port: u16,
+    delay_ms: Arc<AtomicU64>,
+    accept: JoinHandle<()>,
+}
+
+impl EtcdDelay {
+    async fn start(etcd_port: u16) -> EtcdDelay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let delay = delay_ms.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((apiserver, _)) = listener.accept().await {
+                let Ok(etcd) = TcpStream::connect(("127.0.0.1", etcd_port)).await else {
+                    continue;
+                };
+                let (mut from_apiserver, to_apiserver) = apiserver.into_split();
+                let (from_etcd, mut to_etcd) = etcd.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_apiserver, &mut to_etcd).await;
+                });
+                tokio::spawn(delayed_copy(from_etcd, to_apiserver, delay.clone()));
+            }
+        });
+        EtcdDelay {
+            port,
+            delay_ms,
+            accept,
+        }
+    }
+
+    fn set_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+}
+
+impl Drop for EtcdDelay {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Copies `from` to `to`, each chunk held until the delay in force when it was read has passed.
+async fn delayed_copy(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay_ms: Arc<AtomicU64>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due.into()).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let due = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
+                if tx.send((due, buf[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// The port etcd listens on, from the control plane's env file beside its kubeconfig.
+fn etcd_port() -> u16 {
+    let env = control_plane().kubeconfig.with_file_name("env");
+    let text =
+        std::fs::read_to_string(&env).unwrap_or_else(|e| panic!("read {}: {e}", env.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix("ETCD_PORT="))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no ETCD_PORT in {}", env.display()))
+}
+
+/// The names of the Nodes a list at any version (`resourceVersion=0`: the watch cache) returns.
+async fn cached_node_names(client: &kube::Client) -> Vec<String> {
+    Api::<Node>::all(client.clone())
+        .list(&ListParams::default().match_any())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Nodes holding a CIDR another Node holds too (all CIDRs of this test have one mask, so an overlap is
+/// an equal CIDR): each CIDR held n > 1 times counts n − 1.
+fn shared_cidrs(nodes: &[Node]) -> (usize, BTreeMap<String, Vec<String>>) {
+    let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in nodes {
+        for c in pod_cidrs(n) {
+            holders
+                .entry(c)
+                .or_default()
+                .push(n.metadata.name.clone().unwrap_or_default());
+        }
+    }
+    holders.retain(|_, names| names.len() > 1);
+    let extra = holders.values().map(|v| v.len() - 1).sum();
+    (extra, holders)
+}
+
+/// Whether `instance` recorded that `node` got no CIDR (a CIDRNotAvailable Event).
+async fn said_no_cidr(client: &kube::Client, node: &str, instance: &str) -> bool {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some("CIDRNotAvailable")
+                    && e.reporting_instance.as_deref() == Some(instance)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cidr_a_node_already_holds(
+) {
+    // Dropped in reverse: the replicas, the servers (the second stopped), the proxy, the cluster lock.
+    let env = TestEnv::new().await;
+    let proxy = EtcdDelay::start(etcd_port()).await;
+    let override_flag = format!(
+        "--etcd-servers-overrides=/nodes#http://127.0.0.1:{}",
+        proxy.port
+    );
+    let servers = tokio::task::spawn_blocking(move || {
+        ApiServers::start_with_flags(&[override_flag.as_str()])
+    })
+    .await
+    .expect("start the second kube-apiserver");
+    let one = env.client.clone();
+    let two = client_for(servers.kubeconfig(Apiserver::Two)).await;
+    // Started without delay (its readiness check reads etcd); from now on its Node cache lags.
+    proxy.set_delay(DELAY);
+
+    let mut overlaps = 0;
+    for round in 0..ROUNDS {
+        if round > 0 {
+            env.clean().await;
+        }
+        let cidr = format!("--cluster-cidr=10.{}.0.0/24", 200 + round);
+        let args = [
+            "--controllers=subnet-allocator",
+            cidr.as_str(),
+            "--node-cidr-mask-size=24",
+            "--pod-cidr-claims=false",
+        ];
+        let names: Vec<String> = (0..NODES).map(|i| format!("r{round}-{i:02}")).collect();
+        create_nodes(
+            &one,
+            names
+                .iter()
+                .map(|n| NodeFixture::named(n.clone()))
+                .collect(),
+            8,
+        )
+        .await;
+        // The lagging server's cache has the Nodes, without pod CIDRs.
+        wait_for(
+            "the lagging server's cache to show the new Nodes",
+            Duration::from_secs(60),
+            || async {
+                let cached = cached_node_names(&two).await;
+                names.iter().all(|n| cached.contains(n)).then_some(())
+            },
+        )
+        .await;
+
+        let mut old = Netcm::start(
+            &format!("r{round}-old-leader"),
+            servers.kubeconfig(Apiserver::One),
+            &args,
+        );
+        let holder = wait_for(
+            "the old leader to give the pool's one CIDR to a Node",
+            Duration::from_secs(60),
+            || async {
+                let nodes = netcm_e2e::nodes::all_nodes(&one).await;
+                nodes
+                    .into_iter()
+                    .find(|n| !pod_cidrs(n).is_empty())
+                    .and_then(|n| n.metadata.name)
+            },
+        )
+        .await;
+        let written = Instant::now();
+        // Created after that write: once a replica has seen it, it has seen the write.
+        let marker = format!("r{round}-marker");
+        create_nodes(&one, vec![NodeFixture::named(marker.clone())], 1).await;
+
+        let new = Netcm::start(
+            &format!("r{round}-new-leader"),
+            servers.kubeconfig(Apiserver::Two),
+            &args,
+        );
+        let new_id = new.identity().await;
+        new.wait_standing_by(&two, Duration::from_secs(30)).await;
+        old.signal("TERM");
+        let status = old.wait_exit(Duration::from_secs(30)).await;
+        assert!(
+            status.success(),
+            "the old leader stops cleanly on SIGTERM: {status}"
+        );
+        new.wait_leading(Duration::from_secs(30)).await;
+        let handed_over = written.elapsed();
+
+        // The new leader has caught up with etcd once it has seen the marker, which it cannot serve.
+        wait_for(
+            "the new leader to find no CIDR for the marker Node",
+            Duration::from_secs(180),
+            || async { said_no_cidr(&two, &marker, &new_id).await.then_some(()) },
+        )
+        .await;
+        let nodes = netcm_e2e::nodes::all_nodes(&one).await;
+        let (shared, holders) = shared_cidrs(&nodes);
+        let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
+        eprintln!(
+            "[lagging] round {round}: the old leader gave the CIDR to {holder}; the new leader led {handed_over:.1?} after that write; \
+             {allocated} Nodes hold a CIDR; Nodes sharing one: {shared} {holders:?}"
+        );
+        overlaps += shared;
+        drop(new);
+    }
+    eprintln!("[lagging] {ROUNDS} rounds: {overlaps} Nodes hold a CIDR another Node holds");
+    assert_eq!(
+        overlaps, 0,
+        "a leader that started from a stale list gave out a CIDR a Node already held"
+    );
+}
+
+/// The query parameters of a request URI, as `key=value` strings.
+fn query_pairs(uri: &str) -> Vec<&str> {
+    uri.split_once('?')
+        .map(|(_, q)| q.split('&').collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_list_of_nodes_the_informer_asks_for_is_a_consistent_read_as_the_api_server_received_it(
+) {
+    let env = TestEnv::new().await;
+    let names: Vec<String> = (0..3).map(|i| format!("consistent-{i}")).collect();
+    create_nodes(
+        &env.client,
+        names
+            .iter()
+            .map(|n| NodeFixture::named(n.clone()))
+            .collect(),
+        3,
+    )
+    .await;
+    let n = Netcm::start(
+        "consistent",
+        &env.cp.kubeconfig,
+        &[
+            "--controllers=subnet-allocator",
+            "--cluster-cidr=10.250.0.0/16",
+        ],
+    );
+    let id = n.identity().await;
+    netcm_e2e::nodes::wait_all_allocated(&env.client, names.len(), Duration::from_secs(60)).await;
+    // A watch is audited when it ends: stop netcm, then read every request once it completed.
+    drop(n);
+    let reads = wait_for(
+        "netcm's Node watch to end in the audit log",
+        Duration::from_secs(30),
+        || async {
+            let reads: Vec<audit::AuditEvent> = audit::read(&env.cp.audit_log)
+                .into_iter()
+                .filter(|e| e.user_agent.contains(&id) && e.resource() == "nodes")
+                .filter(|e| e.verb == "list" || e.verb == "watch")
+                .collect();
+            reads
+                .iter()
+                .any(|e| query_pairs(&e.request_uri).contains(&"sendInitialEvents=true"))
+                .then_some(reads)
+        },
+    )
+    .await;
+    let uris: Vec<&str> = reads.iter().map(|e| e.request_uri.as_str()).collect();
+    // The lists: LIST requests, and watches that stream the initial objects (the probe among them).
+    let lists: Vec<&str> = uris
+        .iter()
+        .copied()
+        .filter(|u| {
+            let q = query_pairs(u);
+            !q.contains(&"watch=true") || q.contains(&"sendInitialEvents=true")
+        })
+        .collect();
+    assert!(
+        !lists.is_empty(),
+        "no list of Nodes was received: {uris:#?}"
+    );
+    for uri in &lists {
+        let version = query_pairs(uri)
+            .into_iter()
+            .find_map(|p| p.strip_prefix("resourceVersion="));
+        assert!(
+            version.is_none_or(str::is_empty),
+            "a list of Nodes at resourceVersion {version:?}, not a consistent read: {uri}"
+        );
+    }
+    assert!(
+        uris.iter()
+            .all(|u| !query_pairs(u).contains(&"resourceVersion=0")),
+        "a request for Nodes at any version (resourceVersion=0): {uris:#?}"
+    );
+}
