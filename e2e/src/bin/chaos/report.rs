@@ -1,0 +1,283 @@
+//! The campaign's report: the table (what `hack/chaos.sh` exists to print) and, for every overlap and late
+//! landed write, what is needed to chase it: the Nodes, their CIDRs, every netcm write on them, the
+//! replica, API server and configuration behind each write, and the faults just before.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::checker::Overlap;
+use crate::faults::{Kind, Record};
+use crate::path::Mechanism;
+use crate::replicas::Start;
+use crate::terms::{Late, Term, Write};
+use crate::workload::Stats;
+
+/// Everything the report says.
+pub struct Summary {
+    pub seed: u64,
+    pub minutes: f64,
+    pub kinds: Vec<Kind>,
+    pub mechanism: Mechanism,
+    pub started: jiff::Timestamp,
+    pub faults: Vec<Record>,
+    pub terms: Vec<Term>,
+    pub sampled_changes: usize,
+    pub overlaps: Vec<Overlap>,
+    pub late: Vec<Late>,
+    pub late_completions: Vec<Late>,
+    pub early: Vec<(Term, Term)>,
+    pub without_cidrs: Vec<String>,
+    pub nodes_at_end: usize,
+    pub settle_secs: f64,
+    pub workload: Stats,
+    pub revived: usize,
+    pub starts: Vec<Start>,
+    pub writes: Vec<Write>,
+    pub lists: (u64, u64),
+}
+
+impl Summary {
+    /// Whether the run found what it must exit non-zero for.
+    pub fn failed(&self) -> bool {
+        !self.overlaps.is_empty() || !self.late.is_empty()
+    }
+
+    /// Lease holder changes: every term after the first.
+    pub fn leader_changes(&self) -> usize {
+        self.terms.len().saturating_sub(1)
+    }
+
+    fn secs(&self, t: jiff::Timestamp) -> String {
+        format!("+{:.3}s", t.duration_since(self.started).as_secs_f64())
+    }
+
+    fn who(&self, identity: &str) -> String {
+        match self.starts.iter().find(|s| s.identity == identity) {
+            Some(s) => format!("{} ({}, {})", s.label, s.server, s.variant.name()),
+            None => format!("unknown identity {identity}"),
+        }
+    }
+
+    /// The faults that overlap `[from, to]`.
+    fn faults_between(&self, from: jiff::Timestamp, to: jiff::Timestamp) -> Vec<&Record> {
+        self.faults
+            .iter()
+            .filter(|f| f.end >= from && f.start <= to)
+            .collect()
+    }
+
+    fn fault_lines(&self, out: &mut String, from: jiff::Timestamp, to: jiff::Timestamp) {
+        for f in self.faults_between(from, to) {
+            let _ = writeln!(
+                out,
+                "      fault #{} {} {}..{}: {}",
+                f.n,
+                f.kind.name(),
+                self.secs(f.start),
+                self.secs(f.end),
+                f.detail
+            );
+        }
+    }
+
+    /// The table.
+    pub fn table(&self) -> String {
+        let mut by_kind: BTreeMap<Kind, usize> = BTreeMap::new();
+        for f in &self.faults {
+            *by_kind.entry(f.kind).or_default() += 1;
+        }
+        let mut out = String::new();
+        let row = |out: &mut String, k: &str, v: String| {
+            let _ = writeln!(out, "| {k:<52} | {v:>12} |");
+        };
+        let _ = writeln!(out, "| {:<52} | {:>12} |", "chaos", "");
+        let _ = writeln!(out, "|{}|{}|", "-".repeat(54), "-".repeat(14));
+        row(&mut out, "seed", self.seed.to_string());
+        row(&mut out, "minutes", format!("{:.1}", self.minutes));
+        row(
+            &mut out,
+            "leader changes (Lease holder changes)",
+            self.leader_changes().to_string(),
+        );
+        row(&mut out, "faults", self.faults.len().to_string());
+        for kind in &self.kinds {
+            let n = by_kind.get(kind).copied().unwrap_or(0);
+            row(
+                &mut out,
+                &format!("  {} ({})", kind.name(), kind.what()),
+                n.to_string(),
+            );
+        }
+        row(
+            &mut out,
+            "overlapping pairs ever seen",
+            self.overlaps.len().to_string(),
+        );
+        row(&mut out, "late landed writes", self.late.len().to_string());
+        row(
+            &mut out,
+            "Nodes without CIDRs at the end",
+            format!("{} of {}", self.without_cidrs.len(), self.nodes_at_end),
+        );
+        out
+    }
+
+    /// The details under the table.
+    pub fn details(&self) -> String {
+        let mut out = String::new();
+        let w = &self.workload;
+        let _ = writeln!(
+            out,
+            "workload: {} Nodes created, {} deleted, {} Node requests failed or timed out; ClusterCIDRs {} created, {} deleted",
+            w.nodes_created,
+            w.nodes_deleted,
+            w.node_requests_failed,
+            w.pools_created,
+            w.pools_deleted
+        );
+        let _ = writeln!(
+            out,
+            "replicas: {} processes started, {} revived after exiting; Lease acquisitions seen by the checker's watches and reads: {} (terms in the audit logs: {})",
+            self.starts.len(),
+            self.revived,
+            self.sampled_changes,
+            self.terms.len()
+        );
+        let _ = writeln!(
+            out,
+            "checker: {} Node lists ({} failed or timed out) plus a Node watch per API server; settle took {:.1} s",
+            self.lists.0, self.lists.1, self.settle_secs
+        );
+        match &self.mechanism {
+            Mechanism::Netem => {
+                let _ = writeln!(out, "path faults: tc netem in the replica's namespace");
+            }
+            Mechanism::RelayAndIptables(why) => {
+                let _ = writeln!(
+                    out,
+                    "path faults: no tc netem here ({why}); delay added by the relay into the replica's namespace, loss by an iptables statistic DROP rule on its loopback"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "late completions (received within the writer's term, answered after its end; may have committed in time): {}",
+            self.late_completions.len()
+        );
+        for l in self.late_completions.iter().take(10) {
+            self.late_line(&mut out, l);
+        }
+        let _ = writeln!(
+            out,
+            "takeovers before the previous term's end (not after a release): {}",
+            self.early.len()
+        );
+        for (a, b) in self.early.iter().take(10) {
+            let _ = writeln!(
+                out,
+                "  {} took over at {} from {}, whose term ended {}",
+                self.who(&b.identity),
+                self.secs(b.start),
+                self.who(&a.identity),
+                a.end.map(|e| self.secs(e)).unwrap_or_default()
+            );
+        }
+        for l in &self.late {
+            let _ = writeln!(out, "LATE LANDED WRITE:");
+            self.late_line(&mut out, l);
+            let from = l.write.received - jiff::SignedDuration::from_secs(20);
+            self.fault_lines(&mut out, from, l.write.completed);
+        }
+        for o in &self.overlaps {
+            self.overlap_lines(&mut out, o);
+        }
+        if !self.without_cidrs.is_empty() {
+            let names: Vec<&str> = self
+                .without_cidrs
+                .iter()
+                .take(20)
+                .map(String::as_str)
+                .collect();
+            let _ = writeln!(
+                out,
+                "Nodes without CIDRs at the end (first 20): {}",
+                names.join(", ")
+            );
+        }
+        out
+    }
+
+    fn late_line(&self, out: &mut String, l: &Late) {
+        let w = &l.write;
+        let _ = writeln!(
+            out,
+            "  {} {} {} by {} via kube-apiserver {}: received {}, answered {} ({}), term ended {}{}",
+            w.verb,
+            w.resource,
+            w.name,
+            self.who(&w.identity),
+            w.server,
+            self.secs(w.received),
+            self.secs(w.completed),
+            w.code,
+            l.term_end
+                .map(|e| self.secs(e))
+                .unwrap_or_else(|| "never led".into()),
+            l.seen
+                .map(|s| format!("; the Node was first seen with pod CIDRs {}", self.secs(s)))
+                .unwrap_or_default()
+        );
+    }
+
+    fn overlap_lines(&self, out: &mut String, o: &Overlap) {
+        let _ = writeln!(
+            out,
+            "OVERLAP first seen {} by {}: {} holds {}, {} holds {}",
+            self.secs(o.first_seen),
+            o.seen_by,
+            o.a.0,
+            o.a.1,
+            o.b.0,
+            o.b.1
+        );
+        let mut earliest = o.first_seen;
+        for node in [&o.a.0, &o.b.0] {
+            for w in self
+                .writes
+                .iter()
+                .filter(|w| w.resource.starts_with("nodes") && &w.name == node)
+            {
+                earliest = earliest.min(w.received);
+                let _ = writeln!(
+                    out,
+                    "    {node}: {} {} by {} via kube-apiserver {}, received {}, answered {} ({})",
+                    w.verb,
+                    w.resource,
+                    self.who(&w.identity),
+                    w.server,
+                    self.secs(w.received),
+                    self.secs(w.completed),
+                    w.code
+                );
+            }
+        }
+        let from = earliest - jiff::SignedDuration::from_secs(20);
+        self.fault_lines(out, from, o.first_seen);
+        for t in self
+            .terms
+            .iter()
+            .filter(|t| t.start <= o.first_seen && t.end.is_none_or(|e| e >= from))
+        {
+            let _ = writeln!(
+                out,
+                "      term of {} from {} to {}{}",
+                self.who(&t.identity),
+                self.secs(t.start),
+                t.end
+                    .map(|e| self.secs(e))
+                    .unwrap_or_else(|| "the end".into()),
+                if t.released { " (released)" } else { "" }
+            );
+        }
+    }
+}
