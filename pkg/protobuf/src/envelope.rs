@@ -145,10 +145,13 @@ fn write_status(raw: &[u8], out: &mut Vec<u8>) -> Result<(), ProtobufError> {
     o.str("apiVersion", "v1");
     o.str("kind", "Status");
     Object::open(o.key("metadata")).close();
-    o.str("status", status);
-    o.str("message", message);
-    o.str("reason", reason);
-    o.int("code", code);
+    // All four are `omitempty` in the API server's JSON (kube's Status cannot read `"status":""`).
+    o.str_nonempty("status", status);
+    o.str_nonempty("message", message);
+    o.str_nonempty("reason", reason);
+    if code != 0 {
+        o.int("code", code);
+    }
     o.close();
     Ok(())
 }

@@ -145,6 +145,57 @@ fn errors_come_out_as_statuses_with_their_code_and_reason() {
     assert_eq!(missing["kind"], "Status");
 }
 
+/// A Status answer in its envelope: status = 2, message = 3, reason = 4, code = 6, each left out when
+/// empty (as protobuf leaves them out).
+fn status_answer(status: &str, message: &str, reason: &str, code: u64) -> Vec<u8> {
+    let mut type_meta = Vec::new();
+    wire::encode::bytes(&mut type_meta, 1, b"v1");
+    wire::encode::bytes(&mut type_meta, 2, b"Status");
+    let mut raw = Vec::new();
+    for (field, value) in [(2, status), (3, message), (4, reason)] {
+        if !value.is_empty() {
+            wire::encode::bytes(&mut raw, field, value.as_bytes());
+        }
+    }
+    if code != 0 {
+        wire::encode::uint(&mut raw, 6, code);
+    }
+    let mut unknown = Vec::new();
+    wire::encode::bytes(&mut unknown, 1, &type_meta);
+    wire::encode::bytes(&mut unknown, 2, &raw);
+    [MAGIC, &unknown].concat()
+}
+
+// Found by fuzz/fuzz_targets/protobuf_object.rs: an empty status came out as `"status":""`, which the
+// API server leaves out (`omitempty`) and kube's Status cannot decode (not Success or Failure).
+#[test]
+fn a_status_leaves_out_its_empty_fields_as_the_api_servers_json_does() {
+    let json = |body: &[u8]| -> Json {
+        serde_json::from_slice(&transcode_object(body).expect("transcoded")).expect("JSON")
+    };
+    assert_eq!(
+        json(&status_answer("", "", "", 0)),
+        json!({"apiVersion": "v1", "kind": "Status", "metadata": {}})
+    );
+    assert_eq!(
+        json(&status_answer("Failure", "gone", "", 410)),
+        json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+               "message": "gone", "code": 410})
+    );
+    let mut frame = Vec::new();
+    let mut raw_extension = Vec::new();
+    wire::encode::bytes(&mut raw_extension, 1, &status_answer("", "", "Expired", 0));
+    wire::encode::bytes(&mut frame, 1, b"ERROR");
+    wire::encode::bytes(&mut frame, 2, &raw_extension);
+    let mut line = Vec::new();
+    transcode_watch_event(&frame, &mut line).expect("an event");
+    let event: Json = serde_json::from_slice(&line).expect("JSON");
+    assert_eq!(
+        event["object"],
+        json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "reason": "Expired"})
+    );
+}
+
 #[test]
 fn garbage_is_an_error_and_a_stream_cut_inside_a_frame_is_noticed() {
     assert_eq!(

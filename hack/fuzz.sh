@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of fuzz/ (cargo-fuzz, libFuzzer) for SECONDS_PER_TARGET seconds each (default 30),
+# one target and one libFuzzer process at a time, from the committed corpus fuzz/corpus/<target>/, and
+# prints per target the executions, the coverage (libFuzzer's cov/ft) and the crashes found. Exits non-zero
+# if any target crashed (its input is in fuzz/artifacts/<target>/; `cargo +nightly fuzz fmt <target> <file>`
+# shows it). Installs cargo-fuzz and the nightly toolchain if they are missing.
+#
+#   hack/fuzz.sh [SECONDS_PER_TARGET]
+#   NETCM_FUZZ_TARGETS="duration lease_plan" hack/fuzz.sh 60   (some targets only)
+#   NETCM_FUZZ_GROW=1 hack/fuzz.sh 600   (new inputs go into fuzz/corpus/<target>/; then `cargo fuzz cmin`)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+# shellcheck source=/dev/null
+[ -f hack/lib.sh ] && source hack/lib.sh
+
+seconds=${1:-30}
+[[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: hack/fuzz.sh [SECONDS_PER_TARGET]" >&2; exit 2; }
+
+command -v rustup >/dev/null 2>&1 || { echo "error: rustup not found: the fuzz build needs a nightly toolchain" >&2; exit 1; }
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+
+# Safe Rust needs no AddressSanitizer to find a panic, and runs about twice as fast without it; -a keeps
+# debug assertions and overflow checks on. NETCM_FUZZ_SANITIZER=address brings it back.
+build=(-a -s "${NETCM_FUZZ_SANITIZER:-none}")
+cd fuzz
+cargo +nightly fuzz build "${build[@]}"
+targets=${NETCM_FUZZ_TARGETS:-$(cargo +nightly fuzz list)}
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+rows=() crashed=()
+for t in $targets; do
+  mkdir -p "corpus/$t" "artifacts/$t"
+  # Without NETCM_FUZZ_GROW new inputs go to a scratch directory: the committed corpus is only read.
+  if [ "${NETCM_FUZZ_GROW:-0}" = 1 ]; then dirs=("$PWD/corpus/$t"); else dirs=("$logs/$t.new" "$PWD/corpus/$t"); mkdir -p "$logs/$t.new"; fi
+  dict=()
+  [ -f "dicts/$t.dict" ] && dict=("-dict=$PWD/dicts/$t.dict")
+  before=$(find "artifacts/$t" -type f | wc -l)
+  echo "=== $t (${seconds}s)"
+  status=0
+  # -jobs=1 -workers=1: one libFuzzer process, whose output goes to fuzz-0.log in the working directory.
+  (cd "$logs" && cargo +nightly fuzz run --fuzz-dir "$root/fuzz" "${build[@]}" "$t" "${dirs[@]}" -- \
+    -max_total_time="$seconds" -timeout=10 -print_final_stats=1 -jobs=1 -workers=1 \
+    -artifact_prefix="$root/fuzz/artifacts/$t/" "${dict[@]}") >"$logs/$t.out" 2>&1 || status=$?
+  if [ -f "$logs/fuzz-0.log" ]; then cat "$logs/fuzz-0.log" >>"$logs/$t.out" && rm -f "$logs/fuzz-0.log"; fi
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$logs/$t.out" | tail -1 | grep -o '[0-9]*$' || true)
+  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$logs/$t.out" | tail -1 || true)
+  crashes=$(($(find "artifacts/$t" -type f | wc -l) - before))
+  if [ "$status" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi
+  if [ "$crashes" -gt 0 ]; then
+    crashed+=("$t")
+    grep -E 'panicked|ERROR: libFuzzer|SUMMARY|Test unit written' "$logs/$t.out" | head -8 || true
+  fi
+  rows+=("$(printf '%-26s %12s  %-22s %6s  %s' "$t" "${execs:-?}" "${cov:-?}" "$(find "corpus/$t" -type f | wc -l)" "$crashes")")
+done
+
+printf '\n%-26s %12s  %-22s %6s  %s\n' target executions coverage corpus crashes
+printf '%s\n' "${rows[@]}"
+if [ ${#crashed[@]} -gt 0 ]; then
+  echo "crashed: ${crashed[*]} (inputs in fuzz/artifacts/<target>/)" >&2
+  exit 1
+fi
