@@ -50,6 +50,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "unit tests"
 cargo test --workspace --exclude netcm-e2e --locked
 
+step "fuzz: a short run of every target from the committed corpus (hack/fuzz.sh; long runs by hand)"
+bash hack/fuzz.sh "${NETCM_FUZZ_SECONDS:-15}"
+
 if [ -f hack/verify-chart.sh ]; then
   step "chart: helm lint, helm template, server-side dry-run"
   bash hack/verify-chart.sh
@@ -75,3 +78,6 @@ export NETCM_E2E_NODE_KUBECONFIG=${node_line#KUBECONFIG=}
 step "e2e tests (real kube-apiserver + etcd; the chart on the real node)"
 cargo build --locked -p netcm
 cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1
+
+step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 by hand)"
+CHAOS_MINUTES=${NETCM_CHAOS_MINUTES:-2} bash hack/chaos.sh
