@@ -13,7 +13,7 @@
 //! Environment: `CHAOS_MINUTES` (5), `CHAOS_SEED` (from the clock; printed), `CHAOS_FAULTS` (comma
 //! separated kinds, default all: leader-stop, leader-kill, apiserver-stop, etcd-stop, path, config,
 //! claim-delete), `CHAOS_REPLICAS` (3), `CHAOS_SETTLE_SECONDS` (90), `CHAOS_OUT` (where replica logs and
-//! the report go; `_out/chaos/seed-<seed>`).
+//! the report go; `_out/chaos/seed-<seed>-<UTC time>`).
 
 #![allow(missing_docs)]
 
@@ -109,9 +109,10 @@ impl Settings {
             return Err(format!("CHAOS_REPLICAS={replicas} must be 2, 3 or 4"));
         }
         let settle = Duration::from_secs(parsed("CHAOS_SETTLE_SECONDS", 90u64)?);
-        let out = env_var("CHAOS_OUT")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join(format!("_out/chaos/seed-{seed}")));
+        let out = env_var("CHAOS_OUT").map(PathBuf::from).unwrap_or_else(|| {
+            let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ");
+            repo_root().join(format!("_out/chaos/seed-{seed}-{stamp}"))
+        });
         Ok(Settings {
             minutes,
             seed,
@@ -272,6 +273,7 @@ async fn campaign(s: &Settings, stop: watch::Receiver<bool>) -> Result<Summary, 
         starts,
         writes,
         lists: (seen.lists, seen.failed_lists),
+        interrupted: *stop.borrow(),
     };
     // Leave the cluster as the tests expect it: no Nodes, pools, claims or Lease of this run.
     drop(replicas);

@@ -34,6 +34,8 @@ pub struct Summary {
     pub starts: Vec<Start>,
     pub writes: Vec<Write>,
     pub lists: (u64, u64),
+    /// Stopped by SIGINT/SIGTERM: fewer minutes than asked, and no settle.
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -125,6 +127,9 @@ impl Summary {
     /// The details under the table.
     pub fn details(&self) -> String {
         let mut out = String::new();
+        if self.interrupted {
+            let _ = writeln!(out, "INTERRUPTED: the campaign stopped early and did not settle; Nodes without CIDRs mean nothing");
+        }
         let w = &self.workload;
         let _ = writeln!(
             out,
