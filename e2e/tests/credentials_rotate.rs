@@ -27,7 +27,7 @@ async fn create_named(env: &TestEnv, prefix: &str, count: usize) -> Vec<String> 
     let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
     create_nodes(
         &env.client,
-        names.iter().map(|n| NodeFixture::named(n)).collect(),
+        names.iter().map(NodeFixture::named).collect(),
         8,
     )
     .await;
