@@ -13,6 +13,7 @@
 
 pub mod decision;
 mod guard;
+pub mod takeover;
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use decision::{Decision, Observation};
 pub use guard::{Fenced, LeaderGuard, Unsettled, WriteTicket};
+pub use takeover::Takeover;
 
 /// client-go's jitter factor for the acquire loop.
 const JITTER_FACTOR: f64 = 1.2;
@@ -183,6 +185,9 @@ impl LeaderElector {
                 .with_label_values(&[&self.cfg.name])
                 .set(1);
             tracing::info!(lease = %format!("{}/{}", self.cfg.namespace, self.cfg.name), identity = %self.cfg.identity, "successfully acquired lease; this replica now leads");
+            if let Some(t) = self.guard.takeover() {
+                tracing::info!(lease = %self.cfg.name, previous_holder = %t.previous_holder, previous_configuration_known = t.previous_configuration.is_some(), writes_may_land_for = ?t.writes_may_land_until.saturating_duration_since(Instant::now()), "took the lease over from an earlier leader");
+            }
         }
         acquired
     }
@@ -319,6 +324,10 @@ impl LeaderElector {
             duration_secs,
             now_micro(),
         );
+        // The record this write replaces, kept only when leadership changes hands.
+        let replaced = (decision != Decision::Renew)
+            .then(|| existing.clone())
+            .flatten();
         let written = match existing {
             None => {
                 let lease = Lease {
@@ -339,6 +348,17 @@ impl LeaderElector {
                     .await?
             }
         };
+        if decision != Decision::Renew {
+            // Read before `observed` moves on to this process's own record.
+            self.guard.took_over(takeover::after_winning(
+                &decision,
+                replaced.as_ref(),
+                self.observed.as_ref().map(|o| &o.spec),
+                self.cfg.lease_duration,
+                self.guard.safety_margin(),
+                Instant::now(),
+            ));
+        }
         self.observed = Some(Observation {
             spec: written.spec.unwrap_or_default(),
             at: Instant::now(),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 use prometheus::{IntCounter, Opts, Registry};
 
+use super::takeover::Takeover;
 use super::LeaderElectionConfig;
 
 /// client-go's watchdog grace beyond the lease duration (KCM's `NewLeaderHealthzAdaptor(20s)`).
@@ -57,6 +58,8 @@ struct GuardInner {
     /// Woken whenever a write ends, for [`LeaderGuard::stop_writes_and_settle`].
     write_ended: tokio::sync::Notify,
     fenced: IntCounter,
+    /// The leader before this one, from the Lease record this process's winning write replaced.
+    takeover: Mutex<Option<Arc<Takeover>>>,
 }
 
 /// The leader fence, shared by every controller and the API client. Cheap to clone.
@@ -95,6 +98,7 @@ impl LeaderGuard {
                 state: Mutex::new(GuardState::default()),
                 write_ended: tokio::sync::Notify::new(),
                 fenced,
+                takeover: Mutex::new(None),
             }),
         })
     }
@@ -266,6 +270,17 @@ impl LeaderGuard {
         let mut st = self.state();
         st.leading = true;
         st.last_renew_sent = Some(sent);
+    }
+
+    /// The leader before this one, as the Lease showed it when this process won it; `None` before that,
+    /// without leader election, or when nobody is known to have held the Lease.
+    pub fn takeover(&self) -> Option<Arc<Takeover>> {
+        self.inner.takeover.lock().clone()
+    }
+
+    /// Records who led before this process won the Lease.
+    pub(crate) fn took_over(&self, takeover: Option<Takeover>) {
+        *self.inner.takeover.lock() = takeover.map(Arc::new);
     }
 
     /// Stops leading: every later write is refused.
