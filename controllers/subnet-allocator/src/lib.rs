@@ -26,6 +26,7 @@ pub mod cluster_cidrs;
 mod decision;
 pub mod flags;
 pub mod metrics;
+mod predecessor;
 mod startup;
 mod tracking;
 
@@ -59,6 +60,9 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let pools = Pools::new(&config).map_err(InitError::new)?;
     let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
     metrics.publish(&pools.stats());
+    // The leader before this one, from the Lease taken before init: waited out if claims cannot cover it.
+    let predecessor = predecessor::judge(ctx.leader.takeover().as_deref(), flags);
+    let predecessor_gauge = predecessor::register_gauge(&ctx.registry).map_err(InitError::new)?;
     let queue = ctx.node_queue(NAME)?;
     let (claim_ahead, claim_ahead_requests) = if flags.pod_cidr_claims {
         let (tx, rx) = tokio::sync::mpsc::channel(claim_ahead::PENDING_REQUESTS);
@@ -122,6 +126,12 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
                     prepare.reconcile_pools(cc).await;
                 }
                 prepare.record_all_existing().await;
+                if !prepare
+                    .wait_out_predecessor(&predecessor, &predecessor_gauge, &shutdown)
+                    .await
+                {
+                    return Prepared::ShutDown;
+                }
                 match &prepare.claims {
                     Some(claims) if !prepare.reconcile_claims(claims, &shutdown).await => {
                         Prepared::ShutDown

@@ -1,0 +1,316 @@
+//! The leader before this one, when claims cannot cover what it may still be writing (issue 26, item 2).
+//!
+//! Claims and the quarantine (`blocks.rs`, `startup.rs`) keep an earlier leader's late writes safe only if
+//! that leader claimed what it handed out, from blocks this leader computes the same way: it ran with
+//! `--pod-cidr-claims` and with the same cluster CIDRs and masks. A rolling upgrade that changes any of
+//! them breaks that silently: a leader without claims leaves nothing to quarantine, and the round-robin
+//! here starts at the lowest free CIDR — the ones its in-flight PATCHes carry. So the allocator reads the
+//! predecessor's configuration, published on the Lease and read by the elector while taking it over
+//! ([`netcm_manager::leader::Takeover`]), and when claims cannot cover it ([`judge`]) — claims were off,
+//! other cluster CIDRs or masks, or nothing published — it hands out no CIDR until none of that leader's
+//! writes can land any more ([`Takeover::writes_may_land_until`]: the takeover plus its lease duration and
+//! the fence's margin), then records every CIDR the Nodes hold, read consistently from the API, before its
+//! first allocation. Gauge `netcm_pod_cidr_predecessor_quarantine` is 1 meanwhile.
+//!
+//! The simplest safe rule: nothing at all is handed out for a few seconds after such a takeover, rare by
+//! nature (a configuration change). A leader that itself runs without claims relies on the fence alone, by
+//! its configuration, and does not wait.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use netcm_manager::leader::Takeover;
+use netcm_manager::{CachedNode, ControllerOptions};
+use prometheus::{IntGauge, Registry};
+use tokio_util::sync::CancellationToken;
+
+use crate::allocator::{Allocator, NAME};
+use crate::flags::Flags;
+
+/// The flags whose values two leaders must share for claims to cover the earlier one's writes: they
+/// decide which CIDRs exist and how they are cut into blocks.
+const MUST_MATCH: [&str; 4] = [
+    "--cluster-cidr",
+    "--node-cidr-mask-size",
+    "--node-cidr-mask-size-ipv4",
+    "--node-cidr-mask-size-ipv6",
+];
+
+/// Nodes per page of the consistent list read after the wait.
+const PAGE: u32 = 500;
+
+/// What the allocator does about the leader before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Claims and the quarantine cover it (or nobody led before): allocate as usual.
+    Covered(&'static str),
+    /// Hand out nothing until `until`, then record what the Nodes hold; `why` is logged.
+    WaitOut {
+        /// What claims cannot cover.
+        why: String,
+        /// When none of the earlier leader's writes can land any more.
+        until: Instant,
+    },
+}
+
+/// Decides from the earlier leader (`None`: nobody led before) and this leader's flags.
+pub(crate) fn judge(takeover: Option<&Takeover>, ours: &Flags) -> Verdict {
+    if !ours.pod_cidr_claims {
+        return Verdict::Covered("this leader runs without claims and relies on the fence alone");
+    }
+    let Some(takeover) = takeover else {
+        return Verdict::Covered("no earlier leader");
+    };
+    let wait = |why: String| Verdict::WaitOut {
+        why,
+        until: takeover.writes_may_land_until,
+    };
+    let Some(theirs) = &takeover.previous_configuration else {
+        return wait("the earlier leader published no configuration on the Lease".into());
+    };
+    if !theirs.controllers.iter().any(|c| c == NAME)
+        || theirs.flag("--allocate-node-cidrs") == Some("false")
+    {
+        return Verdict::Covered("the earlier leader did not allocate pod CIDRs");
+    }
+    if theirs.flag("--pod-cidr-claims") != Some("true") {
+        return wait("the earlier leader ran without PodCIDRClaims".into());
+    }
+    let effective = ours.effective_config();
+    let ours = |flag: &str| {
+        effective
+            .iter()
+            .find(|(f, _)| f == flag)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    };
+    for flag in MUST_MATCH {
+        let (before, now) = (theirs.flag(flag), ours(flag));
+        if before != now {
+            return wait(format!(
+                "the earlier leader ran with {flag}={}, this one with {flag}={}",
+                before.unwrap_or(""),
+                now.unwrap_or("")
+            ));
+        }
+    }
+    Verdict::Covered("the earlier leader ran with claims and the same cluster CIDRs and masks")
+}
+
+/// Registers `netcm_pod_cidr_predecessor_quarantine`.
+pub(crate) fn register_gauge(registry: &Registry) -> Result<IntGauge, prometheus::Error> {
+    let gauge = IntGauge::new(
+        "netcm_pod_cidr_predecessor_quarantine",
+        "1 while no pod CIDR is handed out because the leader before ran with a configuration claims cannot cover (claims off, other cluster CIDRs or masks, or unknown) and one of its writes may still land.",
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
+
+impl Allocator {
+    /// Before the first allocation: when `verdict` says so, waits until the earlier leader's writes are
+    /// over, then records every CIDR the Nodes hold from a consistent list (retried until it works).
+    /// Returns false if shut down first.
+    pub(crate) async fn wait_out_predecessor(
+        &self,
+        verdict: &Verdict,
+        gauge: &IntGauge,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let (why, until) = match verdict {
+            Verdict::Covered(why) => {
+                tracing::info!(
+                    controller = NAME,
+                    reason = why,
+                    "the earlier leader's writes are covered by claims, or there was none"
+                );
+                return true;
+            }
+            Verdict::WaitOut { why, until } => (why, *until),
+        };
+        gauge.set(1);
+        tracing::warn!(controller = NAME, reason = %why, wait = ?until.saturating_duration_since(Instant::now()), "claims cannot cover what the earlier leader may still be writing: handing out no pod CIDR until none of its writes can land");
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = tokio::time::sleep_until(until.into()) => {}
+        }
+        let mut delay = Duration::from_millis(500);
+        loop {
+            match self.record_listed_nodes().await {
+                Ok(recorded) => {
+                    tracing::info!(controller = NAME, nodes_with_cidrs = recorded, "the earlier leader's writes are over: recorded the pod CIDRs the nodes hold now");
+                    gauge.set(0);
+                    return true;
+                }
+                Err(e) => {
+                    tracing::warn!(controller = NAME, error = %e, "listing nodes to record their pod CIDRs failed; retrying")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Records the CIDRs of every Node with pod CIDRs, read page by page with a consistent list (no
+    /// resourceVersion: etcd's present, whatever the informer has seen so far). How many were recorded.
+    async fn record_listed_nodes(&self) -> Result<usize, kube::Error> {
+        let mut recorded = 0;
+        let mut continue_token = None;
+        loop {
+            let params = ListParams {
+                limit: Some(PAGE),
+                continue_token: continue_token.take(),
+                ..ListParams::default()
+            };
+            let page = self.api.list(&params).await?;
+            for node in &page.items {
+                if let Some(cached) = cached(node) {
+                    let raw: Vec<String> = cached.raw_pod_cidrs().map(str::to_string).collect();
+                    let (name, uid) = (cached.name().to_string(), cached.uid().to_string());
+                    self.record_existing(&cached, &name, &uid, &raw).await;
+                    recorded += 1;
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(next) => continue_token = Some(next),
+                None => return Ok(recorded),
+            }
+        }
+    }
+}
+
+/// A listed Node with pod CIDRs, as the cache would hold it for recording; `None` without pod CIDRs
+/// (or without a name and UID, which no served Node lacks).
+fn cached(node: &Node) -> Option<CachedNode> {
+    let name = node.metadata.name.as_deref()?;
+    let uid = node.metadata.uid.as_deref()?;
+    let spec = node.spec.as_ref()?;
+    let list = spec.pod_cidrs.as_deref().unwrap_or_default();
+    let mut builder = CachedNode::builder(
+        name,
+        uid,
+        node.metadata.resource_version.as_deref().unwrap_or(""),
+    );
+    builder.pod_cidrs(list, spec.pod_cidr.as_deref());
+    let cached = builder.build();
+    let has_cidrs = cached.raw_pod_cidrs().len() > 0;
+    has_cidrs.then_some(cached)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use netcm_manager::published::EffectiveConfiguration;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: Flags,
+    }
+
+    fn flags(args: &[&str]) -> Flags {
+        Cli::parse_from(std::iter::once("netcm").chain(args.iter().copied())).flags
+    }
+
+    fn takeover(published: Option<&Flags>, until: Instant) -> Takeover {
+        Takeover {
+            previous_holder: "a_1".into(),
+            previous_configuration: published.map(|f| EffectiveConfiguration {
+                identity: "a_1".into(),
+                version: "0.1.0".into(),
+                controllers: vec![NAME.into()],
+                flags: f.effective_config().into_iter().collect(),
+            }),
+            writes_may_land_until: until,
+        }
+    }
+
+    const CIDR: &str = "--cluster-cidr=10.0.0.0/22";
+
+    #[test]
+    fn a_leader_with_claims_waits_out_one_that_ran_without_them() {
+        let until = Instant::now() + Duration::from_secs(18);
+        let before = flags(&[CIDR, "--pod-cidr-claims=false"]);
+        let verdict = judge(Some(&takeover(Some(&before), until)), &flags(&[CIDR]));
+        assert!(
+            matches!(&verdict, Verdict::WaitOut { why, until: u } if why.contains("without PodCIDRClaims") && *u == until),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn other_cluster_cidrs_or_masks_or_nothing_published_are_waited_out_too() {
+        let until = Instant::now();
+        let ours = flags(&[CIDR, "--node-cidr-mask-size=24"]);
+        for before in [
+            flags(&["--cluster-cidr=10.0.0.0/16", "--node-cidr-mask-size=24"]),
+            flags(&[CIDR, "--node-cidr-mask-size=26"]),
+            flags(&[CIDR]),
+        ] {
+            let verdict = judge(Some(&takeover(Some(&before), until)), &ours);
+            assert!(
+                matches!(&verdict, Verdict::WaitOut { why, .. } if why.contains("the earlier leader ran with --")),
+                "{verdict:?}"
+            );
+        }
+        let verdict = judge(Some(&takeover(None, until)), &ours);
+        assert!(
+            matches!(&verdict, Verdict::WaitOut { why, .. } if why.contains("published no configuration")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn the_same_configuration_a_first_start_or_an_earlier_leader_that_did_not_allocate_is_covered()
+    {
+        let until = Instant::now();
+        let ours = flags(&[CIDR]);
+        let same = takeover(Some(&ours), until);
+        assert!(matches!(judge(Some(&same), &ours), Verdict::Covered(_)));
+        assert!(matches!(judge(None, &ours), Verdict::Covered(_)));
+        let mut syncer_only = takeover(Some(&flags(&[CIDR, "--pod-cidr-claims=false"])), until);
+        if let Some(c) = syncer_only.previous_configuration.as_mut() {
+            c.controllers = vec!["node-annotation-syncer".into()];
+        }
+        assert!(matches!(
+            judge(Some(&syncer_only), &ours),
+            Verdict::Covered(_)
+        ));
+        let not_allocating = flags(&[CIDR, "--allocate-node-cidrs=false"]);
+        assert!(matches!(
+            judge(Some(&takeover(Some(&not_allocating), until)), &ours),
+            Verdict::Covered(_)
+        ));
+    }
+
+    #[test]
+    fn a_leader_without_claims_relies_on_the_fence_and_does_not_wait() {
+        let until = Instant::now();
+        let ours = flags(&[CIDR, "--pod-cidr-claims=false"]);
+        assert!(matches!(
+            judge(Some(&takeover(None, until)), &ours),
+            Verdict::Covered(_)
+        ));
+    }
+
+    #[test]
+    fn a_listed_node_is_recorded_with_the_cidrs_the_cache_would_hold() {
+        let mut node = Node::default();
+        node.metadata.name = Some("a".into());
+        node.metadata.uid = Some("a1".into());
+        assert!(cached(&node).is_none(), "no spec");
+        node.spec = Some(Default::default());
+        assert!(cached(&node).is_none(), "no pod CIDRs");
+        if let Some(spec) = node.spec.as_mut() {
+            spec.pod_cidr = Some("10.0.1.0/24".into());
+        }
+        let c = cached(&node).expect("pod CIDR from spec.podCIDR");
+        assert_eq!(c.raw_pod_cidrs().collect::<Vec<_>>(), ["10.0.1.0/24"]);
+        assert_eq!((c.name(), c.uid()), ("a", "a1"));
+    }
+}
