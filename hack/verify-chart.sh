@@ -146,6 +146,25 @@ lacks "$a" '--route-lease-annotation-prefix' "the deprecated --route-lease-annot
 contains "$a" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
 contains "$a" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
 
+# Without leader election nothing fences a replica's writes: never two allocating pods at once.
+log "checking the renderings without leader election"
+refuses() { # WHAT REGEX [helm args…]: helm template fails, saying REGEX
+  local what=$1 want=$2 err
+  shift 2
+  if err=$("$helm_bin" template "$release" "$chart" "$@" 2>&1 >/dev/null); then
+    die "rendered $what; it must be refused"
+  fi
+  grep -Eq -- "$want" <<<"$err" || die "refused $what without saying /$want/: $err"
+  log "  ok: refuses $what"
+}
+refuses "two replicas without leader election" 'leaderElection.enabled=false with replicaCount=2' \
+  --set leaderElection.enabled=false
+lacks "$d" 'type: Recreate' "Recreate with leader election (a surge pod only stands by)"
+render unelected "$ns_default" --set leaderElection.enabled=false --set replicaCount=1
+u=$out/unelected.yaml
+contains "$u" '- --leader-elect=false' "leader election off"
+contains "$u" '^    type: Recreate$' "a Recreate rollout: no second pod while the old one runs or drains"
+
 # --- 3. server-side dry-run against the real control plane -------------------------------------------------
 log "starting (or reusing) the control plane"
 kubeconfig_line=$(bash "$root/hack/controlplane.sh" up | tail -1)
