@@ -16,6 +16,9 @@ use netcm_e2e::{
     audit, claimed_cidrs, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv,
 };
 
+#[path = "allocator_adversary/late_write.rs"]
+mod late_write;
+
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn cidrs_of(nodes: &[Node]) -> HashMap<String, Vec<IpNet>> {

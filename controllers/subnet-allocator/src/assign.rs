@@ -152,7 +152,14 @@ impl Allocator {
                 Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
                     if !voided && lock(&self.blocks).waiting_nodes() > 0 =>
                 {
+                    let was_waiting = self.quarantine_waits_for(name);
                     self.void_late_writes().await?;
+                    if was_waiting && !self.quarantine_waits_for(name) {
+                        // This very Node was touched after the cache handed out `node`: a PATCH tested
+                        // against it would be refused. The touch's watch event syncs it again from the
+                        // newer Node; this retry is only the fallback.
+                        return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
+                    }
                     voided = true;
                     continue;
                 }

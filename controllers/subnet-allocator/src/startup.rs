@@ -9,9 +9,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 use tokio_util::sync::CancellationToken;
 
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
+use netcm_manager::{CachedNode, EventType};
 
 use crate::allocator::{lock, Allocator, SyncError, NAME};
+use crate::assign::{classify_patch_error, PatchFailure};
 use crate::blocks::{Blocks, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
 use crate::claims::{ClaimError, Claims};
 
@@ -99,9 +102,21 @@ impl Allocator {
         self.after_settling(ended);
     }
 
+    /// Whether the quarantine still waits for Node `name` (a scan: only a sync that found no free CIDR
+    /// outside the quarantine asks).
+    pub(crate) fn quarantine_waits_for(&self, name: &str) -> bool {
+        lock(&self.blocks).waiting().iter().any(|(n, _)| n == name)
+    }
+
     /// Touches every Node the quarantine waits for, so no earlier leader's PATCH can land on it any more
-    /// (each names the resourceVersion it was decided on), and so ends the quarantine: for when no free
+    /// (each tests the fence annotation as its cache saw it), and so ends the quarantine: for when no free
     /// CIDR is left outside it. One write per waiting Node, once per term at most.
+    ///
+    /// An earlier write may have landed before the touch: the touch's answer is the Node as it is now,
+    /// and its pod CIDRs are recorded before the Node counts as voided — else the last touch would free
+    /// the quarantine's ranges with that CIDR in them, for another worker to hand out. A Node whose touch
+    /// the API refuses for good (an admission policy, the annotation size limit) and which still has no
+    /// pod CIDRs is not voided: the quarantine keeps waiting for it (it gets CIDRs or goes).
     pub(crate) async fn void_late_writes(&self) -> Result<(), SyncError> {
         let _one_pass = self.voiding.lock().await;
         let waiting = lock(&self.blocks).waiting();
@@ -116,26 +131,87 @@ impl Allocator {
         let stamp = k8s_openapi::jiff::Timestamp::now().to_string();
         for (name, uid) in waiting {
             self.guard.ensure_leader()?;
-            let patch = serde_json::json!({
-                "metadata": { "uid": uid, "annotations": { FENCED_AT_ANNOTATION: stamp } }
-            });
-            match netcm_manager::client::unread::patch_unread(
-                &self.api,
-                &name,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-            {
-                Ok(_) => {}
-                // Gone, or re-created (a changed uid is refused): nothing of the old Node can land.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
-                Err(e) => return Err(SyncError::VoidLateWrites(e)),
+            match self.touch(&name, &uid, &stamp).await? {
+                Touch::Answered(node) => self.record_touched(&name, &uid, &node).await,
+                Touch::Gone => {}
+                Touch::Refused(node, e) => {
+                    self.touch_refused(&name, &node, &e).await;
+                    continue;
+                }
             }
             let ended = lock(&self.blocks).voided(&name);
             self.after_settling(ended);
         }
         Ok(())
+    }
+
+    /// One touch: the fence annotation set to `stamp`, testing the Node's UID.
+    async fn touch(&self, name: &str, uid: &str, stamp: &str) -> Result<Touch, SyncError> {
+        let patch = serde_json::json!({
+            "metadata": { "uid": uid, "annotations": { FENCED_AT_ANNOTATION: stamp } }
+        });
+        let e = match self
+            .api
+            .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            // The touch tests the UID: an answer for another Node is no answer for this one.
+            Ok(node) if node.metadata.uid.as_deref() == Some(uid) => {
+                return Ok(Touch::Answered(Box::new(node)))
+            }
+            Ok(_) => return Ok(Touch::Gone),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Touch::Gone),
+            Err(e) if classify_patch_error(&e) == PatchFailure::Rejected => e,
+            Err(e) => return Err(SyncError::VoidLateWrites(e)),
+        };
+        // A changed UID is refused with 422, and so is a touch an admission policy or the annotation size
+        // limit refuses: only the live Node tells them apart.
+        match self.api.get_opt(name).await {
+            Ok(Some(live)) if live.metadata.uid.as_deref() == Some(uid) => {
+                if netcm_node::raw_pod_cidrs(&live).is_empty() {
+                    Ok(Touch::Refused(Box::new(live), e))
+                } else {
+                    // Pod CIDRs never change once set: nothing else can land on it.
+                    Ok(Touch::Answered(Box::new(live)))
+                }
+            }
+            Ok(_) => Ok(Touch::Gone),
+            Err(read) => Err(SyncError::VoidLateWrites(read)),
+        }
+    }
+
+    /// Records the pod CIDRs a touched Node holds (an earlier leader's write landed before the touch).
+    /// The cache may not show them yet, so the Node is marked written (no sync writes it meanwhile), and its
+    /// key is queued, so a sync from the cache releases the record if the Node is gone by now.
+    async fn record_touched(&self, name: &str, uid: &str, node: &Node) {
+        let raw = netcm_node::raw_pod_cidrs(node);
+        if raw.is_empty() {
+            return;
+        }
+        tracing::info!(controller = NAME, node = name, cidrs = %raw.join(","), "a node the quarantine waited for holds pod CIDRs an earlier leader wrote; recorded");
+        self.record_existing(&CachedNode::from(node), name, uid, &raw)
+            .await;
+        self.mark_written(name, uid);
+        self.queue.add(name.to_string().into());
+    }
+
+    /// The API refused a touch for good: the Node stays in the quarantine, and it says why.
+    async fn touch_refused(&self, name: &str, node: &Node, e: &kube::Error) {
+        let message = match e {
+            kube::Error::Api(s) => s.message.clone(),
+            other => other.to_string(),
+        };
+        tracing::warn!(controller = NAME, node = name, error = %message, "the API refused to touch a node an earlier leader may still be writing to: its claimed blocks stay quarantined until the node has pod CIDRs or is gone");
+        let note = format!("node {name} could not be touched ({message}); earlier leaders' claimed blocks stay quarantined until it has pod CIDRs or is gone");
+        self.recorder
+            .publish(
+                &CachedNode::from(node).object_ref(),
+                EventType::Warning,
+                "CIDRQuarantineTouchRefused",
+                "VoidLateWrites",
+                note,
+            )
+            .await;
     }
 
     /// Publishes how many Nodes the quarantine waits for; when it has `ended`, frees its ranges.
@@ -158,4 +234,15 @@ impl Allocator {
         );
         self.wake_waiting();
     }
+}
+
+/// What touching one Node of the quarantine found.
+enum Touch {
+    /// The Node as the API answered the touch (or, refused, as it is with pod CIDRs): no earlier write
+    /// can land on it any more.
+    Answered(Box<Node>),
+    /// The Node is gone or was re-created: nothing of the Node the quarantine waited for can land.
+    Gone,
+    /// The API refused the touch for good and the Node (same UID) still has no pod CIDRs.
+    Refused(Box<Node>, kube::Error),
 }

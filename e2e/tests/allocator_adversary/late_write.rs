@@ -1,0 +1,327 @@
+//! An earlier leader's write that lands while netcm touches the Nodes of its quarantine, or on a Node whose
+//! touch the API refused (issue 26): the CIDR it wrote must be netcm's record of that Node before the
+//! quarantine's ranges are handed out.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
+use netcm_e2e::{wait_for, TestEnv};
+
+use super::{claim_block, kubectl, start_allocator, wait_quarantine_ended, TIMEOUT};
+
+/// The cluster CIDR: four /28s, one block, which an earlier leader claimed.
+const CLUSTER: &str = "10.206.0.0/26";
+/// The one CIDR of the cluster no Node holds at the takeover: the earlier leader's write carries it.
+const LAST_FREE: &str = "10.206.0.48/28";
+/// The Node the earlier leader's write is for.
+const TARGET: &str = "late-target";
+/// Nodes waiting for CIDRs besides it; their touches are held by the webhook, so the touch pass lasts.
+const WAITING: usize = 10;
+/// How long the webhook holds each touch of a waiting Node.
+const HOLD: Duration = Duration::from_millis(300);
+const ROUNDS: usize = 6;
+
+/// An earlier leader's allocation PATCH of `cidr` for the Node `name`, exactly as netcm builds it from a
+/// cache that saw the Node annotated but never touched: its uid and an unset fence annotation are tested.
+async fn earlier_leaders_write(
+    api: &Api<Node>,
+    name: &str,
+    uid: &str,
+    cidr: &str,
+) -> Result<Node, kube::Error> {
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1fenced-at", "value": null},
+        {"op": "add", "path": "/spec/podCIDR", "value": cidr},
+        {"op": "add", "path": "/spec/podCIDRs", "value": [cidr]},
+    ]))
+    .expect("patch");
+    let as_earlier_leader = PatchParams {
+        field_manager: Some("earlier-leader".into()),
+        ..Default::default()
+    };
+    api.patch(name, &as_earlier_leader, &Patch::Json::<()>(patch))
+        .await
+}
+
+/// The UID of Node `name`.
+async fn uid_of(api: &Api<Node>, name: &str) -> String {
+    api.get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get node {name}: {e}"))
+        .metadata
+        .uid
+        .unwrap_or_else(|| panic!("node {name} has no uid"))
+}
+
+/// The Nodes holding exactly `cidr`.
+fn holders(nodes: &[Node], cidr: &str) -> Vec<String> {
+    let cidr: IpNet = cidr.parse().expect("cidr");
+    nodes
+        .iter()
+        .filter(|n| {
+            pod_cidrs(n)
+                .iter()
+                .any(|c| c.parse::<IpNet>().is_ok_and(|c| c == cidr))
+        })
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+/// Nodes netcm has told (a `CIDRNotAvailable` Warning) that no CIDR is free.
+async fn told_none_is_free(client: &kube::Client) -> BTreeSet<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CIDRNotAvailable"))
+        .filter_map(|e| e.regarding.and_then(|r| r.name))
+        .collect()
+}
+
+/// Waits until the touches' webhook holds UPDATEs: a dry-run PATCH of a waiting Node reaches it.
+async fn wait_webhook_active(env: &TestEnv, webhook: &SlowWebhook) {
+    let api: Api<Node> = Api::all(env.client.clone());
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe = serde_json::json!({"metadata": {"annotations": {"netcm-e2e/probe": "1"}}});
+    wait_for("the slow webhook to hold node updates", TIMEOUT, || async {
+        let _ = api
+            .patch("waiting-01", &dry_run, &Patch::Merge(&probe))
+            .await;
+        (!webhook.seen().is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// What one round saw.
+struct Round {
+    /// The earlier leader's write landed (before netcm touched its Node).
+    landed: bool,
+    /// Every Node holding `LAST_FREE` at the end.
+    holders: Vec<String>,
+}
+
+/// One takeover: three Nodes hold three of the four CIDRs, `TARGET` and `WAITING` more wait; netcm starts
+/// after the earlier leader claimed the whole cluster CIDR, finds no free CIDR outside that block and
+/// touches every waiting Node. The earlier leader's write for `TARGET` lands while the touches are on
+/// their way. Ends when the last free CIDR is held and every other waiting Node has been told none is free.
+async fn takeover_with_a_write_landing_during_the_touches(env: &TestEnv, round: usize) -> Round {
+    env.clean().await;
+    let held = (0..3).map(|i| {
+        NodeFixture::named(format!("held-{i}")).pod_cidrs(&[&format!("10.206.0.{}/28", i * 16)])
+    });
+    let target = NodeFixture::named(TARGET).annotation("example.com/agent", "present");
+    let waiting = (1..=WAITING)
+        .map(|i| NodeFixture::named(format!("waiting-{i:02}")).label(SLOW_WRITES_LABEL, "true"));
+    create_nodes(
+        &env.client,
+        held.chain([target]).chain(waiting).collect(),
+        8,
+    )
+    .await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    let uid = uid_of(&api, TARGET).await;
+    let webhook = SlowWebhook::start(&env.client, "netcm-e2e-slow-touches", HOLD).await;
+    wait_webhook_active(env, &webhook).await;
+    let probes = webhook.seen().len();
+    claim_block(&env.client, CLUSTER).await;
+    let netcm = start_allocator(
+        env,
+        &format!("late-write-{round}"),
+        &[
+            &format!("--cluster-cidr={CLUSTER}"),
+            "--node-cidr-mask-size=28",
+            "--concurrent-node-cidr-syncs=1",
+        ],
+    );
+    // netcm's first touch of a waiting Node: the touch pass has begun, and each touch takes HOLD.
+    wait_for("netcm to touch a waiting node", TIMEOUT, || async {
+        (webhook.seen().len() > probes).then_some(())
+    })
+    .await;
+    // Refused (422) only when netcm touched the target first.
+    let landed = earlier_leaders_write(&api, TARGET, &uid, LAST_FREE)
+        .await
+        .is_ok();
+    wait_quarantine_ended(&netcm).await;
+    let nodes = wait_for(
+        "the last free CIDR to be held and every other waiting node to be told none is free",
+        TIMEOUT,
+        || async {
+            let nodes = all_nodes(&env.client).await;
+            let held = nodes.iter().any(|n| pod_cidrs(n) == [LAST_FREE]);
+            let told = told_none_is_free(&env.client).await;
+            let all_answered = nodes.iter().all(|n| {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                !pod_cidrs(n).is_empty() || told.contains(name)
+            });
+            (held && all_answered).then_some(nodes)
+        },
+    )
+    .await;
+    webhook.remove(&env.client).await;
+    let holders = holders(&nodes, LAST_FREE);
+    netcm.assert_running();
+    Round { landed, holders }
+}
+
+#[tokio::test]
+async fn a_cidr_an_earlier_leader_wrote_during_the_touch_pass_is_never_handed_to_a_second_node() {
+    let env = TestEnv::new().await;
+    let mut landed = 0;
+    let mut duplicated = Vec::new();
+    for round in 0..ROUNDS {
+        let r = takeover_with_a_write_landing_during_the_touches(&env, round).await;
+        landed += usize::from(r.landed);
+        eprintln!(
+            "round {round}: the earlier leader's write {}; {LAST_FREE} held by {:?}",
+            if r.landed { "landed" } else { "was refused" },
+            r.holders
+        );
+        if r.holders.len() != 1 {
+            duplicated.push((round, r.holders));
+        }
+    }
+    assert!(
+        landed > 0,
+        "in no round did the earlier leader's write land before netcm touched its node: nothing was tested"
+    );
+    assert!(
+        duplicated.is_empty(),
+        "{LAST_FREE} was not held by exactly one node in {} of {ROUNDS} rounds ({landed} with the earlier leader's write landing): {duplicated:?}",
+        duplicated.len()
+    );
+}
+
+/// Refuses, for the Node "untouchable", every update that would set netcm's fence annotation — as an
+/// admission policy of the cluster's own might (the API answers 422, as for a re-created Node) — and
+/// every pod CIDR but one the earlier leader (field manager `earlier-leader`) writes, so netcm cannot
+/// serve that Node itself before the earlier leader's write lands.
+const REFUSE_TOUCH_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: netcm-e2e-refuse-touch}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["UPDATE"]
+        resources: ["nodes"]
+  validations:
+    - expression: "object.metadata.name != 'untouchable' || !has(object.metadata.annotations) || !('ipam.netcm.io/fenced-at' in object.metadata.annotations)"
+      message: "e2e policy: node untouchable may not be fenced"
+    - expression: "object.metadata.name != 'untouchable' || !has(object.spec.podCIDR) || (has(object.metadata.managedFields) && object.metadata.managedFields.exists(f, has(f.manager) && f.manager == 'earlier-leader'))"
+      message: "e2e policy: only the earlier leader gives node untouchable a pod CIDR"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: netcm-e2e-refuse-touch}
+spec:
+  policyName: netcm-e2e-refuse-touch
+  validationActions: [Deny]
+"#;
+
+fn remove_refuse_touch_policy(env: &TestEnv) {
+    kubectl(
+        env,
+        &[
+            "delete",
+            "--ignore-not-found",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            "netcm-e2e-refuse-touch",
+        ],
+        None,
+    );
+}
+
+#[tokio::test]
+async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late_write_to_it_is_recorded(
+) {
+    let env = TestEnv::new().await;
+    remove_refuse_touch_policy(&env);
+    kubectl(&env, &["apply", "-f", "-"], Some(REFUSE_TOUCH_POLICY));
+    let cluster = "10.207.0.0/26";
+    let last_free = "10.207.0.48/28";
+    let held = (0..3).map(|i| {
+        NodeFixture::named(format!("held-{i}")).pod_cidrs(&[&format!("10.207.0.{}/28", i * 16)])
+    });
+    let waiting = [
+        NodeFixture::named("untouchable").annotation("example.com/agent", "present"),
+        NodeFixture::named("waiting"),
+    ];
+    create_nodes(&env.client, held.chain(waiting).collect(), 5).await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let touch =
+        serde_json::json!({"metadata": {"annotations": {"ipam.netcm.io/fenced-at": "probe"}}});
+    wait_for(
+        "the policy to refuse touching untouchable",
+        TIMEOUT,
+        || async {
+            api.patch("untouchable", &dry_run, &Patch::Merge(&touch))
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+    let uid = uid_of(&api, "untouchable").await;
+    // An earlier leader claimed the whole cluster CIDR and may still be writing to either waiting Node.
+    claim_block(&env.client, cluster).await;
+    let netcm = start_allocator(
+        &env,
+        "refused-touch",
+        &[
+            &format!("--cluster-cidr={cluster}"),
+            "--node-cidr-mask-size=28",
+        ],
+    );
+    // netcm touched both waiting Nodes, one touch refused. Either the quarantine ended anyway and
+    // "waiting" got the last free CIDR, or it still waits for "untouchable" and "waiting" was told none
+    // is free.
+    wait_for(
+        "netcm to serve the other waiting node, or to tell it no CIDR is free while the quarantine waits",
+        TIMEOUT,
+        || async {
+            if !pod_cidrs(&api.get("waiting").await.ok()?).is_empty() {
+                return Some(());
+            }
+            let quarantined = netcm.metric("netcm_pod_cidr_quarantine_nodes").await == Some(1.0);
+            (quarantined && told_none_is_free(&env.client).await.contains("waiting")).then_some(())
+        },
+    )
+    .await;
+    // The earlier leader's write for "untouchable" lands: its touch never did, so its fence is unchanged.
+    let late = earlier_leaders_write(&api, "untouchable", &uid, last_free).await;
+    assert!(
+        late.is_ok(),
+        "the earlier leader's write must land: {late:?}"
+    );
+    // netcm records it, which settles the last node of the quarantine.
+    wait_quarantine_ended(&netcm).await;
+    let nodes = all_nodes(&env.client).await;
+    remove_refuse_touch_policy(&env);
+    assert_eq!(
+        holders(&nodes, last_free),
+        ["untouchable"],
+        "{last_free} must be held by the node the earlier leader wrote it to, and by no other"
+    );
+    netcm.assert_running();
+}
