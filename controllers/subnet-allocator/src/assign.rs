@@ -13,6 +13,7 @@ use netcm_manager::{EventType, SyncOutcome};
 use crate::allocator::{lock, Allocator, SyncError, NAME};
 use crate::blocks::{block_of, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
 use crate::claims::{BlockClaim, Claims};
+use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
 
 /// How many blocks found claimed by earlier leaders one sync steps over before it backs off.
 const MAX_TAKEN_CLAIMS_PER_SYNC: usize = 16;
@@ -20,10 +21,11 @@ const MAX_TAKEN_CLAIMS_PER_SYNC: usize = 16;
 /// How a PATCH error is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PatchFailure {
-    /// The Node is gone (404) or changed since the cache saw it (409): release; its watch event brings
-    /// the sync that decides again.
-    Stale,
-    /// The API refuses this write for good (400, 403, 422, admission): release, Event, back off.
+    /// The Node is gone (404): release; its watch event brings the sync that decides again.
+    Gone,
+    /// The write conflicted (409): the live Node decides ([`after_failed_write`]).
+    Conflict,
+    /// The API refuses this write for good (400, 403, 422, admission): the live Node decides.
     Rejected,
     /// Anything else (5xx, 429, timeouts, transport, fence): keep the allocation and retry with backoff.
     Transient,
@@ -32,7 +34,8 @@ pub(crate) enum PatchFailure {
 /// Classifies a failed PATCH by its status code.
 pub(crate) fn classify_patch_error(e: &kube::Error) -> PatchFailure {
     match e {
-        kube::Error::Api(s) if s.code == 404 || s.code == 409 => PatchFailure::Stale,
+        kube::Error::Api(s) if s.code == 404 => PatchFailure::Gone,
+        kube::Error::Api(s) if s.code == 409 => PatchFailure::Conflict,
         kube::Error::Api(s) if matches!(s.code, 400 | 403 | 422) => PatchFailure::Rejected,
         _ => PatchFailure::Transient,
     }
@@ -288,12 +291,19 @@ impl Allocator {
             Err(e) => e,
         };
         match classify_patch_error(&e) {
-            PatchFailure::Stale => {
-                tracing::info!(controller = NAME, node = name, error = %e, "node is gone or changed since the cache saw it; released its allocation");
+            PatchFailure::Gone => {
+                tracing::info!(controller = NAME, node = name, error = %e, "node is gone; released its allocation");
                 self.release(name, uid).await?;
                 Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)))
             }
-            PatchFailure::Rejected => self.rejected(node, name, uid, &cidrs, e).await,
+            PatchFailure::Conflict => {
+                self.failed_write(node, name, uid, &cidrs, FailedWrite::Conflict, e)
+                    .await
+            }
+            PatchFailure::Rejected => {
+                self.failed_write(node, name, uid, &cidrs, FailedWrite::Refused, e)
+                    .await
+            }
             PatchFailure::Transient => {
                 // The allocation and its claims stay recorded for this Node, so the retry writes the same
                 // CIDRs and nothing leaks: a Node that disappears releases them.
@@ -316,71 +326,93 @@ impl Allocator {
             .await;
     }
 
-    /// The API refused the write for good: give the CIDRs back (metrics stay consistent), tell the
-    /// Node why, and let the workqueue back off per key. If the refusal was because another writer set
-    /// the Node's CIDRs meanwhile, that is no failure: the cache's update records theirs.
-    async fn rejected(
+    /// The API refused the write (or it conflicted): the Node as the API shows it now decides, before
+    /// anything is released. It may hold the very CIDRs chosen — an earlier attempt landed although its
+    /// answer was lost — and then they stay recorded: released, they would be free to hand out while the
+    /// Node holds them. Else give the CIDRs back (metrics stay consistent) and, when nothing else explains
+    /// the refusal, tell the Node why and let the workqueue back off per key.
+    async fn failed_write(
         &self,
         node: &CachedNode,
         name: &str,
         uid: &str,
         cidrs: &[String],
+        failure: FailedWrite,
         e: kube::Error,
     ) -> Result<SyncOutcome, SyncError> {
-        self.release(name, uid).await?;
-        // A Node re-created meanwhile also ends here: the API refuses a changed metadata.uid with 422.
-        let live = self.api.get_opt(name).await.ok().flatten();
-        let same_node = live
-            .as_ref()
-            .is_some_and(|n| n.metadata.uid.as_deref() == Some(uid));
-        if !same_node {
-            tracing::info!(
-                controller = NAME,
-                node = name,
-                "node was deleted or re-created during the write; released its allocation"
-            );
-            return Ok(SyncOutcome::RetryAfter(Duration::from_millis(200)));
-        }
-        if live
-            .as_ref()
-            .is_some_and(|n| !netcm_node::raw_pod_cidrs(n).is_empty())
-        {
-            tracing::info!(
-                controller = NAME,
-                node = name,
-                "node got pod CIDRs from elsewhere; released ours"
-            );
-            return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
-        }
-        if let Some(live) = &live {
-            let annotations = live.metadata.annotations.as_ref();
+        let live = match self.api.get_opt(name).await {
+            Ok(live) => live,
+            Err(read) => {
+                // Whether an earlier attempt landed is unknown: the allocation stays recorded (nothing
+                // leaks, nothing is handed out twice) and the sync is retried with backoff.
+                tracing::warn!(controller = NAME, node = name, error = %e, read_error = %read, "the pod CIDR write failed and the node could not be read; keeping the allocation and retrying");
+                return Err(SyncError::Patch(e));
+            }
+        };
+        let facts = live.as_ref().map(|n| {
+            let annotations = n.metadata.annotations.as_ref();
             let live_fence = Fence {
                 has_annotations: annotations.is_some_and(|a| !a.is_empty()),
                 fenced_at: annotations
                     .and_then(|a| a.get(FENCED_AT_ANNOTATION))
                     .map(String::as_str),
             };
-            if live_fence != Fence::of(node) {
-                // The test of the fence failed: a leader touched the Node (or its first annotation came)
-                // after the cache saw it. The watch brings the newer Node, and the next sync writes again.
+            LiveNode {
+                uid: n.metadata.uid.clone().unwrap_or_default(),
+                pod_cidrs: netcm_node::raw_pod_cidrs(n),
+                fence_moved: live_fence != Fence::of(node),
+            }
+        });
+        let after = after_failed_write(failure, facts.as_ref(), uid, cidrs);
+        if after != AfterFailedWrite::Written {
+            self.release(name, uid).await?;
+        }
+        let retry = match after {
+            AfterFailedWrite::Written => {
+                self.mark_written(name, uid);
+                tracing::info!(controller = NAME, node = name, cidrs = %cidrs.join(","), error = %e, "the node holds the pod CIDRs chosen for it: an earlier attempt landed; they stay recorded");
+                return Ok(SyncOutcome::Done);
+            }
+            AfterFailedWrite::NodeGone => {
                 tracing::info!(
                     controller = NAME,
                     node = name,
-                    "the node's fence changed since the cache saw it; released our CIDRs and retrying"
+                    "node was deleted or re-created during the write; released its allocation"
                 );
-                return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
+                Duration::from_millis(200)
             }
-        }
-        let message = match &e {
-            kube::Error::Api(s) => s.message.clone(),
-            other => other.to_string(),
+            AfterFailedWrite::OtherCidrs => {
+                tracing::info!(
+                    controller = NAME,
+                    node = name,
+                    "node got pod CIDRs from elsewhere; released ours"
+                );
+                Duration::from_secs(1)
+            }
+            AfterFailedWrite::FenceMoved => {
+                // The test of the fence failed: a leader touched the Node (or its first annotation came)
+                // after the cache saw it. The watch brings the newer Node, and the next sync writes again.
+                tracing::info!(controller = NAME, node = name, "the node's fence changed since the cache saw it; released our CIDRs and retrying");
+                Duration::from_secs(1)
+            }
+            AfterFailedWrite::Retry => {
+                tracing::info!(controller = NAME, node = name, error = %e, "the write conflicted; released its allocation and retrying");
+                Duration::from_secs(1)
+            }
+            AfterFailedWrite::Refused => {
+                let message = match &e {
+                    kube::Error::Api(s) => s.message.clone(),
+                    other => other.to_string(),
+                };
+                tracing::warn!(controller = NAME, node = name, cidrs = %cidrs.join(","), error = %message, "the API server rejected the pod CIDRs; released them, retrying with backoff");
+                self.assignment_failed(node, name, &message).await;
+                return Err(SyncError::Rejected {
+                    cidrs: cidrs.join(","),
+                    message,
+                });
+            }
         };
-        tracing::warn!(controller = NAME, node = name, cidrs = %cidrs.join(","), error = %message, "the API server rejected the pod CIDRs; released them, retrying with backoff");
-        self.assignment_failed(node, name, &message).await;
-        Err(SyncError::Rejected {
-            cidrs: cidrs.join(","),
-            message,
-        })
+        Ok(SyncOutcome::RetryAfter(retry))
     }
 }
 
@@ -402,8 +434,8 @@ mod tests {
             (422, PatchFailure::Rejected),
             (403, PatchFailure::Rejected),
             (400, PatchFailure::Rejected),
-            (404, PatchFailure::Stale),
-            (409, PatchFailure::Stale),
+            (404, PatchFailure::Gone),
+            (409, PatchFailure::Conflict),
             (503, PatchFailure::Transient),
             (429, PatchFailure::Transient),
         ];
