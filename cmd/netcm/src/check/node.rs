@@ -63,10 +63,16 @@ pub fn check(
         ));
         let bad_data: Vec<Finding> = match analysis {
             Some(Ok(a)) => a
-                .bad
-                .iter()
-                .filter(|(n, _)| n.as_str() == node_name)
-                .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f))
+                .oversized
+                .get(node_name)
+                .map(|o| pools::oversized_finding(node_name, o))
+                .into_iter()
+                .chain(
+                    a.bad
+                        .iter()
+                        .filter(|(n, _)| n.as_str() == node_name)
+                        .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f)),
+                )
                 .collect(),
             _ => pools::check_bad_data(s, analysis)
                 .into_iter()
@@ -93,6 +99,10 @@ pub fn check(
         }
         out.extend(bad_data);
         out.extend(others);
+        // Inside another Node's oversized CIDR: that Node is to blame, not this one.
+        if let Some(Ok(a)) = analysis {
+            out.extend(pools::inside_of(a, node_name, &good));
+        }
         if let Some(foreign) = writers
             .iter()
             .find(|w| w.manager != allocators::NETCM_MANAGER)
@@ -268,6 +278,33 @@ mod tests {
                 "{n}: {verdict}"
             );
         }
+    }
+
+    #[test]
+    fn an_oversized_pod_cidr_is_its_nodes_verdict_and_not_that_of_the_nodes_inside_it() {
+        let s = snapshot(
+            "10.0.0.0/16",
+            vec![
+                leased(node("n0", "192.0.2.1", &["10.0.0.0/24"]), "192.0.2.1"),
+                node("hostile", "192.0.2.9", &["10.0.0.0/8"]),
+            ],
+        );
+        let a = pools::analyse(&s);
+        let (_, verdict) = check(&s, a.as_ref(), "hostile");
+        assert!(
+            verdict.starts_with("bad pod CIDR: ")
+                && verdict.contains("10.0.0.0/8 is wider than the /24 node CIDRs")
+                && verdict.contains("remove --pod-cidr from Node hostile's kubelet"),
+            "{verdict}"
+        );
+        let (f, verdict) = check(&s, a.as_ref(), "n0");
+        assert_eq!(verdict, "healthy: Node n0 holds 10.0.0.0/24", "{f:#?}");
+        assert!(
+            f.iter().any(|f| f.status == Status::Ok
+                && f.message
+                    .contains("inside Node hostile's pod CIDR 10.0.0.0/8")),
+            "{f:#?}"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Pools, waiting Nodes and bad data: capacity vs Nodes per cluster CIDR (as the allocator counts it,
 //! with netcm-ipam's own `Pools`: the flag pool and, unless the leader ignores them, the ClusterCIDR
 //! objects' pools), Nodes without a pod CIDR and why, and pod CIDRs that are unparsable, outside every
-//! pool, or overlap another Node's (naming both).
+//! pool, or overlap another Node's (naming both), or are wider than a node CIDR (naming the Node on the
+//! pool it fills, not the Nodes inside it).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +11,10 @@ use netcm_node::Family;
 
 use super::report::Finding;
 use super::snapshot::{ago, event_time, name, pod_cidrs, ObjectPoolsState, Snapshot, Source};
+
+mod oversized;
+
+pub use oversized::{inside_of, oversized_finding, OversizedNode};
 
 /// Usage above which a pool is reported as nearly full.
 pub const NEARLY_FULL: f64 = 0.9;
@@ -24,8 +29,11 @@ pub struct Analysis {
     pub full: Vec<Family>,
     /// ClusterCIDRs the allocator refuses, and why.
     pub refused: Vec<(String, String)>,
-    /// Per Node: (unparsable CIDRs, findings).
+    /// Per Node: (unparsable CIDRs, findings), without what `oversized` says.
     pub bad: BTreeMap<String, (Vec<String>, Vec<HoldFinding>)>,
+    /// Per Node with a pod CIDR wider than the node CIDRs of a pool it overlaps: those CIDRs and the
+    /// Nodes inside them.
+    pub oversized: BTreeMap<String, OversizedNode>,
 }
 
 /// Records every Node's CIDRs in a fresh `Pools` built from the settings; `None` without settings.
@@ -56,16 +64,26 @@ pub fn analyse(s: &Snapshot) -> Option<Result<Analysis, String>> {
         })
         .collect();
     let mut bad = BTreeMap::new();
+    let mut held = Vec::new();
     // Oldest first, so the Node that got a CIDR second is the one named as overlapping the first.
     let mut nodes: Vec<_> = s.nodes.iter().collect();
     nodes.sort_by_key(|n| n.metadata.creation_timestamp.as_ref().map(|t| t.0));
     for node in nodes {
         let (good, unparsable) = pod_cidrs(node);
         let outcome = pools.hold(name(node), &good);
-        if !unparsable.is_empty() || !outcome.findings.is_empty() {
-            bad.insert(name(node).to_string(), (unparsable, outcome.findings));
+        let findings: Vec<HoldFinding> = outcome
+            .findings
+            .into_iter()
+            .filter(|f| !oversized::summarised(&pools, f))
+            .collect();
+        if !unparsable.is_empty() || !findings.is_empty() {
+            bad.insert(name(node).to_string(), (unparsable, findings));
+        }
+        if !good.is_empty() {
+            held.push((name(node).to_string(), good));
         }
     }
+    let oversized = oversized::of_nodes(&pools, &held);
     let stats = pools.stats();
     let full = config
         .families
@@ -83,6 +101,7 @@ pub fn analyse(s: &Snapshot) -> Option<Result<Analysis, String>> {
         full,
         refused,
         bad,
+        oversized,
     }))
 }
 
@@ -142,12 +161,21 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
                 );
                 (line, fix)
             };
-            if p.allocated >= p.max {
-                Finding::fail("pool", format!("{line}: full"), fix)
+            let how = if p.allocated >= p.max {
+                "full"
             } else if p.usage > NEARLY_FULL {
-                Finding::warn("pool", format!("{line}: over 90 %"), fix)
+                "over 90 %"
             } else {
-                Finding::ok("pool", line)
+                return Finding::ok("pool", line);
+            };
+            let (line, fix, nodes) = match oversized::blame(a, &[p]) {
+                Some(b) => (format!("{line}: {how}{}", b.text), b.before(&fix), b.nodes),
+                None => (format!("{line}: {how}"), fix, Vec::new()),
+            };
+            if p.allocated >= p.max {
+                Finding::fail("pool", line, fix).about(nodes)
+            } else {
+                Finding::warn("pool", line, fix).about(nodes)
             }
         })
         .collect();
@@ -202,14 +230,27 @@ pub fn why_waiting(
                 .iter()
                 .map(|p| format!("{} is full ({}/{})", p.cluster_cidr, p.allocated, p.max))
                 .collect();
+            let fix = cluster_cidr_fix(s, &full);
+            let flag_pool: Vec<&PoolStats> = full
+                .iter()
+                .copied()
+                .filter(|p| p.pool == DEFAULT_POOL)
+                .collect();
+            let (blame, fix) = match oversized::blame(a, &flag_pool) {
+                Some(b) => {
+                    let fix = b.before(&fix);
+                    (b.text, fix)
+                }
+                None => (String::new(), fix),
+            };
             return Finding::fail(
                 "waiting",
                 format!(
-                    "Node {n} has no pod CIDR: {} cluster CIDR {}",
+                    "Node {n} has no pod CIDR: {} cluster CIDR {}{blame}",
                     fam,
                     sizes.join(", ")
                 ),
-                cluster_cidr_fix(s, &full),
+                fix,
             )
             .about([n]);
         }
@@ -328,6 +369,11 @@ pub fn check_bad_data(s: &Snapshot, analysis: Option<&Result<Analysis, String>>)
     let mut out = Vec::new();
     match analysis {
         Some(Ok(a)) => {
+            out.extend(
+                a.oversized
+                    .iter()
+                    .map(|(node, o)| oversized_finding(node, o)),
+            );
             for (node, (unparsable, findings)) in &a.bad {
                 out.extend(bad_data_finding(s, node, unparsable, findings));
             }
@@ -361,7 +407,7 @@ pub fn check_bad_data(s: &Snapshot, analysis: Option<&Result<Analysis, String>>)
     if out.is_empty() {
         out.push(Finding::ok(
             "cidrs",
-            "no unparsable, out-of-range or overlapping pod CIDRs",
+            "no unparsable, out-of-range, oversized or overlapping pod CIDRs",
         ));
     }
     out
