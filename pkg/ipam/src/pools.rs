@@ -51,8 +51,9 @@ pub(crate) struct Epochs {
     pub(crate) outside_released: u64,
 }
 
-/// A candidate's sort key: fallback last, more matches first, then capacity, host bits, name; and its index.
-type Rank<'a> = (bool, std::cmp::Reverse<usize>, u64, u8, &'a str, usize);
+/// A candidate's sort key: fallback last, more matches first, then capacity, host bits; and its index
+/// (ties: [`Pools::tie_break`]).
+type Rank = (bool, std::cmp::Reverse<usize>, u64, u8, usize);
 
 /// Every pool's [`CidrSet`]s plus who holds what.
 #[derive(Debug)]
@@ -192,11 +193,12 @@ impl Pools {
             .any(|p| p.state == PoolState::Active && p.selector.reads_labels())
     }
 
-    /// The active pools selecting `node`, most preferred first (KEP-2593's order): pools with a
-    /// selector before the fallback ones, then more matching requirements, fewer node CIDRs in all,
-    /// fewer addresses per node, and the name.
+    /// The active pools selecting `node`, most preferred first (KEP-2593's order, as node-ipam-controller
+    /// ranks): pools with a selector before the fallback ones, then more matching requirements, fewer node
+    /// CIDRs in all, fewer addresses per node, the lower selector text ([`NodeSelector::upstream_string`]),
+    /// the lower CIDR text (IPv4 if the pool has it), and the name.
     pub fn candidates(&self, node: &NodeView<'_>) -> Vec<usize> {
-        let mut ranked: Vec<Rank<'_>> = self
+        let mut ranked: Vec<Rank> = self
             .pools
             .iter()
             .enumerate()
@@ -208,13 +210,31 @@ impl Pools {
                     std::cmp::Reverse(score),
                     self.capacity(i),
                     self.host_bits(i),
-                    p.name.as_str(),
                     i,
                 ))
             })
             .collect();
-        ranked.sort();
-        ranked.into_iter().map(|r| r.5).collect()
+        // The texts are built only for pools that tie on everything before them: rare, and never with
+        // the flag pool alone.
+        ranked.sort_by(|a, b| {
+            (a.0, a.1, a.2, a.3)
+                .cmp(&(b.0, b.1, b.2, b.3))
+                .then_with(|| self.tie_break(a.4).cmp(&self.tie_break(b.4)))
+        });
+        ranked.into_iter().map(|r| r.4).collect()
+    }
+
+    /// node-ipam-controller's last tie-breaks for pool `i` — its selector's text, then its IPv4 range's
+    /// text (else IPv6's), compared as strings as upstream does — and the name, so the order is total.
+    fn tie_break(&self, i: usize) -> (String, String, &str) {
+        let pool = &self.pools[i];
+        let family = |f: Family| pool.families.iter().find(|(fam, _)| *fam == f);
+        let cidr = family(Family::V4)
+            .or_else(|| family(Family::V6))
+            .and_then(|(_, r)| self.sets.get(r.start))
+            .map(|set| set.cluster().to_string())
+            .unwrap_or_default();
+        (pool.selector.upstream_string(), cidr, pool.name.as_str())
     }
 
     /// How many Nodes pool `i` can serve in all: its smallest family's node CIDR count.

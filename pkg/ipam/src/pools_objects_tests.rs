@@ -8,6 +8,9 @@ use crate::error::Error;
 use crate::pool::DEFAULT_POOL;
 use crate::selector::{NodeSelector, NodeView, Requirement, Term};
 
+#[path = "pools_rank_tests.rs"]
+mod rank;
+
 fn net(s: &str) -> IpNet {
     s.parse().unwrap()
 }

@@ -160,6 +160,39 @@ impl NodeSelector {
         }
     }
 
+    /// The selector as node-ipam-controller keys and ranks it (`labels.Selector.String()` of every
+    /// term's requirements, fields included, ANDed): requirements ordered by key (stably), each as
+    /// `key`, `!key`, `key in (a,b)`, `key notin (a,b)`, `key>n` or `key<n` with its values sorted,
+    /// joined by `,`; no terms is `""`. The fallback is upstream's internal catch-all selector. Two pools
+    /// that tie on everything before it are ranked by this text, lower first.
+    pub fn upstream_string(&self) -> String {
+        let terms = match self {
+            NodeSelector::Fallback => return "kubernetes.io/clusterCIDR in (default)".into(),
+            NodeSelector::Terms(terms) => terms,
+        };
+        let mut reqs: Vec<&Requirement> = terms
+            .iter()
+            .flat_map(|t| t.match_expressions.iter().chain(&t.match_fields))
+            .collect();
+        reqs.sort_by(|a, b| a.key.cmp(&b.key));
+        reqs.iter()
+            .map(|r| {
+                let mut values: Vec<&str> = r.values.iter().map(String::as_str).collect();
+                values.sort_unstable();
+                let values = values.join(",");
+                match r.operator {
+                    Operator::Exists => r.key.clone(),
+                    Operator::DoesNotExist => format!("!{}", r.key),
+                    Operator::In => format!("{} in ({values})", r.key),
+                    Operator::NotIn => format!("{} notin ({values})", r.key),
+                    Operator::Gt => format!("{}>{values}", r.key),
+                    Operator::Lt => format!("{}<{values}", r.key),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// A short text for people (`kubectl get` columns, logs): `<all>` or `key op values` per term.
     pub fn summary(&self) -> String {
         match self {
@@ -288,5 +321,32 @@ mod tests {
         ])]);
         assert_eq!(s.summary(), "node-role=gpu,big");
         assert_eq!(NodeSelector::Fallback.summary(), "<all>");
+    }
+
+    #[test]
+    fn the_upstream_string_orders_requirements_by_key_and_values_as_text() {
+        let s = NodeSelector::Terms(vec![
+            term(vec![
+                req("zone", "NotIn", &["b", "a"]),
+                req("role", "In", &["gpu"]),
+            ]),
+            Term {
+                match_expressions: vec![
+                    req("cores", "Gt", &["32"]),
+                    req("arm", "DoesNotExist", &[]),
+                ],
+                match_fields: vec![req("metadata.name", "In", &["n2", "n10"])],
+            },
+            term(vec![req("big", "Exists", &[]), req("mem", "Lt", &["8"])]),
+        ]);
+        assert_eq!(
+            s.upstream_string(),
+            "!arm,big,cores>32,mem<8,metadata.name in (n10,n2),role in (gpu),zone notin (a,b)"
+        );
+        assert_eq!(NodeSelector::Terms(vec![]).upstream_string(), "");
+        assert_eq!(
+            NodeSelector::Fallback.upstream_string(),
+            "kubernetes.io/clusterCIDR in (default)"
+        );
     }
 }
