@@ -15,10 +15,12 @@
 //! touched by this leader. After that no earlier write can land anywhere, and the old blocks are this
 //! leader's to use.
 //!
-//! Why a touch settles a Node: every allocation PATCH names the resourceVersion it was decided on, so any
-//! later write to the Node voids an earlier leader's pending one (409). A leader that finds no free CIDR
-//! outside the quarantine touches the Nodes it waits for (`startup.rs`: `void_late_writes`) — without
-//! that, once claimed blocks cover every free CIDR, Nodes waiting at a takeover could never be served.
+//! Why a touch settles a Node: every allocation PATCH is a JSON Patch testing the Node's
+//! `ipam.netcm.io/fenced-at` annotation as it was decided on, so a touch that rewrites it voids an earlier
+//! leader's pending one, and the touch's answer shows any write that landed before it, which is recorded
+//! before the Node counts as settled. A leader that finds no free CIDR outside the quarantine touches the
+//! Nodes it waits for (`startup.rs`: `void_late_writes`) — without that, once claimed blocks cover every
+//! free CIDR, Nodes waiting at a takeover could never be served.
 
 use std::collections::{HashMap, HashSet};
 
