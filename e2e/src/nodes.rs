@@ -166,3 +166,23 @@ pub fn assert_no_overlaps(nodes: &[Node]) {
         assert!(!overlap, "{an} holds {a} and {bn} holds {b}: they overlap");
     }
 }
+
+/// Creates `count` plain Nodes named `<prefix>-<i>`, 16 at a time; returns their names.
+pub async fn create_named(client: &kube::Client, prefix: &str, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
+    create_nodes(client, names.iter().map(NodeFixture::named).collect(), 16).await;
+    names
+}
+
+/// How many of the Nodes `names` hold pod CIDRs now (0 if the list fails).
+pub async fn count_allocated(client: &kube::Client, names: &[String]) -> usize {
+    let api: Api<Node> = Api::all(client.clone());
+    let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|n| n.metadata.name.as_ref().is_some_and(|m| names.contains(m)))
+        .filter(|n| !pod_cidrs(n).is_empty())
+        .count()
+}

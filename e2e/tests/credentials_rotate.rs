@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{DeleteParams, PostParams};
 use kube::Api;
-use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::nodes::{count_allocated, create_named};
 use netcm_e2e::{lease_holder, wait_for, Netcm, TestEnv, LEASE_NAME};
 
 const NAMESPACE: &str = "netcm-token-rotation";
@@ -23,37 +23,13 @@ fn allocator_args() -> Vec<&'static str> {
     ]
 }
 
-async fn create_named(env: &TestEnv, prefix: &str, count: usize) -> Vec<String> {
-    let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
-    create_nodes(
-        &env.client,
-        names.iter().map(NodeFixture::named).collect(),
-        8,
-    )
-    .await;
-    names
-}
-
 async fn wait_allocated(env: &TestEnv, names: &[String], n: &Netcm, timeout: Duration) {
-    let nodes: Api<Node> = Api::all(env.client.clone());
     wait_for(
         &format!("{} Nodes to hold pod CIDRs", names.len()),
         timeout,
         || async {
             n.assert_running();
-            let list = nodes.list(&Default::default()).await.ok()?;
-            let done = list
-                .items
-                .iter()
-                .filter(|node| {
-                    node.metadata
-                        .name
-                        .as_ref()
-                        .is_some_and(|m| names.contains(m))
-                })
-                .filter(|node| !pod_cidrs(node).is_empty())
-                .count();
-            (done == names.len()).then_some(())
+            (count_allocated(&env.client, names).await == names.len()).then_some(())
         },
     )
     .await;
@@ -182,7 +158,7 @@ async fn netcm_keeps_leading_and_allocating_after_its_token_file_is_rotated_and_
     let holder = lease_holder(&env.client, LEASE_NAME)
         .await
         .expect("netcm holds the Lease");
-    let before = create_named(&env, "token-before", 3).await;
+    let before = create_named(&env.client, "token-before", 3).await;
     wait_allocated(&env, &before, &n, Duration::from_secs(60)).await;
 
     let second = bound_token(&env, "token-second").await;
@@ -198,7 +174,7 @@ async fn netcm_keeps_leading_and_allocating_after_its_token_file_is_rotated_and_
         || async { (!token_accepted(&env, &first).await).then_some(()) },
     )
     .await;
-    let after = create_named(&env, "token-after", 3).await;
+    let after = create_named(&env.client, "token-after", 3).await;
     wait_allocated(&env, &after, &n, Duration::from_secs(60)).await;
     assert_eq!(
         lease_holder(&env.client, LEASE_NAME).await.as_deref(),
@@ -217,11 +193,11 @@ async fn netcm_reconnects_to_an_apiserver_whose_serving_certificate_was_renewed(
     let env = TestEnv::new().await;
     let n = Netcm::start("cert-rotation", &env.cp.kubeconfig, &allocator_args());
     n.wait_leading(Duration::from_secs(30)).await;
-    let before = create_named(&env, "cert-before", 3).await;
+    let before = create_named(&env.client, "cert-before", 3).await;
     wait_allocated(&env, &before, &n, Duration::from_secs(60)).await;
     let serial = netcm_e2e::rotate_apiserver_serving_cert();
     assert!(serial.contains("serial="), "a new certificate: {serial}");
-    let after = create_named(&env, "cert-after", 3).await;
+    let after = create_named(&env.client, "cert-after", 3).await;
     wait_allocated(&env, &after, &n, Duration::from_secs(90)).await;
     drop(n);
     env.clean().await;

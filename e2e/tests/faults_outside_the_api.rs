@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::nodes::{count_allocated, create_named};
 use netcm_e2e::{lease_holder, wait_for, Netcm, TestEnv, LEASE_NAME};
 
 fn allocator_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
@@ -19,37 +17,13 @@ fn allocator_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
-/// How many of `names` hold pod CIDRs now.
-async fn allocated(client: &kube::Client, names: &[String]) -> usize {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let Ok(list) = nodes.list(&Default::default()).await else {
-        return 0;
-    };
-    list.items
-        .iter()
-        .filter(|n| names.contains(n.metadata.name.as_ref().unwrap_or(&String::new())))
-        .filter(|n| !pod_cidrs(n).is_empty())
-        .count()
-}
-
-async fn create_named(env: &TestEnv, prefix: &str, count: usize) -> Vec<String> {
-    let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
-    create_nodes(
-        &env.client,
-        names.iter().map(NodeFixture::named).collect(),
-        16,
-    )
-    .await;
-    names
-}
-
 async fn wait_all_allocated(env: &TestEnv, names: &[String], n: &Netcm) {
     wait_for(
         &format!("all {} Nodes to hold pod CIDRs", names.len()),
         Duration::from_secs(120),
         || async {
             n.assert_running();
-            (allocated(&env.client, names).await == names.len()).then_some(())
+            (count_allocated(&env.client, names).await == names.len()).then_some(())
         },
     )
     .await;
@@ -77,7 +51,7 @@ async fn a_leader_whose_log_reader_exited_allocates_every_node_and_still_drains_
         Duration::from_secs(30),
     )
     .await;
-    let names = create_named(&env, "pipe", 200).await;
+    let names = create_named(&env.client, "pipe", 200).await;
     wait_all_allocated(&env, &names, &n).await;
     let (code, body) = n.http_get("/healthz").await.expect("/healthz");
     assert_eq!(code, 200, "{body}");
@@ -105,7 +79,7 @@ async fn a_sync_that_panics_is_recovered_counted_and_every_node_is_still_allocat
         &[("NETCM_TEST_FAULTS", "sync-panic=subnet-allocator")],
     );
     n.wait_leading(Duration::from_secs(30)).await;
-    let names = create_named(&env, "panics", 10).await;
+    let names = create_named(&env.client, "panics", 10).await;
     wait_all_allocated(&env, &names, &n).await;
     n.wait_metric(
         "netcm_sync_total{controller=\"subnet-allocator\",reason=\"panic\",result=\"error\"}",
@@ -152,7 +126,7 @@ async fn a_worker_loop_that_dies_makes_the_leader_release_the_lease_and_exit_non
         &[("NETCM_TEST_FAULTS", "worker-panic=subnet-allocator")],
     );
     n.wait_leading(Duration::from_secs(30)).await;
-    create_named(&env, "dies", 1).await;
+    create_named(&env.client, "dies", 1).await;
     let status = n.wait_exit(Duration::from_secs(60)).await;
     assert!(
         !status.success(),
@@ -185,7 +159,7 @@ async fn a_stalled_queue_fails_the_controllers_health_check_and_the_leader_steps
         .await
         .expect("check");
     assert_eq!(code, 200, "healthy before any work: {body}");
-    create_named(&env, "hangs", 3).await;
+    create_named(&env.client, "hangs", 3).await;
     assert!(
         saw_controller_unhealthy(&mut n, "subnet-allocator", Duration::from_secs(60)).await,
         "/healthz and /livez name the stalled controller before the process exits"
@@ -210,7 +184,7 @@ async fn a_leader_logging_to_a_full_disk_drops_the_lines_and_allocates_every_nod
         &allocator_args(&[]),
     );
     n.wait_leading(Duration::from_secs(30)).await;
-    let names = create_named(&env, "full", 50).await;
+    let names = create_named(&env.client, "full", 50).await;
     wait_all_allocated(&env, &names, &n).await;
     n.wait_metric(
         "netcm_log_lines_dropped_total{reason=\"write_failed\"}",
@@ -267,7 +241,7 @@ async fn a_leaders_wall_clock_stepping_an_hour_either_way_keeps_one_leader_and_n
     let mut created = 0;
     for (step, shift) in [("ahead", "+1h"), ("behind", "-1h")] {
         std::fs::write(&offset, format!("{shift}\n")).expect("step the clock");
-        let names = create_named(&env, &format!("clock-{step}"), 20).await;
+        let names = create_named(&env.client, &format!("clock-{step}"), 20).await;
         created += names.len();
         wait_for(
             &format!("the Nodes created with the leader's clock {step} to be allocated"),
@@ -278,7 +252,7 @@ async fn a_leaders_wall_clock_stepping_an_hour_either_way_keeps_one_leader_and_n
                     !(a && b),
                     "clock {step}: both replicas report that they lead"
                 );
-                (allocated(&env.client, &names).await == names.len()).then_some(())
+                (count_allocated(&env.client, &names).await == names.len()).then_some(())
             },
         )
         .await;
@@ -317,13 +291,13 @@ async fn a_leader_starved_of_cpu_during_a_backlog_writes_nothing_after_its_term_
         .wait_standing_by(&env.client, Duration::from_secs(30))
         .await;
     let quota = netcm_e2e::cgroup::CpuQuota::apply(starved.pid(), 2);
-    let names = create_named(&env, "starved", 100).await;
+    let names = create_named(&env.client, "starved", 100).await;
     wait_for(
         "every Node of the backlog to hold pod CIDRs",
         Duration::from_secs(300),
         // No "never both lead" poll here: a starved process answers late with what it believed when it
         // last ran. What matters is what its writes did, read from the audit log below.
-        || async { (allocated(&env.client, &names).await == names.len()).then_some(()) },
+        || async { (count_allocated(&env.client, &names).await == names.len()).then_some(()) },
     )
     .await;
     drop(quota);
