@@ -13,6 +13,7 @@
 
 pub mod decision;
 mod guard;
+mod path;
 pub mod takeover;
 
 use std::time::{Duration, Instant};
@@ -290,6 +291,7 @@ impl LeaderElector {
 
     async fn try_acquire_or_renew(&mut self, timeout: Duration) -> Result<(), LeaseError> {
         let sent = Instant::now();
+        let _in_flight = self.guard.renewal_sent(sent);
         tokio::time::timeout(timeout, self.try_acquire_or_renew_once(sent))
             .await
             .map_err(|_| LeaseError::Timeout)?

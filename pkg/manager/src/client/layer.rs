@@ -195,14 +195,14 @@ where
             };
             let deadline = ticket.as_ref().and_then(|t| t.deadline());
             let budget = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if let Some(budget) = budget {
-                if budget.as_millis() == 0 {
+            if let Some(server_timeout) = ticket.as_ref().and_then(|t| t.server_timeout()) {
+                if server_timeout.as_millis() == 0 {
                     // `timeout=0ms` would mean "no timeout" to the API server.
                     return Err(Box::new(Fenced(
                         "no time is left before the lease could pass to another replica",
                     )) as BoxError);
                 }
-                *req.uri_mut() = with_timeout(req.uri(), budget)?;
+                *req.uri_mut() = with_timeout(req.uri(), server_timeout)?;
             }
             let started = Instant::now();
             let mut svc = svc;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 use prometheus::{IntCounter, Opts, Registry};
 
+use super::path::PathDelay;
 use super::takeover::Takeover;
 use super::LeaderElectionConfig;
 
@@ -37,7 +38,7 @@ pub struct Unsettled {
     pub may_land_for: Duration,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct GuardState {
     leading: bool,
     /// When the request of the last successful acquire or renewal was sent.
@@ -47,6 +48,28 @@ struct GuardState {
     /// The latest deadline of a write that ended without an answer (dropped, transport error, timed
     /// out): the API server may still apply it until then.
     may_land_until: Option<Instant>,
+    /// How late a request sent now may arrive: a write must arrive, not only be sent, inside the term.
+    path: PathDelay,
+}
+
+impl GuardState {
+    fn new(path_window: Duration) -> Self {
+        Self {
+            leading: false,
+            last_renew_sent: None,
+            in_flight: 0,
+            may_land_until: None,
+            path: PathDelay::new(path_window),
+        }
+    }
+}
+
+/// When a write must have ended, and the part of that the API server is told (`timeout=`): what is left
+/// once the request's worst arrival delay is taken off, since the server's clock starts at arrival.
+#[derive(Debug, Clone, Copy)]
+struct WriteWindow {
+    deadline: Instant,
+    server_budget: Duration,
 }
 
 #[derive(Debug)]
@@ -95,7 +118,7 @@ impl LeaderGuard {
                 enabled,
                 renew_deadline,
                 lease_duration,
-                state: Mutex::new(GuardState::default()),
+                state: Mutex::new(GuardState::new(renew_deadline / 2)),
                 write_ended: tokio::sync::Notify::new(),
                 fenced,
                 takeover: Mutex::new(None),
@@ -117,8 +140,9 @@ impl LeaderGuard {
             / 2
     }
 
-    /// The deadline a write starting `now` must end by, or why it may not start.
-    fn deadline(&self, st: &GuardState, now: Instant) -> Result<Instant, Fenced> {
+    /// The window of a write starting `now`, or why it may not start: it must end by the last renewal +
+    /// lease duration − safety margin, and arrive early enough to leave the server some of that.
+    fn window(&self, st: &mut GuardState, now: Instant) -> Result<WriteWindow, Fenced> {
         let renewed = match (st.leading, st.last_renew_sent) {
             (true, Some(at)) => at,
             _ => return Err(Fenced("this process is not the leader")),
@@ -129,12 +153,22 @@ impl LeaderGuard {
             ));
         }
         let deadline = renewed + self.inner.lease_duration - self.safety_margin();
-        if deadline.saturating_duration_since(now) < MIN_WRITE_BUDGET {
+        let left = deadline.saturating_duration_since(now);
+        if left < MIN_WRITE_BUDGET {
             return Err(Fenced(
                 "no time is left before the lease could pass to another replica",
             ));
         }
-        Ok(deadline)
+        let server_budget = left.saturating_sub(st.path.one_way_bound(now));
+        if server_budget < MIN_WRITE_BUDGET {
+            return Err(Fenced(
+                "the path to the API server is slower than what is left of this term: the write could arrive after another replica may lead",
+            ));
+        }
+        Ok(WriteWindow {
+            deadline,
+            server_budget,
+        })
     }
 
     fn refused(&self, e: Fenced) -> Fenced {
@@ -149,11 +183,11 @@ impl LeaderGuard {
             return Ok(Duration::MAX);
         }
         let now = Instant::now();
-        let st = self.state();
-        let verdict = self.deadline(&st, now);
+        let mut st = self.state();
+        let verdict = self.window(&mut st, now);
         drop(st);
         verdict
-            .map(|d| d.saturating_duration_since(now))
+            .map(|w| w.deadline.saturating_duration_since(now))
             .map_err(|e| self.refused(e))
     }
 
@@ -167,21 +201,24 @@ impl LeaderGuard {
     /// ticket carries the write's deadline. Checked and counted under one lock, so once
     /// [`LeaderGuard::stop_writes_and_settle`] has stepped down no write can slip past it.
     pub fn begin_write(&self) -> Result<WriteTicket, Fenced> {
+        let now = Instant::now();
         if !self.inner.enabled {
             return Ok(WriteTicket {
                 guard: self.clone(),
-                deadline: None,
+                sent: now,
+                window: None,
                 answered: false,
             });
         }
-        let now = Instant::now();
         let mut st = self.state();
-        match self.deadline(&st, now) {
-            Ok(deadline) => {
+        match self.window(&mut st, now) {
+            Ok(window) => {
                 st.in_flight += 1;
+                st.path.started(now);
                 Ok(WriteTicket {
                     guard: self.clone(),
-                    deadline: Some(deadline),
+                    sent: now,
+                    window: Some(window),
                     answered: false,
                 })
             }
@@ -192,9 +229,10 @@ impl LeaderGuard {
         }
     }
 
-    fn end_write(&self, deadline: Instant, answered: bool) {
+    fn end_write(&self, sent: Instant, deadline: Instant, answered: bool) {
         let mut st = self.state();
         st.in_flight = st.in_flight.saturating_sub(1);
+        st.path.ended(sent, Instant::now());
         if !answered {
             st.may_land_until = st.may_land_until.max(Some(deadline));
         }
@@ -265,6 +303,17 @@ impl LeaderGuard {
         }
     }
 
+    /// An acquire or renewal attempt sent at `sent`: while it is unanswered the path is known to be that
+    /// slow, and when the returned value is dropped (answered, failed or abandoned) its time in flight is
+    /// a sample of the path's delay.
+    pub(crate) fn renewal_sent(&self, sent: Instant) -> RenewalInFlight {
+        self.state().path.started(sent);
+        RenewalInFlight {
+            guard: self.clone(),
+            sent,
+        }
+    }
+
     /// Records a successful acquire or renewal whose request was sent at `sent`.
     pub(crate) fn renewed(&self, sent: Instant) {
         let mut st = self.state();
@@ -289,20 +338,40 @@ impl LeaderGuard {
     }
 }
 
+/// A lease acquire or renewal attempt in flight, for the path's delay; see [`LeaderGuard::renewal_sent`].
+#[derive(Debug)]
+pub(crate) struct RenewalInFlight {
+    guard: LeaderGuard,
+    sent: Instant,
+}
+
+impl Drop for RenewalInFlight {
+    fn drop(&mut self) {
+        self.guard.state().path.ended(self.sent, Instant::now());
+    }
+}
+
 /// One write that passed the fence. Dropping it ends the write: call [`WriteTicket::answered`] first
 /// when the API server answered, otherwise the write counts as possibly landing until its deadline.
 #[derive(Debug)]
 #[must_use = "the write counts as in flight until the ticket is dropped"]
 pub struct WriteTicket {
     guard: LeaderGuard,
-    deadline: Option<Instant>,
+    sent: Instant,
+    window: Option<WriteWindow>,
     answered: bool,
 }
 
 impl WriteTicket {
     /// When the write must have ended; `None` without leader election.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        self.window.map(|w| w.deadline)
+    }
+
+    /// What to tell the API server as `timeout=`: the time to the deadline less the path's worst arrival
+    /// delay, as of when the write passed the fence; `None` without leader election.
+    pub fn server_timeout(&self) -> Option<Duration> {
+        self.window.map(|w| w.server_budget)
     }
 
     /// The API server answered (any status): the write is settled either way.
@@ -313,8 +382,9 @@ impl WriteTicket {
 
 impl Drop for WriteTicket {
     fn drop(&mut self) {
-        if let Some(deadline) = self.deadline {
-            self.guard.end_write(deadline, self.answered);
+        if let Some(window) = self.window {
+            self.guard
+                .end_write(self.sent, window.deadline, self.answered);
         }
     }
 }
@@ -410,6 +480,56 @@ mod tests {
         g.renewed(Instant::now() - Duration::from_millis(9_999));
         let budget = g.write_budget().expect("still inside the renew deadline");
         assert!(budget > Duration::from_millis(2500), "{budget:?}");
+    }
+
+    #[test]
+    fn a_write_that_could_arrive_after_the_term_is_refused_while_a_request_is_held_that_long() {
+        let g = guard(15_000, 10_000);
+        // 3.5 s are left before the deadline (renewal + 15 s − 2.5 s margin).
+        g.renewed(Instant::now() - Duration::from_secs(9));
+        g.state()
+            .path
+            .started(Instant::now() - Duration::from_secs(4));
+        assert!(
+            g.begin_write().is_err(),
+            "a request unanswered for 4 s means a write sent now may arrive after the term"
+        );
+        assert!(g.ensure_leader().is_err());
+        assert_eq!(g.inner.fenced.get(), 2);
+    }
+
+    #[test]
+    fn the_api_server_is_told_the_time_left_after_the_paths_worst_round_trip() {
+        let g = guard(15_000, 10_000);
+        let sent = Instant::now();
+        g.renewed(sent);
+        {
+            let mut st = g.state();
+            let t = Instant::now() - Duration::from_secs(2);
+            st.path.started(t);
+            st.path.ended(t, t + Duration::from_millis(1500));
+        }
+        let ticket = g.begin_write().expect("12.5 s left, the path takes 1.5 s");
+        assert_eq!(
+            ticket.deadline(),
+            Some(sent + Duration::from_millis(12_500))
+        );
+        let told = ticket.server_timeout().expect("leader election is on");
+        assert!(
+            told <= Duration::from_millis(11_000) && told > Duration::from_millis(10_900),
+            "{told:?}"
+        );
+    }
+
+    #[test]
+    fn an_abandoned_renewal_attempt_stops_counting_as_in_flight() {
+        let g = guard(15_000, 10_000);
+        g.renewed(Instant::now());
+        let attempt = g.renewal_sent(Instant::now() - Duration::from_secs(20));
+        assert!(g.begin_write().is_err(), "a renewal unanswered for 20 s");
+        drop(attempt);
+        g.state().path = PathDelay::new(Duration::from_secs(15));
+        assert!(g.begin_write().is_ok());
     }
 
     #[tokio::test]
