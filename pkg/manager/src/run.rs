@@ -10,7 +10,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use netcm_node::CachedNode;
 use netcm_workqueue::WorkqueueMetrics;
@@ -34,9 +33,11 @@ use crate::registry::{Registry as ControllerRegistry, RegistryError};
 use crate::supervision::{ControllerHealth, Failure, Supervisor};
 
 mod health;
+mod process;
 mod tasks;
 
 use health::Health;
+use process::{bind, own_node_name, termination_signal, wait_for_apiserver};
 use tasks::{Informer, Running, Term};
 
 /// How long in-flight syncs may take to finish on shutdown or lost leadership.
@@ -481,106 +482,5 @@ impl Manager {
     }
 }
 
-/// A future that resolves on SIGTERM or SIGINT.
-async fn termination_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("received SIGTERM; shutting down"),
-                    _ = int.recv() => tracing::info!("received SIGINT; shutting down"),
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// The Node this process runs on: `NODE_NAME`, else looked up from `POD_NAME` + `POD_NAMESPACE`.
-async fn own_node_name(client: &kube::Client) -> Option<String> {
-    if let Ok(n) = std::env::var("NODE_NAME") {
-        if !n.is_empty() {
-            return Some(n);
-        }
-    }
-    let (pod, ns) = (
-        std::env::var("POD_NAME").ok()?,
-        std::env::var("POD_NAMESPACE").ok()?,
-    );
-    match Api::<Pod>::namespaced(client.clone(), &ns).get(&pod).await {
-        Ok(p) => p.spec.and_then(|s| s.node_name),
-        Err(e) => {
-            tracing::warn!(pod = %pod, namespace = %ns, error = %e, "could not look up this pod's node");
-            None
-        }
-    }
-}
-
-/// Binds a listener (so a taken port fails at startup) and returns the address it got.
-async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), RunError> {
-    http::bind(addr)
-        .await
-        .map_err(|source| RunError::Bind { addr, source })
-}
-
-/// Asks the API server for its version, backing off from 200 ms to 10 s, until it answers (true) or
-/// shutdown is requested (false).
-async fn wait_for_apiserver(client: &kube::Client, shutdown: &CancellationToken) -> bool {
-    let mut delay = Duration::from_millis(200);
-    loop {
-        match client.apiserver_version().await {
-            Ok(v) => {
-                tracing::info!(version = %v.git_version, "API server reachable");
-                return true;
-            }
-            Err(e) => tracing::warn!(error = %e, "waiting for the API server"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return false,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(10));
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use std::error::Error as _;
-
-    use super::*;
-    use crate::controller::InitError;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("reading the pool: {0}")]
-    struct PoolError(#[source] std::io::Error);
-
-    #[test]
-    fn a_failed_init_names_the_controller_and_keeps_the_whole_source_chain() {
-        let err = RunError::Init {
-            name: "subnet-allocator",
-            source: InitError::new(PoolError(std::io::Error::other("disk gone"))),
-        };
-        assert_eq!(
-            err.to_string(),
-            "initializing controller subnet-allocator: reading the pool: disk gone"
-        );
-        let mut chain = Vec::new();
-        let mut next = err.source();
-        while let Some(e) = next {
-            chain.push(e.to_string());
-            next = e.source();
-        }
-        assert_eq!(chain, ["reading the pool: disk gone", "disk gone"]);
-    }
-}
+mod tests;
