@@ -1,0 +1,132 @@
+//! The sync handler's own bookkeeping: netcm's writes, invalid overwrites counted once, deferred agent leases, the waiting gauge.
+
+use super::*;
+use netcm_node::Family;
+
+const P: &str = "flannel.alpha.coreos.com/";
+
+/// A syncer whose client points at a closed port: nothing here reaches an API server.
+fn syncer() -> Arc<Syncer> {
+    let registry = prometheus::Registry::new();
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
+    let client = kube::Client::try_from(config).expect("client");
+    let flags = crate::Flags {
+        annotation_prefix: None,
+        route_lease_annotation_prefix: None,
+        backend_type: "host-gw".into(),
+        public_ip_address_types: vec!["InternalIP".into(), "ExternalIP".into()],
+        concurrent_node_annotation_syncs: 1,
+    };
+    Syncer::new(
+        SharedInformer::new(),
+        Api::all(client.clone()),
+        flags.config().expect("config"),
+        EventRecorder::new(client, "netcm", "test"),
+        LeaderGuard::disabled(&registry).expect("guard"),
+        SyncerMetrics::register(&registry).expect("metrics"),
+    )
+}
+
+/// The cached Node `n1` with `uid`, at `rv`, with these lease annotations (keys without the prefix).
+fn node_of(uid: &str, rv: &str, annotations: &[(&str, &str)]) -> CachedNode {
+    let mut b = CachedNode::builder("n1", uid, rv);
+    for (k, v) in annotations {
+        b.annotation(&format!("{P}{k}"), v);
+    }
+    b.build()
+}
+
+fn node(rv: &str, annotations: &[(&str, &str)]) -> CachedNode {
+    node_of("uid-1", rv, annotations)
+}
+
+#[tokio::test]
+async fn netcms_own_write_counts_until_the_cache_moves_past_the_version_it_was_based_on() {
+    let s = syncer();
+    s.state().written.insert(
+        "n1".into(),
+        Written {
+            base_rv: "5".into(),
+            values: [(format!("{P}public-ip"), "192.0.2.10".to_string())].into(),
+        },
+    );
+    let stale = s.current_annotations("n1", &node("5", &[]));
+    assert_eq!(
+        stale.get(&format!("{P}public-ip")).map(String::as_str),
+        Some("192.0.2.10")
+    );
+    let moved_on = s.current_annotations("n1", &node("6", &[("public-ip", "192.0.2.11")]));
+    assert_eq!(
+        moved_on.get(&format!("{P}public-ip")).map(String::as_str),
+        Some("192.0.2.11")
+    );
+    assert!(
+        s.state().written.is_empty(),
+        "the memory is dropped once the cache moved on"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_overwrite_is_counted_once_per_value_and_again_when_it_changes() {
+    let s = syncer();
+    let bad = |value: &str| InvalidOverwrite {
+        family: Family::V4,
+        key: format!("{P}public-ip-overwrite"),
+        value: value.into(),
+        why: "not an IP address",
+        instead: Instead::Nothing,
+    };
+    let n = node("1", &[]);
+    let count = || s.metrics.invalid.with_label_values(&["ipv4"]).get();
+    s.report_invalid(&n, "n1", &[bad("x")]).await;
+    s.report_invalid(&n, "n1", &[bad("x")]).await;
+    assert_eq!(count(), 1);
+    s.report_invalid(&n, "n1", &[bad("y")]).await;
+    assert_eq!(count(), 2);
+    // Fixed, then broken again with the first value: that is news again.
+    s.report_invalid(&n, "n1", &[]).await;
+    s.report_invalid(&n, "n1", &[bad("x")]).await;
+    assert_eq!(count(), 3);
+}
+
+#[tokio::test]
+async fn a_lease_left_to_its_agent_needs_no_new_read_until_its_values_or_its_node_change() {
+    let s = syncer();
+    let gauge = || s.metrics.agent_managed.get();
+    let lease = [("backend-type", "vxlan"), ("public-ip", "192.0.2.10")];
+    let live = node("7", &lease);
+    let agent = AgentLease {
+        managers: ["flanneld".to_string()].into(),
+        keys: [format!("{P}backend-type")].into(),
+    };
+    s.defer("n1", &live, agent, &Plan::default());
+    assert_eq!(gauge(), 1);
+    // Other annotations, status and resourceVersion may move: the verdict holds.
+    let cached = node("9", &[lease[0], lease[1], ("custom", "x")]);
+    assert!(s.still_deferred("n1", &cached));
+    // A lease key changed (someone wrote it), or the Node was re-created: read it again.
+    let rewritten = node(
+        "10",
+        &[lease[0], ("public-ip", "192.0.2.11"), ("custom", "x")],
+    );
+    assert!(!s.still_deferred("n1", &rewritten));
+    let recreated = node_of("uid-2", "9", &[lease[0], lease[1], ("custom", "x")]);
+    assert!(!s.still_deferred("n1", &recreated));
+    s.undefer("n1");
+    assert!(!s.still_deferred("n1", &cached));
+    assert_eq!(gauge(), 0);
+}
+
+#[tokio::test]
+async fn the_waiting_gauge_follows_each_node_and_forgets_deleted_ones() {
+    let s = syncer();
+    let gauge = |r: &str| s.metrics.waiting.with_label_values(&[r]).get();
+    s.set_waiting("n1", Some(&Waiting::NoPodCidr));
+    s.set_waiting("n2", Some(&Waiting::NoPodCidr));
+    assert_eq!(gauge("no_pod_cidr"), 2);
+    s.set_waiting("n1", Some(&Waiting::NoAddress(vec![Family::V6])));
+    assert_eq!((gauge("no_pod_cidr"), gauge("no_address")), (1, 1));
+    s.set_waiting("n1", None);
+    s.forget("n2");
+    assert_eq!((gauge("no_pod_cidr"), gauge("no_address")), (0, 0));
+}
