@@ -19,6 +19,7 @@ pub mod netns;
 pub mod nodes;
 pub mod realnode;
 pub mod route_lab;
+pub mod takeover;
 pub mod webhook;
 
 use std::io::Write;

@@ -15,16 +15,15 @@
 //! too, each waiting `DELAY` for its answer, and the cache has caught up before the quarantine ends — the
 //! stale list would be hidden by timing, not prevented.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
+use netcm_e2e::takeover::{said_no_cidr, shared_cidrs};
 use netcm_e2e::{audit, client_for, control_plane, wait_for, Netcm, TestEnv};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -141,39 +140,6 @@ async fn cached_node_names(client: &kube::Client) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Nodes holding a CIDR another Node holds too (all CIDRs of this test have one mask, so an overlap is
-/// an equal CIDR): each CIDR held n > 1 times counts n − 1.
-fn shared_cidrs(nodes: &[Node]) -> (usize, BTreeMap<String, Vec<String>>) {
-    let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for n in nodes {
-        for c in pod_cidrs(n) {
-            holders
-                .entry(c)
-                .or_default()
-                .push(n.metadata.name.clone().unwrap_or_default());
-        }
-    }
-    holders.retain(|_, names| names.len() > 1);
-    let extra = holders.values().map(|v| v.len() - 1).sum();
-    (extra, holders)
-}
-
-/// Whether `instance` recorded that `node` got no CIDR (a CIDRNotAvailable Event).
-async fn said_no_cidr(client: &kube::Client, node: &str, instance: &str) -> bool {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items.iter().any(|e| {
-                e.reason.as_deref() == Some("CIDRNotAvailable")
-                    && e.reporting_instance.as_deref() == Some(instance)
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
-            })
-        })
-        .unwrap_or(false)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cidr_a_node_already_holds(
 ) {
@@ -269,7 +235,12 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
         wait_for(
             "the new leader to find no CIDR for the marker Node",
             Duration::from_secs(180),
-            || async { said_no_cidr(&two, &marker, &new_id).await.then_some(()) },
+            || async {
+                said_no_cidr(&two, &new_id)
+                    .await
+                    .contains(&marker)
+                    .then_some(())
+            },
         )
         .await;
         let nodes = netcm_e2e::nodes::all_nodes(&one).await;

@@ -3,20 +3,18 @@
 //! the standby takes over through the other server; then the frozen server is thawed and handles the old
 //! leader's PATCHes late. netcm promises that no two Nodes ever hold overlapping pod CIDRs, even so.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ipnet::IpNet;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube::runtime::watcher;
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::nodes::pod_cidrs;
-use netcm_e2e::{audit, client_for, lease_holder, Netcm, TestEnv, LEASE_NAMESPACE};
+use netcm_e2e::takeover::{late_node_patches, wait_for_holder, Assigned, Takeover};
+use netcm_e2e::{client_for, lease_holder, Netcm, TestEnv};
 
 /// Rounds of freeze, takeover and thaw; sides alternate, so each server is frozen ten times.
 const ROUNDS: usize = 20;
@@ -141,85 +139,6 @@ impl Trickle {
     }
 }
 
-/// Counts the Nodes whose names start with `prefix` that got pod CIDRs, as a Node watch through
-/// `client` reports them. Started before a burst, it tells when the leader has written a few of it.
-struct Assigned {
-    count: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Assigned {
-    fn watch(client: &kube::Client, prefix: String) -> Assigned {
-        let count = Arc::new(AtomicUsize::new(0));
-        let stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default());
-        let task = {
-            let count = count.clone();
-            tokio::spawn(async move {
-                let mut seen = std::collections::HashSet::new();
-                let mut stream = std::pin::pin!(stream);
-                while let Some(ev) = stream.next().await {
-                    if let Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) = ev {
-                        let name = n.metadata.name.clone().unwrap_or_default();
-                        if name.starts_with(&prefix) && !pod_cidrs(&n).is_empty() {
-                            seen.insert(name);
-                            count.store(seen.len(), Ordering::SeqCst);
-                        }
-                    }
-                }
-            })
-        };
-        Assigned { count, task }
-    }
-
-    /// Waits (polling every 2 ms) until `count` such Nodes were seen; the leader must keep running.
-    async fn wait(&self, leader: &Replica, count: usize) {
-        let start = Instant::now();
-        while self.count.load(Ordering::SeqCst) < count {
-            leader.netcm.assert_running();
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "{} assigned {} of {count} burst Nodes in 30 s",
-                leader.netcm.label,
-                self.count.load(Ordering::SeqCst)
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-}
-
-impl Drop for Assigned {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Waits until `id` holds the Lease as seen through `client`; returns when it acquired it (acquireTime).
-async fn wait_for_holder(client: &kube::Client, id: &str, timeout: Duration) -> jiff::Timestamp {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let start = Instant::now();
-    loop {
-        let spec = tokio::time::timeout(Duration::from_secs(2), leases.get_opt("netcm"))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten()
-            .and_then(|l| l.spec);
-        if let Some(spec) = spec {
-            if spec.holder_identity.as_deref() == Some(id) {
-                return spec
-                    .acquire_time
-                    .map(|t| t.0)
-                    .expect("a held Lease has an acquireTime");
-            }
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "{id} did not take the lease within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Two Nodes whose pod CIDRs overlap.
 #[derive(Debug)]
 struct Overlap {
@@ -267,29 +186,6 @@ fn overlapping_pairs(nodes: &[Node]) -> Vec<Overlap> {
         open.push(i);
     }
     pairs
-}
-
-/// One takeover: who was frozen out and when the new leader acquired the Lease.
-struct Takeover {
-    old_id: String,
-    at: jiff::Timestamp,
-}
-
-/// Old leaders' Node PATCHes received by either API server after their successor acquired the Lease:
-/// (received late, of which succeeded).
-fn late_node_patches(logs: &[PathBuf; 2], takeovers: &[Takeover]) -> (usize, usize) {
-    let events: Vec<audit::AuditEvent> = logs.iter().flat_map(|p| audit::read(p)).collect();
-    let late: Vec<&audit::AuditEvent> = events
-        .iter()
-        .filter(|e| e.verb == "patch" && e.resource() == "nodes")
-        .filter(|e| {
-            takeovers
-                .iter()
-                .any(|t| e.user_agent.contains(&t.old_id) && e.received().is_some_and(|r| r > t.at))
-        })
-        .collect();
-    let landed = late.iter().filter(|e| e.succeeded()).count();
-    (late.len(), landed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,7 +243,7 @@ async fn a_stale_leader_whose_api_server_froze_never_gives_out_a_cidr_the_new_le
                     .await
             })
         };
-        assigned.wait(&leader, FREEZE_AFTER_ASSIGNED).await;
+        assigned.wait(&leader.netcm, FREEZE_AFTER_ASSIGNED).await;
         drop(assigned);
         servers.freeze(frozen);
         let frozen_at = Instant::now();

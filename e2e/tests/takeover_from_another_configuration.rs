@@ -8,21 +8,14 @@
 //!
 //! The harness's two API servers on one etcd (`e2e/src/apiservers.rs`), as in `split_brain.rs`.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
-use kube::runtime::watcher;
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
-use netcm_e2e::audit;
 use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
-use netcm_e2e::{client_for, wait_for, Netcm, TestEnv, LEASE_NAME, LEASE_NAMESPACE};
+use netcm_e2e::takeover::{
+    late_node_patches, said_no_cidr, shared_cidrs, wait_for_holder, Assigned, Takeover,
+};
+use netcm_e2e::{client_for, wait_for, Netcm, TestEnv};
 
 /// Rounds, each with fresh replicas and a fresh cluster CIDR.
 const ROUNDS: usize = 5;
@@ -44,132 +37,6 @@ const FREEZE_AFTER_ASSIGNED: usize = 1;
 /// How long after the takeover the old leader's server is thawed: time for the new leader to list and
 /// allocate (so the late writes land on what it has done), well inside the old leader's lease duration.
 const THAW_AFTER_TAKEOVER: Duration = Duration::from_millis(1500);
-
-/// Counts the Nodes named `prefix…` that got pod CIDRs, as a watch through `client` reports them.
-struct Assigned {
-    count: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Assigned {
-    fn watch(client: &kube::Client, prefix: String) -> Assigned {
-        let count = Arc::new(AtomicUsize::new(0));
-        let stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default());
-        let task = {
-            let count = count.clone();
-            tokio::spawn(async move {
-                let mut seen = std::collections::HashSet::new();
-                let mut stream = std::pin::pin!(stream);
-                while let Some(ev) = stream.next().await {
-                    if let Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) = ev {
-                        let name = n.metadata.name.clone().unwrap_or_default();
-                        if name.starts_with(&prefix) && !pod_cidrs(&n).is_empty() {
-                            seen.insert(name);
-                            count.store(seen.len(), Ordering::SeqCst);
-                        }
-                    }
-                }
-            })
-        };
-        Assigned { count, task }
-    }
-
-    /// Waits (polling every 2 ms) until `count` such Nodes were seen.
-    async fn wait(&self, leader: &Netcm, count: usize) {
-        let start = Instant::now();
-        while self.count.load(Ordering::SeqCst) < count {
-            leader.assert_running();
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "{} assigned {} of {count} burst Nodes in 30 s",
-                leader.label,
-                self.count.load(Ordering::SeqCst)
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-}
-
-impl Drop for Assigned {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Waits until `id` holds the Lease as seen through `client`; returns when it acquired it.
-async fn wait_for_holder(client: &kube::Client, id: &str) -> jiff::Timestamp {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let start = Instant::now();
-    loop {
-        let spec = tokio::time::timeout(Duration::from_secs(2), leases.get_opt(LEASE_NAME))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten()
-            .and_then(|l| l.spec);
-        if let Some(spec) = spec.filter(|s| s.holder_identity.as_deref() == Some(id)) {
-            return spec
-                .acquire_time
-                .map(|t| t.0)
-                .expect("a held Lease has an acquireTime");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{id} did not take the lease within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Nodes holding a CIDR another Node holds too (one mask throughout, so an overlap is an equal CIDR):
-/// each CIDR held n > 1 times counts n − 1; and the holders of each such CIDR.
-fn shared_cidrs(nodes: &[Node]) -> (usize, BTreeMap<String, Vec<String>>) {
-    let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for n in nodes {
-        for c in pod_cidrs(n) {
-            holders
-                .entry(c)
-                .or_default()
-                .push(n.metadata.name.clone().unwrap_or_default());
-        }
-    }
-    holders.retain(|_, names| names.len() > 1);
-    let extra = holders.values().map(|v| v.len() - 1).sum();
-    (extra, holders)
-}
-
-/// The Node PATCHes of `old_id` that `audit_log`'s server received after `after`: (received, succeeded).
-fn late_node_patches(
-    audit_log: &std::path::Path,
-    old_id: &str,
-    after: jiff::Timestamp,
-) -> (usize, usize) {
-    let late: Vec<audit::AuditEvent> = audit::read(audit_log)
-        .into_iter()
-        .filter(|e| e.verb == "patch" && e.resource() == "nodes")
-        .filter(|e| e.user_agent.contains(old_id) && e.received().is_some_and(|r| r > after))
-        .collect();
-    (late.len(), late.iter().filter(|e| e.succeeded()).count())
-}
-
-/// The Nodes `instance` recorded a CIDRNotAvailable Event about.
-async fn said_no_cidr(client: &kube::Client, instance: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter(|e| {
-                    e.reason.as_deref() == Some("CIDRNotAvailable")
-                        && e.reporting_instance.as_deref() == Some(instance)
-                })
-                .filter_map(|e| e.regarding.and_then(|r| r.name))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old_leaders_late_writes_carry(
@@ -230,7 +97,8 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
             &args,
         );
         let new_id = new.identity().await;
-        let acquired = wait_for_holder(&clients[live.index()], &new_id).await;
+        let acquired =
+            wait_for_holder(&clients[live.index()], &new_id, Duration::from_secs(30)).await;
         let took_over_after = frozen_at.elapsed();
         // The old leader's queued PATCHes land a moment after the takeover.
         tokio::time::sleep(THAW_AFTER_TAKEOVER).await;
@@ -263,7 +131,13 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
         .await;
         let (shared, holders) = shared_cidrs(&nodes);
         let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
-        let (late, landed) = late_node_patches(servers.audit_log(frozen), &old_id, acquired);
+        let (late, landed) = late_node_patches(
+            [servers.audit_log(frozen)],
+            &[Takeover {
+                old_id: old_id.clone(),
+                at: acquired,
+            }],
+        );
         eprintln!(
             "[mixed-config] round {round}: took over {took_over_after:.1?} after the freeze; the old leader's PATCHes \
              received after it: {late} ({landed} succeeded); {allocated}/{} Nodes hold a CIDR; Nodes sharing one: {shared} {holders:?}",
