@@ -22,10 +22,12 @@ pub mod route_lab;
 pub mod takeover;
 pub mod webhook;
 
-use std::io::Write;
+mod commands;
+mod control_plane;
+mod crds;
+mod credentials;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -35,6 +37,14 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+pub use commands::{checked_stdout, command_output};
+pub(crate) use control_plane::controlplane_sh;
+pub use control_plane::{
+    apiserver_pid, control_plane, kubectl, restart_apiserver, rotate_apiserver_serving_cert,
+    start_apiserver, stop_apiserver, tool, ControlPlane, FrozenApiserver,
+};
+pub use crds::{claimed_cidrs, cluster_cidrs, install_crds, pod_cidr_claims};
+pub use credentials::{kubeconfig_token, serviceaccount_kubeconfig};
 pub use netcm::Netcm;
 
 /// The checkout's root.
@@ -43,215 +53,6 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("e2e/ has a parent")
         .to_path_buf()
-}
-
-/// The running control plane: kubeconfig and audit log paths.
-#[derive(Debug, Clone)]
-pub struct ControlPlane {
-    pub kubeconfig: PathBuf,
-    pub audit_log: PathBuf,
-}
-
-fn controlplane_sh(args: &[&str]) -> String {
-    command_output(
-        Command::new("bash")
-            .arg(repo_root().join("hack/controlplane.sh"))
-            .args(args),
-        None,
-    )
-}
-
-/// The control plane for this test run: started once (idempotently), never skipped.
-pub fn control_plane() -> &'static ControlPlane {
-    static CP: OnceLock<ControlPlane> = OnceLock::new();
-    CP.get_or_init(|| {
-        let kubeconfig = match std::env::var("NETCM_E2E_KUBECONFIG") {
-            Ok(k) if !k.is_empty() => PathBuf::from(k),
-            _ => {
-                let out = controlplane_sh(&["up"]);
-                let last = out.lines().last().unwrap_or_default();
-                PathBuf::from(last.strip_prefix("KUBECONFIG=").unwrap_or_else(|| {
-                    panic!("hack/controlplane.sh up did not print KUBECONFIG=…; got {out:?}")
-                }))
-            }
-        };
-        let audit_log = PathBuf::from(controlplane_sh(&["audit"]).trim());
-        install_crds(&kubeconfig);
-        ControlPlane {
-            kubeconfig,
-            audit_log,
-        }
-    })
-}
-
-/// The chart's CRDs (`charts/netcm/crds/`), applied as `helm install` would before netcm starts.
-pub fn install_crds(kubeconfig: &Path) {
-    let kubectl = tool("kubectl");
-    let crds = repo_root().join("charts/netcm/crds");
-    for args in [
-        // Forced: the test cluster is the tests' own, and a control plane kept from a run of an older
-        // checkout has its CRDs owned by another field manager (the dashboard check's).
-        vec![
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=netcm-e2e",
-            "-f",
-        ],
-        vec!["wait", "--for=condition=Established", "--timeout=60s", "-f"],
-    ] {
-        let out = Command::new(&kubectl)
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(&args)
-            .arg(&crds)
-            .output()
-            .unwrap_or_else(|e| panic!("running kubectl {args:?}: {e}"));
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} {} failed:\n{}",
-            crds.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-/// The PodCIDRClaims API (cluster-scoped).
-pub fn pod_cidr_claims(client: &kube::Client) -> Api<kube::api::DynamicObject> {
-    let gvk = kube::api::GroupVersionKind::gvk("ipam.netcm.io", "v1alpha1", "PodCIDRClaim");
-    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podcidrclaims");
-    Api::all_with(client.clone(), &resource)
-}
-
-/// The CIDR of every PodCIDRClaim, sorted.
-pub async fn claimed_cidrs(client: &kube::Client) -> Vec<String> {
-    let list = pod_cidr_claims(client)
-        .list(&kube::api::ListParams::default())
-        .await
-        .expect("list claims");
-    let mut out: Vec<String> = list
-        .items
-        .iter()
-        .map(|o| {
-            o.data["spec"]["cidr"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// The ClusterCIDRs API (`networking.x-k8s.io/v1`, cluster-scoped).
-pub fn cluster_cidrs(client: &kube::Client) -> Api<kube::api::DynamicObject> {
-    let gvk = kube::api::GroupVersionKind::gvk("networking.x-k8s.io", "v1", "ClusterCIDR");
-    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "clustercidrs");
-    Api::all_with(client.clone(), &resource)
-}
-
-/// Stops and starts kube-apiserver, keeping etcd's data.
-pub fn restart_apiserver() {
-    controlplane_sh(&["restart-apiserver"]);
-}
-
-/// Gives kube-apiserver a new serving key and certificate from the same CA and restarts it, so every
-/// client connects again and meets the new certificate; returns the new certificate's serial.
-pub fn rotate_apiserver_serving_cert() -> String {
-    controlplane_sh(&["rotate-serving-cert"])
-}
-
-/// Stops kube-apiserver (start it again with [`start_apiserver`]).
-pub fn stop_apiserver() {
-    controlplane_sh(&["stop-apiserver"]);
-}
-
-/// Starts a stopped kube-apiserver with the same flags and port.
-pub fn start_apiserver() {
-    controlplane_sh(&["start-apiserver"]);
-}
-
-/// The process id of this checkout's kube-apiserver.
-pub fn apiserver_pid() -> u32 {
-    let env = controlplane_sh(&["env"]);
-    let state = env
-        .lines()
-        .find_map(|l| l.strip_prefix("STATE_DIR="))
-        .expect("STATE_DIR in hack/controlplane.sh env");
-    std::fs::read_to_string(Path::new(state).join("kube-apiserver.pid"))
-        .expect("kube-apiserver.pid")
-        .trim()
-        .parse()
-        .expect("kube-apiserver.pid holds a pid")
-}
-
-/// Freezes kube-apiserver with SIGSTOP (connections are accepted by the kernel, nothing is answered)
-/// until dropped, which sends SIGCONT — also when the test fails.
-pub struct FrozenApiserver {
-    pid: String,
-}
-
-impl FrozenApiserver {
-    /// Sends SIGSTOP to this checkout's kube-apiserver.
-    pub fn freeze() -> FrozenApiserver {
-        let pid = apiserver_pid().to_string();
-        kill(&pid, "STOP");
-        FrozenApiserver { pid }
-    }
-}
-
-impl Drop for FrozenApiserver {
-    fn drop(&mut self) {
-        kill(&self.pid, "CONT");
-    }
-}
-
-fn kill(pid: &str, sig: &str) {
-    let status = Command::new("kill")
-        .args(["-s", sig, pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -s {sig} {pid} failed");
-}
-
-/// Runs `cmd` to completion with `stdin` as its input: its stdout, or a panic naming the command with
-/// its output.
-pub fn command_output(cmd: &mut Command, stdin: Option<&str>) -> String {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {what}: {e}"));
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(stdin.unwrap_or_default().as_bytes())
-        .expect("write stdin");
-    drop(pipe);
-    checked_stdout(&what, child.wait_with_output().expect("wait"))
-}
-
-/// A finished command's stdout, or a panic naming the command (`what`) with its status and output.
-pub fn checked_stdout(what: &str, out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// kubectl against `kubeconfig`.
-pub fn kubectl(kubeconfig: &Path) -> Command {
-    let mut cmd = Command::new(tool("kubectl"));
-    cmd.env("KUBECONFIG", kubeconfig);
-    cmd
-}
-
-/// A path of a built tool (kubectl, kube-controller-manager, …).
-pub fn tool(name: &str) -> PathBuf {
-    PathBuf::from(controlplane_sh(&["bin", name]).trim())
 }
 
 /// Builds a client for a kubeconfig file.
@@ -527,63 +328,6 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Mints a token for a ServiceAccount (TokenRequest) and writes a kubeconfig that uses it; the temp dir
-/// holding the file lives as long as the returned guard.
-pub async fn serviceaccount_kubeconfig(
-    env: &TestEnv,
-    namespace: &str,
-    name: &str,
-) -> (PathBuf, tempfile::TempDir) {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), namespace);
-    let tr = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request(name, &PostParams::default(), &tr)
-        .await
-        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
-        .status
-        .expect("token status")
-        .token;
-    let admin = std::fs::read_to_string(&env.cp.kubeconfig).expect("read admin kubeconfig");
-    let server = admin
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .expect("server in kubeconfig")
-        .to_string();
-    let ca = admin
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("certificate-authority: "))
-        .expect("CA in kubeconfig")
-        .to_string();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join(format!("{name}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
-        ),
-    )
-    .expect("write kubeconfig");
-    (path, dir)
-}
-
-/// The bearer token in a kubeconfig written by [`serviceaccount_kubeconfig`].
-pub fn kubeconfig_token(kubeconfig: &Path) -> String {
-    std::fs::read_to_string(kubeconfig)
-        .expect("read kubeconfig")
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_string))
-        .expect("a token in the kubeconfig")
 }
 
 /// The current holder of netcm's Lease (`kube-system/<name>`), if any.
