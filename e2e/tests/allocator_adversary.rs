@@ -18,6 +18,8 @@ use netcm_e2e::{
 
 #[path = "allocator_adversary/late_write.rs"]
 mod late_write;
+#[path = "allocator_adversary/refused_write.rs"]
+mod refused_write;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -70,16 +72,19 @@ async fn claim_block(client: &kube::Client, cidr: &str) {
         .unwrap_or_else(|e| panic!("create claim {cidr}: {e}"));
 }
 
-/// The allocator (/28s of `cluster_cidr`), started after an earlier leader claimed `block`.
+/// The allocator (/28s of `cluster_cidr`, plus `args`), started after an earlier leader claimed `block`.
 async fn start_after_an_earlier_leaders_block(
     env: &TestEnv,
     label: &str,
     block: &str,
     cluster_cidr: &str,
+    args: &[&str],
 ) -> Netcm {
     claim_block(&env.client, block).await;
     let cluster = format!("--cluster-cidr={cluster_cidr}");
-    start_allocator(env, label, &[&cluster, "--node-cidr-mask-size=28"])
+    let mut all = vec![cluster.as_str(), "--node-cidr-mask-size=28"];
+    all.extend_from_slice(args);
+    start_allocator(env, label, &all)
 }
 
 /// "settled" holds the first /28 of `block`, which an earlier leader claimed; "inflight" has no CIDRs yet,
@@ -100,7 +105,7 @@ async fn serve_a_node_an_earlier_leader_may_be_writing_to(
     )
     .await;
     create_node(&env.client, &NodeFixture::named("inflight")).await;
-    let netcm = start_after_an_earlier_leaders_block(env, label, block, cluster_cidr).await;
+    let netcm = start_after_an_earlier_leaders_block(env, label, block, cluster_cidr, &[]).await;
     let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
     let inflight = cidrs_of(&nodes)["inflight"][0];
     assert!(
@@ -273,7 +278,8 @@ async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks
     create_node(&env.client, &NodeFixture::named("waiting-a")).await;
     create_node(&env.client, &NodeFixture::named("waiting-b")).await;
     let netcm =
-        start_after_an_earlier_leaders_block(&env, "void", "10.202.0.0/22", "10.202.0.0/22").await;
+        start_after_an_earlier_leaders_block(&env, "void", "10.202.0.0/22", "10.202.0.0/22", &[])
+            .await;
     // netcm touches both (a late PATCH tests the fence annotation, so it can no longer land), which ends
     // the quarantine, and serves them from the block.
     let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
@@ -345,112 +351,8 @@ async fn a_late_pod_cidr_patch_of_an_earlier_leader_is_refused_once_a_new_leader
     );
 }
 
-const DENY_POLICY: &str = r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: netcm-e2e-deny-pod-cidr}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [""]
-        apiVersions: ["v1"]
-        operations: ["UPDATE"]
-        resources: ["nodes"]
-  validations:
-    - expression: "object.metadata.name != 'refused' || !has(object.spec.podCIDR)"
-      message: "e2e policy: node refused may not get a pod CIDR"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: netcm-e2e-deny-pod-cidr}
-spec:
-  policyName: netcm-e2e-deny-pod-cidr
-  validationActions: [Deny]
-"#;
-
 fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) {
     netcm_e2e::command_output(netcm_e2e::kubectl(&env.cp.kubeconfig).args(args), stdin);
-}
-
-#[tokio::test]
-async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_metrics_consistent()
-{
-    let env = TestEnv::new().await;
-    kubectl(&env, &["apply", "-f", "-"], Some(DENY_POLICY));
-    create_node(&env.client, &NodeFixture::named("refused")).await;
-    // The policy is enforced once the API server has compiled it.
-    wait_for(
-        "the admission policy to refuse a pod CIDR",
-        TIMEOUT,
-        || async {
-            let api: Api<Node> = Api::all(env.client.clone());
-            let patch = serde_json::json!({"spec": {"podCIDR": "10.1.0.0/24"}});
-            let pp = kube::api::PatchParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            api.patch("refused", &pp, &kube::api::Patch::Merge(&patch))
-                .await
-                .is_err()
-                .then_some(())
-        },
-    )
-    .await;
-    create_plain_nodes(&env.client, "ok-", 3).await;
-    let netcm = start_allocator(&env, "refused", &["--cluster-cidr=10.202.0.0/16"]);
-    wait_for(
-        "a CIDRAssignmentFailed Warning on the refused node with the API's message",
-        TIMEOUT,
-        || async {
-            env.node_events("refused")
-                .await
-                .iter()
-                .any(|(t, reason, note)| {
-                    t == "Warning"
-                        && reason == "CIDRAssignmentFailed"
-                        && note.contains("e2e policy")
-                })
-                .then_some(())
-        },
-    )
-    .await;
-    // Let it be refused a few more times, then lift the policy: the node gets a CIDR after its backoff.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    kubectl(
-        &env,
-        &[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            "netcm-e2e-deny-pod-cidr",
-        ],
-        None,
-    );
-    let nodes = wait_all_allocated(&env.client, 4, TIMEOUT).await;
-    assert_no_overlaps(&nodes);
-    let cluster = "{clusterCIDR=\"10.202.0.0/16\"}";
-    let allocations = netcm
-        .metric(&format!(
-            "node_ipam_controller_cidrset_cidrs_allocations_total{cluster}"
-        ))
-        .await
-        .unwrap_or_default();
-    let releases = netcm
-        .metric(&format!(
-            "node_ipam_controller_cidrset_cidrs_releases_total{cluster}"
-        ))
-        .await
-        .unwrap_or_default();
-    assert!(
-        releases >= 1.0,
-        "the refused allocations were released ({releases})"
-    );
-    assert_eq!(
-        allocations - releases,
-        4.0,
-        "allocations ({allocations}) minus releases ({releases}) is the 4 nodes holding CIDRs"
-    );
-    netcm.assert_running();
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
 use netcm_e2e::{wait_for, TestEnv};
 
-use super::{claim_block, kubectl, start_allocator, wait_quarantine_ended, TIMEOUT};
+use super::{kubectl, start_after_an_earlier_leaders_block, wait_quarantine_ended, TIMEOUT};
 
 /// The cluster CIDR: four /28s, one block, which an earlier leader claimed.
 const CLUSTER: &str = "10.206.0.0/26";
@@ -48,6 +48,17 @@ async fn earlier_leaders_write(
     };
     api.patch(name, &as_earlier_leader, &Patch::Json::<()>(patch))
         .await
+}
+
+/// Nodes `held-0` … `held-2` holding the first three /28s of the /26 `cluster`: one /28 is left free.
+fn three_held(cluster: &str) -> impl Iterator<Item = NodeFixture> {
+    let cluster: IpNet = cluster.parse().expect("cidr");
+    cluster
+        .subnets(28)
+        .expect("/28s of the cluster CIDR")
+        .take(3)
+        .enumerate()
+        .map(|(i, net)| NodeFixture::named(format!("held-{i}")).pod_cidrs(&[&net.to_string()]))
 }
 
 /// The UID of Node `name`.
@@ -119,9 +130,7 @@ struct Round {
 /// their way. Ends when the last free CIDR is held and every other waiting Node has been told none is free.
 async fn takeover_with_a_write_landing_during_the_touches(env: &TestEnv, round: usize) -> Round {
     env.clean().await;
-    let held = (0..3).map(|i| {
-        NodeFixture::named(format!("held-{i}")).pod_cidrs(&[&format!("10.206.0.{}/28", i * 16)])
-    });
+    let held = three_held(CLUSTER);
     let target = NodeFixture::named(TARGET).annotation("example.com/agent", "present");
     let waiting = (1..=WAITING)
         .map(|i| NodeFixture::named(format!("waiting-{i:02}")).label(SLOW_WRITES_LABEL, "true"));
@@ -136,16 +145,14 @@ async fn takeover_with_a_write_landing_during_the_touches(env: &TestEnv, round: 
     let webhook = SlowWebhook::start(&env.client, "netcm-e2e-slow-touches", HOLD).await;
     wait_webhook_active(env, &webhook).await;
     let probes = webhook.seen().len();
-    claim_block(&env.client, CLUSTER).await;
-    let netcm = start_allocator(
+    let netcm = start_after_an_earlier_leaders_block(
         env,
         &format!("late-write-{round}"),
-        &[
-            &format!("--cluster-cidr={CLUSTER}"),
-            "--node-cidr-mask-size=28",
-            "--concurrent-node-cidr-syncs=1",
-        ],
-    );
+        CLUSTER,
+        CLUSTER,
+        &["--concurrent-node-cidr-syncs=1"],
+    )
+    .await;
     // netcm's first touch of a waiting Node: the touch pass has begun, and each touch takes HOLD.
     wait_for("netcm to touch a waiting node", TIMEOUT, || async {
         (webhook.seen().len() > probes).then_some(())
@@ -256,9 +263,7 @@ async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late
     kubectl(&env, &["apply", "-f", "-"], Some(REFUSE_TOUCH_POLICY));
     let cluster = "10.207.0.0/26";
     let last_free = "10.207.0.48/28";
-    let held = (0..3).map(|i| {
-        NodeFixture::named(format!("held-{i}")).pod_cidrs(&[&format!("10.207.0.{}/28", i * 16)])
-    });
+    let held = three_held(cluster);
     let waiting = [
         NodeFixture::named("untouchable").annotation("example.com/agent", "present"),
         NodeFixture::named("waiting"),
@@ -284,15 +289,8 @@ async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late
     .await;
     let uid = uid_of(&api, "untouchable").await;
     // An earlier leader claimed the whole cluster CIDR and may still be writing to either waiting Node.
-    claim_block(&env.client, cluster).await;
-    let netcm = start_allocator(
-        &env,
-        "refused-touch",
-        &[
-            &format!("--cluster-cidr={cluster}"),
-            "--node-cidr-mask-size=28",
-        ],
-    );
+    let netcm =
+        start_after_an_earlier_leaders_block(&env, "refused-touch", cluster, cluster, &[]).await;
     // netcm touched both waiting Nodes, one touch refused. Either the quarantine ended anyway and
     // "waiting" got the last free CIDR, or it still waits for "untouchable" and "waiting" was told none
     // is free.
