@@ -6,6 +6,8 @@
 #
 #   hack/image.sh build    cargo build --release, then the image; prints IMAGE=<ref> and TAR=<oci archive>
 #   hack/image.sh pause    the pod sandbox image (hack/tools/pause, static Go); prints IMAGE= and TAR=
+#   hack/image.sh probe    the network tests' pod image (hack/tools/probe, static Go, runs as root for
+#                          ICMP); prints IMAGE= and TAR=
 #   hack/image.sh check    the built image's entrypoint, user, exposed ports and binary path equal the
 #                          Dockerfile's (builds the image first if there is none); exits 1 naming a difference
 #
@@ -125,26 +127,33 @@ cmd_build() {
   echo "TAR=$out/netcm.tar"
 }
 
-cmd_pause() {
+# static_go_image NAME USER: hack/tools/NAME (one static Go program, cached by its sources) as the image
+# localhost/NAME whose entrypoint is /NAME.
+static_go_image() {
+  local name=$1 user=$2
   need go umoci tar sha256sum
   mkdir -p "$out" "$cache"
-  local src=$root/hack/tools/pause key bin rootfs=$out/pause.rootfs
+  local src=$root/hack/tools/$name key bin rootfs=$out/$name.rootfs
   key=$(cat "$src/go.mod" "$src/main.go" | sha256sum | cut -c1-12)
-  bin=$cache/pause-$key/pause
+  bin=$cache/$name-$key/$name
   if [ ! -x "$bin" ]; then
-    log "building the pause binary (hack/tools/pause)"
+    log "building the $name binary (hack/tools/$name)"
     mkdir -p "$(dirname "$bin")"
     (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .)
     mv "$bin.tmp" "$bin"
   fi
   rm -rf "$rootfs"
   mkdir -p "$rootfs"
-  add_file "$rootfs" "$bin" /pause 0755
-  oci_image pause "$key" "$rootfs" --config.entrypoint /pause --config.user 65535:65535
+  add_file "$rootfs" "$bin" "/$name" 0755
+  oci_image "$name" "$key" "$rootfs" --config.entrypoint "/$name" --config.user "$user"
   rm -rf "$rootfs"
-  echo "IMAGE=localhost/pause:$key"
-  echo "TAR=$out/pause.tar"
+  echo "IMAGE=localhost/$name:$key"
+  echo "TAR=$out/$name.tar"
 }
+
+cmd_pause() { static_go_image pause 65535:65535; }
+
+cmd_probe() { static_go_image probe 0:0; }
 
 # The final stage of the Dockerfile, as KEY<TAB>VALUE lines: ENTRYPOINT, USER, EXPOSE, COPY (destination).
 dockerfile_final() {
@@ -239,6 +248,7 @@ cmd_check() {
 case "${1:-}" in
   build) cmd_build ;;
   pause) cmd_pause ;;
+  probe) cmd_probe ;;
   check) cmd_check ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
