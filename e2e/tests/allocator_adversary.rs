@@ -355,6 +355,54 @@ fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) {
     netcm_e2e::command_output(netcm_e2e::kubectl(&env.cp.kubeconfig).args(args), stdin);
 }
 
+/// A ValidatingAdmissionPolicy `name` on Node updates, bound to deny, that refuses an update failing any
+/// of `validations` (a CEL expression, the message): as an admission policy of the cluster's own might.
+fn node_update_policy(name: &str, validations: &[(&str, &str)]) -> String {
+    let validations: String = validations
+        .iter()
+        .map(|(expression, message)| {
+            format!("    - expression: \"{expression}\"\n      message: \"{message}\"\n")
+        })
+        .collect();
+    format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["UPDATE"]
+        resources: ["nodes"]
+  validations:
+{validations}---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+"#
+    )
+}
+
+/// Removes the policy and binding `name` of [`node_update_policy`], if there are any.
+fn remove_node_update_policy(env: &TestEnv, name: &str) {
+    kubectl(
+        env,
+        &[
+            "delete",
+            "--ignore-not-found",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            name,
+        ],
+        None,
+    );
+}
+
 #[tokio::test]
 async fn a_node_whose_addresses_change_before_the_cache_shows_its_cidr_is_written_exactly_once() {
     let env = TestEnv::new().await;

@@ -13,7 +13,10 @@ use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
 use netcm_e2e::{wait_for, TestEnv};
 
-use super::{kubectl, start_after_an_earlier_leaders_block, wait_quarantine_ended, TIMEOUT};
+use super::{
+    kubectl, node_update_policy, remove_node_update_policy, start_after_an_earlier_leaders_block,
+    wait_quarantine_ended, TIMEOUT,
+};
 
 /// The cluster CIDR: four /28s, one block, which an earlier leader claimed.
 const CLUSTER: &str = "10.206.0.0/26";
@@ -216,51 +219,30 @@ async fn a_cidr_an_earlier_leader_wrote_during_the_touch_pass_is_never_handed_to
 /// admission policy of the cluster's own might (the API answers 422, as for a re-created Node) — and
 /// every pod CIDR but one the earlier leader (field manager `earlier-leader`) writes, so netcm cannot
 /// serve that Node itself before the earlier leader's write lands.
-const REFUSE_TOUCH_POLICY: &str = r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: netcm-e2e-refuse-touch}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [""]
-        apiVersions: ["v1"]
-        operations: ["UPDATE"]
-        resources: ["nodes"]
-  validations:
-    - expression: "object.metadata.name != 'untouchable' || !has(object.metadata.annotations) || !('ipam.netcm.io/fenced-at' in object.metadata.annotations)"
-      message: "e2e policy: node untouchable may not be fenced"
-    - expression: "object.metadata.name != 'untouchable' || !has(object.spec.podCIDR) || (has(object.metadata.managedFields) && object.metadata.managedFields.exists(f, has(f.manager) && f.manager == 'earlier-leader'))"
-      message: "e2e policy: only the earlier leader gives node untouchable a pod CIDR"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: netcm-e2e-refuse-touch}
-spec:
-  policyName: netcm-e2e-refuse-touch
-  validationActions: [Deny]
-"#;
-
-fn remove_refuse_touch_policy(env: &TestEnv) {
-    kubectl(
-        env,
+fn refuse_touch_policy() -> String {
+    node_update_policy(
+        REFUSE_TOUCH_POLICY,
         &[
-            "delete",
-            "--ignore-not-found",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            "netcm-e2e-refuse-touch",
+            (
+                "object.metadata.name != 'untouchable' || !has(object.metadata.annotations) || !('ipam.netcm.io/fenced-at' in object.metadata.annotations)",
+                "e2e policy: node untouchable may not be fenced",
+            ),
+            (
+                "object.metadata.name != 'untouchable' || !has(object.spec.podCIDR) || (has(object.metadata.managedFields) && object.metadata.managedFields.exists(f, has(f.manager) && f.manager == 'earlier-leader'))",
+                "e2e policy: only the earlier leader gives node untouchable a pod CIDR",
+            ),
         ],
-        None,
-    );
+    )
 }
+
+const REFUSE_TOUCH_POLICY: &str = "netcm-e2e-refuse-touch";
 
 #[tokio::test]
 async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late_write_to_it_is_recorded(
 ) {
     let env = TestEnv::new().await;
-    remove_refuse_touch_policy(&env);
-    kubectl(&env, &["apply", "-f", "-"], Some(REFUSE_TOUCH_POLICY));
+    remove_node_update_policy(&env, REFUSE_TOUCH_POLICY);
+    kubectl(&env, &["apply", "-f", "-"], Some(&refuse_touch_policy()));
     let cluster = "10.207.0.0/26";
     let last_free = "10.207.0.48/28";
     let held = three_held(cluster);
@@ -315,7 +297,7 @@ async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late
     // netcm records it, which settles the last node of the quarantine.
     wait_quarantine_ended(&netcm).await;
     let nodes = all_nodes(&env.client).await;
-    remove_refuse_touch_policy(&env);
+    remove_node_update_policy(&env, REFUSE_TOUCH_POLICY);
     assert_eq!(
         holders(&nodes, last_free),
         ["untouchable"],

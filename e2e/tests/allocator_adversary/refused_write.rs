@@ -3,35 +3,24 @@
 
 use super::*;
 
-const DENY_POLICY: &str = r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: netcm-e2e-deny-pod-cidr}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [""]
-        apiVersions: ["v1"]
-        operations: ["UPDATE"]
-        resources: ["nodes"]
-  validations:
-    - expression: "object.metadata.name != 'refused' || !has(object.spec.podCIDR)"
-      message: "e2e policy: node refused may not get a pod CIDR"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: netcm-e2e-deny-pod-cidr}
-spec:
-  policyName: netcm-e2e-deny-pod-cidr
-  validationActions: [Deny]
-"#;
+/// Refuses every pod CIDR of the Node "refused".
+fn deny_policy() -> String {
+    node_update_policy(
+        DENY_POLICY,
+        &[(
+            "object.metadata.name != 'refused' || !has(object.spec.podCIDR)",
+            "e2e policy: node refused may not get a pod CIDR",
+        )],
+    )
+}
+
+const DENY_POLICY: &str = "netcm-e2e-deny-pod-cidr";
 
 #[tokio::test]
 async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_metrics_consistent()
 {
     let env = TestEnv::new().await;
-    kubectl(&env, &["apply", "-f", "-"], Some(DENY_POLICY));
+    kubectl(&env, &["apply", "-f", "-"], Some(&deny_policy()));
     create_node(&env.client, &NodeFixture::named("refused")).await;
     // The policy is enforced once the API server has compiled it.
     wait_for(
@@ -71,15 +60,7 @@ async fn a_write_the_api_refuses_for_good_releases_its_cidr_warns_and_keeps_the_
     .await;
     // Let it be refused a few more times, then lift the policy: the node gets a CIDR after its backoff.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    kubectl(
-        &env,
-        &[
-            "delete",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            "netcm-e2e-deny-pod-cidr",
-        ],
-        None,
-    );
+    remove_node_update_policy(&env, DENY_POLICY);
     let nodes = wait_all_allocated(&env.client, 4, TIMEOUT).await;
     assert_no_overlaps(&nodes);
     let cluster = "{clusterCIDR=\"10.202.0.0/16\"}";
