@@ -360,3 +360,73 @@ async fn an_overlapping_pool_is_refused_with_a_warning_event_and_allocation_goes
         "the refused pools give nothing: {got:?}"
     );
 }
+
+#[tokio::test]
+async fn a_new_leader_keeps_a_deleted_pool_whose_nodes_still_hold_its_cidrs() {
+    let env = TestEnv::new().await;
+    create_pool(
+        &env.client,
+        "handover",
+        json!({
+            "perNodeHostBits": 8,
+            "ipv4": "10.71.0.0/16",
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "pool", "operator": "In", "values": ["handover"]}]}]}
+        }),
+    )
+    .await;
+    let mut first = netcm(&env, "pools-handover-a", &["--cluster-cidr=10.244.0.0/16"]);
+    let held = names("held", 2);
+    for n in &held {
+        create_node(
+            &env.client,
+            &NodeFixture::named(n).label("pool", "handover"),
+        )
+        .await;
+    }
+    wait_allocated(&env.client, &held, TIMEOUT).await;
+    wait_for("the finalizer", TIMEOUT, || async {
+        let obj = cluster_cidrs(&env.client)
+            .get_opt("handover")
+            .await
+            .ok()??;
+        (!obj.metadata.finalizers.unwrap_or_default().is_empty()).then_some(())
+    })
+    .await;
+    first.signal("TERM");
+    first.wait_exit(TIMEOUT).await;
+    kubectl(&env, &["delete", "clustercidr", "handover", "--wait=false"]);
+
+    // The next leader loads the pools before it records the Nodes' CIDRs; the deleted pool must not look
+    // empty to it in between.
+    let second = netcm(&env, "pools-handover-b", &["--cluster-cidr=10.244.0.0/16"]);
+    second.wait_leading(TIMEOUT).await;
+    create_node(&env.client, &NodeFixture::named("after-0")).await;
+    wait_allocated(&env.client, &["after-0".to_string()], TIMEOUT).await;
+    let status = wait_for(
+        "the pool to report its Nodes as draining",
+        TIMEOUT,
+        || async {
+            pool_status(&env.client, "handover")
+                .await
+                .filter(|s| s["phase"] == "Draining" && s["allocated"] == 2)
+        },
+    )
+    .await;
+    assert_eq!(status["allocated"], 2, "{status}");
+    let api: Api<Node> = Api::all(env.client.clone());
+    for n in &held {
+        api.delete(n, &DeleteParams::default())
+            .await
+            .expect("delete node");
+    }
+    wait_for("the drained pool to disappear", TIMEOUT, || async {
+        matches!(
+            cluster_cidrs(&env.client).get_opt("handover").await,
+            Ok(None)
+        )
+        .then_some(())
+    })
+    .await;
+    second.assert_running();
+}

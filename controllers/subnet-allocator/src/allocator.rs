@@ -114,6 +114,9 @@ pub struct Allocator {
     pub(crate) record_assigned: bool,
     /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
     pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
+    /// Set once the CIDRs every cached Node held at the start are in the ledger: until then an empty
+    /// pool says nothing (a new leader loads the pools *before* it records the Nodes).
+    pub(crate) existing_recorded: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
@@ -302,6 +305,8 @@ impl Allocator {
                 recorded += 1;
             }
         }
+        self.existing_recorded
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let stats = lock(&self.pools).stats();
         for s in &stats {
             tracing::info!(controller = NAME, cluster_cidr = %s.cluster_cidr, allocated = s.allocated, max = s.max, "cluster CIDR usage after recording existing nodes");

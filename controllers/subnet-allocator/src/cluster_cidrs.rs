@@ -297,6 +297,11 @@ impl Allocator {
             self.set_finalizers(cc, obj, f, "add").await;
             return false;
         }
+        if !self.existing_recorded.load(Ordering::SeqCst) {
+            // Before the Nodes' CIDRs are recorded every pool looks empty: a deleted one would lose its
+            // finalizer while Nodes still hold its CIDRs, and the status would count nothing. Look again.
+            return false;
+        }
         if obj.deleting && has && lock(&self.pools).drained(name) {
             let f: Vec<String> = obj
                 .finalizers

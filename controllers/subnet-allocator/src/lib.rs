@@ -93,6 +93,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         cluster_cidrs: flags
             .cluster_cidr_objects
             .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone()))),
+        existing_recorded: Default::default(),
     });
     let mut controller = Controller::new();
     // The first list of ClusterCIDRs is in the pools before any allocation: else a Node a pool selects

@@ -25,7 +25,18 @@ pub fn object_pool(obj: &DynamicObject) -> ObjectPool {
         uid: obj.metadata.uid.clone().unwrap_or_default(),
         spec: spec(&obj.data["spec"]),
         deleting: obj.metadata.deletion_timestamp.is_some(),
-        modified: obj.metadata.generation.unwrap_or(1) > 1,
+        modified: obj.metadata.generation.unwrap_or(1) > unmodified_generation(obj),
+    }
+}
+
+/// The generation of an object whose spec was never changed: 1, and 2 once it is being deleted (the API
+/// server bumps `generation` when it sets `deletionTimestamp`) — else a new leader would read every
+/// draining pool as modified, refuse it and release its finalizer while Nodes still hold its CIDRs.
+fn unmodified_generation(obj: &DynamicObject) -> i64 {
+    if obj.metadata.deletion_timestamp.is_some() {
+        2
+    } else {
+        1
     }
 }
 
@@ -110,6 +121,28 @@ pub(crate) fn status(report: &PoolReport, waiting: usize, generation: Option<i64
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn object(generation: i64, deleting: bool) -> DynamicObject {
+        let mut meta = json!({"name": "p", "uid": "u", "generation": generation});
+        if deleting {
+            meta["deletionTimestamp"] = json!("2026-11-25T21:05:04Z");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "networking.x-k8s.io/v1",
+            "kind": "ClusterCIDR",
+            "metadata": meta,
+            "spec": {"perNodeHostBits": 8, "ipv4": "10.71.0.0/16"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pool_being_deleted_is_not_read_as_modified_for_the_generation_its_deletion_added() {
+        assert!(!object_pool(&object(1, false)).modified);
+        assert!(object_pool(&object(2, false)).modified);
+        assert!(!object_pool(&object(2, true)).modified);
+        assert!(object_pool(&object(3, true)).modified);
+    }
 
     #[test]
     fn an_upstream_example_spec_reads_as_a_pool() {
