@@ -45,6 +45,8 @@ mod pool;
 mod pools;
 mod problems;
 mod selector;
+#[cfg(test)]
+mod test_fixtures;
 
 pub use addr::Family;
 pub use cidr_set::{max_node_bits, Allocation, CidrSet, MAX_NODE_BITS_V4, MAX_NODE_BITS_V6};

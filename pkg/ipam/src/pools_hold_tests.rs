@@ -1,29 +1,8 @@
 //! Tests of [`Pools::hold`] and what it reports.
 
 use super::*;
-use crate::config::{AllocatorConfig, AllocatorFlags};
 use crate::problems::Overlap;
-
-fn net(s: &str) -> IpNet {
-    s.parse().unwrap()
-}
-
-fn nets(list: &[&str]) -> Vec<IpNet> {
-    list.iter().map(|s| net(s)).collect()
-}
-
-fn pools(cluster: &str, services: &str) -> Pools {
-    let flags = AllocatorFlags {
-        cluster_cidr: cluster.to_string(),
-        service_cluster_ip_range: services.to_string(),
-        ..AllocatorFlags::default()
-    };
-    Pools::new(&AllocatorConfig::from_flags(&flags).unwrap()).unwrap()
-}
-
-fn allocated(p: &Pools) -> u64 {
-    p.stats().iter().map(|s| s.allocated).sum()
-}
+use crate::test_fixtures::{allocated, net, nets, pools};
 
 /// A value that counts how often it is compared for equality.
 #[derive(Debug, Clone, Copy)]

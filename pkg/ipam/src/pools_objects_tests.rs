@@ -3,26 +3,13 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::config::{AllocatorConfig, AllocatorFlags};
 use crate::error::Error;
 use crate::pool::DEFAULT_POOL;
 use crate::selector::{NodeSelector, NodeView, Requirement, Term};
+use crate::test_fixtures::{net, pools};
 
 #[path = "pools_rank_tests.rs"]
 mod rank;
-
-fn net(s: &str) -> IpNet {
-    s.parse().unwrap()
-}
-
-fn pools(cluster: &str, services: &str) -> Pools {
-    let flags = AllocatorFlags {
-        cluster_cidr: cluster.to_string(),
-        service_cluster_ip_range: services.to_string(),
-        ..AllocatorFlags::default()
-    };
-    Pools::new(&AllocatorConfig::from_flags(&flags).unwrap()).unwrap()
-}
 
 fn exists(key: &str) -> NodeSelector {
     NodeSelector::Terms(vec![Term {

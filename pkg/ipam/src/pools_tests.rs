@@ -4,29 +4,8 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use super::*;
-use crate::config::AllocatorFlags;
 use crate::outcome::{HoldChange, HoldFinding};
-
-fn net(s: &str) -> IpNet {
-    s.parse().unwrap()
-}
-
-fn nets(list: &[&str]) -> Vec<IpNet> {
-    list.iter().map(|s| net(s)).collect()
-}
-
-fn pools(cluster: &str, services: &str) -> Pools {
-    let flags = AllocatorFlags {
-        cluster_cidr: cluster.to_string(),
-        service_cluster_ip_range: services.to_string(),
-        ..AllocatorFlags::default()
-    };
-    Pools::new(&AllocatorConfig::from_flags(&flags).unwrap()).unwrap()
-}
-
-fn allocated(p: &Pools) -> u64 {
-    p.stats().iter().map(|s| s.allocated).sum()
-}
+use crate::test_fixtures::{allocated, net, nets, pools};
 
 #[test]
 fn dual_stack_gives_one_cidr_per_family_primary_first() {
