@@ -1,0 +1,3 @@
+module netcm.local/hack/tools/flannel-install
+
+go 1.26.0
