@@ -8,6 +8,8 @@
 #   hack/image.sh pause    the pod sandbox image (hack/tools/pause, static Go); prints IMAGE= and TAR=
 #   hack/image.sh probe    the network tests' pod image (hack/tools/probe, static Go, runs as root for
 #                          ICMP); prints IMAGE= and TAR=
+#   hack/image.sh flanneld flannel's DaemonSet image: flanneld, its CNI plugin and iptables (hack/image/
+#                          flanneld.sh says what and why); prints IMAGE= and TAR=
 #   hack/image.sh check    the built image's entrypoint, user, exposed ports and binary path equal the
 #                          Dockerfile's (builds the image first if there is none); exits 1 naming a difference
 #
@@ -249,6 +251,7 @@ case "${1:-}" in
   build) cmd_build ;;
   pause) cmd_pause ;;
   probe) cmd_probe ;;
+  flanneld) source "$root/hack/versions.env"; source "$root/hack/image/flanneld.sh"; cmd_flanneld ;;
   check) cmd_check ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
