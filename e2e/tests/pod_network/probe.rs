@@ -1,0 +1,126 @@
+//! The probe pods (`hack/image.sh probe`): one per node through a DaemonSet, an HTTP server on 8080 that
+//! answers with its pod's name, and `kubectl exec … /probe ping|get|stream` as the client.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use netcm_e2e::multinode::Cluster;
+use serde_json::Value;
+
+pub const PORT: u16 = 8080;
+
+#[derive(Debug, Clone)]
+pub struct ProbePod {
+    pub name: String,
+    pub node: String,
+    pub ips: Vec<IpAddr>,
+}
+
+pub fn daemonset(image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: probe, namespace: default}}
+spec:
+  selector: {{matchLabels: {{app: probe}}}}
+  template:
+    metadata: {{labels: {{app: probe}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: probe
+          image: {image}
+          imagePullPolicy: Never
+          args: [serve, "{PORT}"]
+          env: [{{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
+          readinessProbe: {{tcpSocket: {{port: {PORT}}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: probe, namespace: default}}
+spec:
+  selector: {{app: probe}}
+  ports: [{{port: 80, targetPort: {PORT}}}]
+"#
+    )
+}
+
+/// The probe pods that run and are ready, by node.
+pub async fn ready_pods(cluster: &Cluster) -> BTreeMap<String, ProbePod> {
+    let pods = cluster
+        .get_json(&["pods", "-n", "default", "-l", "app=probe"])
+        .await;
+    let mut by_node = BTreeMap::new();
+    for p in pods["items"].as_array().into_iter().flatten() {
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        if !ready || p["metadata"]["deletionTimestamp"] != Value::Null {
+            continue;
+        }
+        let ips = p["status"]["podIPs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["ip"].as_str()?.parse().ok())
+            .collect();
+        let pod = ProbePod {
+            name: p["metadata"]["name"].as_str().unwrap_or_default().into(),
+            node: p["spec"]["nodeName"].as_str().unwrap_or_default().into(),
+            ips,
+        };
+        by_node.insert(pod.node.clone(), pod);
+    }
+    by_node
+}
+
+/// `/probe ARGS` in the pod: (success, output).
+pub async fn exec(cluster: &Cluster, pod: &str, args: &[&str]) -> (bool, String) {
+    let mut a = vec!["exec", "-n", "default", pod, "--", "/probe"];
+    a.extend_from_slice(args);
+    let (ok, out, err) = cluster.try_kubectl(&a).await;
+    (ok, format!("{out}{err}").trim().to_string())
+}
+
+/// host:port for an address of either family.
+pub fn hostport(ip: &IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("{v4}:{port}"),
+        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+    }
+}
+
+/// Every probe pod to every other pod's every address, by ICMP and TCP: the failures (empty when all
+/// pass) and the matrix as text, one line per (from, to, address).
+pub async fn matrix(cluster: &Cluster, pods: &BTreeMap<String, ProbePod>) -> (Vec<String>, String) {
+    let mut failures = Vec::new();
+    let mut text = String::from("from -> to (address): icmp tcp\n");
+    for from in pods.values() {
+        for to in pods.values().filter(|p| p.node != from.node) {
+            for ip in &to.ips {
+                let (icmp, icmp_out) = exec(cluster, &from.name, &["ping", &ip.to_string()]).await;
+                let (tcp, tcp_out) = exec(cluster, &from.name, &["get", &hostport(ip, PORT)]).await;
+                // The TCP answer must come from the pod addressed, not merely from something.
+                let tcp = tcp && tcp_out == to.name;
+                text.push_str(&format!(
+                    "{} ({}) -> {} ({}) {ip}: {} {}\n",
+                    from.name,
+                    from.node,
+                    to.name,
+                    to.node,
+                    if icmp { "ok" } else { "FAIL" },
+                    if tcp { "ok" } else { "FAIL" }
+                ));
+                if !icmp {
+                    failures.push(format!("{} -> {ip} icmp: {icmp_out}", from.name));
+                }
+                if !tcp {
+                    failures.push(format!("{} -> {ip} tcp: {tcp_out}", from.name));
+                }
+            }
+        }
+    }
+    (failures, text)
+}
