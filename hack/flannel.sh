@@ -7,7 +7,7 @@
 #   hack/flannel.sh bin flannel-install  the DaemonSet's init container (hack/tools/flannel-install), static
 #
 # Each prints the binary's path. The image that carries them is `hack/image.sh flanneld`; the DaemonSet,
-# its ConfigMap and RBAC are deploy/flannel/.
+# its ConfigMap and RBAC are e2e/testdata/flannel/.
 # Environment: NETCM_CACHE_DIR (default ${XDG_CACHE_HOME:-~/.cache}/netcm).
 set -euo pipefail
 

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# `hack/image.sh flanneld`: flannel's DaemonSet image (deploy/flannel), sourced by hack/image.sh for its
+# `hack/image.sh flanneld`: flannel's DaemonSet image (e2e/testdata/flannel), sourced by hack/image.sh for its
 # helpers (add_file, add_libs, oci_image). One image carries both containers' programs:
 #   /opt/bin/flanneld   `hack/controlplane.sh bin flanneld` (FLANNEL_VERSION; cgo, so with its libc)
 #   /flannel            flannel's CNI plugin, `hack/flannel.sh bin flannel-cni` (static)

@@ -1,4 +1,4 @@
-// Command flannel-install is the init container of the flannel DaemonSet (deploy/flannel): it puts
+// Command flannel-install is the init container of the flannel DaemonSet (e2e/testdata/flannel): it puts
 // flannel's CNI plugin and its conflist where the node's container runtime looks for them, as upstream's
 // install-cni containers do with busybox's cp, but without a shell in the image.
 //
