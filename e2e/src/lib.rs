@@ -14,7 +14,6 @@ pub mod cgroup;
 pub mod chart;
 pub mod flannel;
 pub mod flannel_daemonset;
-pub mod flannel_daemonset;
 pub mod flanneld;
 pub mod multinode;
 pub mod netcm;
