@@ -47,7 +47,7 @@ pub enum ClaimError {
     #[error("{0}")]
     Api(#[from] kube::Error),
     /// The PodCIDRClaim CRD is not installed.
-    #[error("the PodCIDRClaim CRD ({PLURAL}.{GROUP}) is not installed: apply charts/netcm/crds/podcidrclaims.yaml, or run with --pod-cidr-claims=false")]
+    #[error("the PodCIDRClaim CRD ({PLURAL}.{GROUP}) is not installed: install it with `kubectl apply --server-side -f charts/netcm/crds/podcidrclaims.yaml` (Helm installs crds/ only on install, never on upgrade), or run with --pod-cidr-claims=false")]
     NotInstalled,
     /// A claim object has a spec netcm cannot read (someone else wrote it).
     #[error("PodCIDRClaim {name} is malformed: {why}")]
@@ -71,13 +71,12 @@ impl ClaimError {
     }
 }
 
+/// A failed list or create of PodCIDRClaims. Neither names an existing object, so a 404 can only mean the
+/// resource is not served: a Status naming it while the group exists, or a bare `404 page not found`
+/// (which the client reports as unparsable) once no CRD of the group is left.
 fn api_error(e: kube::Error) -> ClaimError {
     match &e {
-        kube::Error::Api(s)
-            if s.code == 404 && s.reason == "NotFound" && s.message.contains(PLURAL) =>
-        {
-            ClaimError::NotInstalled
-        }
+        kube::Error::Api(s) if s.code == 404 => ClaimError::NotInstalled,
         _ => ClaimError::Api(e),
     }
 }
@@ -190,6 +189,29 @@ fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_404_to_a_list_or_create_means_the_crd_is_not_installed_whatever_its_body() {
+        let status = |message: &str, reason: &str, code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure(message, reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        for e in [
+            status("404 page not found", "Failed to parse error data", 404),
+            status(
+                "the server could not find the requested resource",
+                "NotFound",
+                404,
+            ),
+        ] {
+            assert!(matches!(api_error(e), ClaimError::NotInstalled));
+        }
+        let forbidden = status("forbidden", "Forbidden", 403);
+        assert!(matches!(api_error(forbidden), ClaimError::Api(_)));
+    }
 
     fn net(s: &str) -> IpNet {
         s.parse().expect("test CIDR")

@@ -116,6 +116,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
             .task(move |shutdown| async move { claim_ahead::run(ahead, requests, shutdown).await });
     }
     let prepare = allocator.clone();
+    let readiness = ctx.readiness.clone();
     Ok(Some(
         controller
             .prepare(|shutdown| async move {
@@ -134,7 +135,11 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
                     return Prepared::ShutDown;
                 }
                 match &prepare.claims {
-                    Some(claims) if !prepare.reconcile_claims(claims, &shutdown).await => {
+                    Some(claims)
+                        if !prepare
+                            .reconcile_claims(claims, &readiness, &shutdown)
+                            .await =>
+                    {
                         Prepared::ShutDown
                     }
                     _ => Prepared::Ready,

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
+use netcm_manager::supervision::ControllerHealth;
 use netcm_manager::{CachedNode, EventType};
 
 use crate::allocator::{lock, Allocator, SyncError, NAME};
@@ -21,17 +22,25 @@ use crate::claims::{ClaimError, Claims};
 impl Allocator {
     /// Lists the claims (retrying until it works or `shutdown` fires) and starts this leader's blocks.
     /// Returns false if shut down first.
+    /// While the CRD is missing, `readiness` (this controller's `/readyz` check) fails with the same
+    /// reason the log gives, and nothing is allocated: claims are what keep two leaders apart.
     pub(crate) async fn reconcile_claims(
         &self,
         claims: &Claims,
+        readiness: &ControllerHealth,
         shutdown: &CancellationToken,
     ) -> bool {
         let mut delay = Duration::from_millis(500);
         let list = loop {
             match claims.list().await {
-                Ok(list) => break list,
+                Ok(list) => {
+                    readiness.clear();
+                    break list;
+                }
                 Err(e @ ClaimError::NotInstalled) => {
+                    let reason = format!("cannot allocate pod CIDRs: {e}");
                     tracing::error!(controller = NAME, error = %e, "cannot allocate until PodCIDRClaims can be listed");
+                    readiness.set_broken(reason);
                 }
                 Err(e) => {
                     tracing::warn!(controller = NAME, error = %e, "listing PodCIDRClaims failed; retrying");

@@ -16,7 +16,9 @@ use crate::events::EventRecorder;
 use crate::informer::{InformerEvent, SharedInformer};
 use crate::leader::LeaderGuard;
 use crate::node_fields::NodeFields;
-use crate::supervision::{faults, is_stalled, panic_message, recover_panics, Progress, Supervisor};
+use crate::supervision::{
+    faults, is_stalled, panic_message, recover_panics, ControllerHealth, Progress, Supervisor,
+};
 use crate::sync_metrics;
 
 /// Everything an init function may use to build its controller. Init functions subscribe to the informer
@@ -41,6 +43,9 @@ pub struct InitContext {
     pub leader_elected: bool,
     /// How many keys the controller's main queue syncs at once (its `--concurrent-*` flag, at least 1).
     pub workers: usize,
+    /// The controller's own check on `/readyz`: set a reason while it cannot serve (a missing CRD, say),
+    /// clear it once it can. The replica stays alive: not ready is not broken.
+    pub readiness: ControllerHealth,
 }
 
 /// A workqueue key: an object's name, one allocation shared by the queue's FIFO, its dirty set and its

@@ -344,6 +344,7 @@ impl Manager {
             node_name: own_node_name(&self.client).await,
             leader_elected: flags.leader_elect,
             workers: 1,
+            readiness: ControllerHealth::default(),
         };
         let mut initialized: Initialized = Vec::new();
         for d in self.controllers.descriptors() {
@@ -360,8 +361,10 @@ impl Manager {
             }
             let ctx = InitContext {
                 workers: d.workers(),
+                readiness: ControllerHealth::default(),
                 ..ctx.clone()
             };
+            self.health.add_readiness(d.name, ctx.readiness.clone());
             match d.init(&ctx).map_err(|source| RunError::Init {
                 name: d.name,
                 source,

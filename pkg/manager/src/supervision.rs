@@ -129,6 +129,11 @@ impl ControllerHealth {
     pub fn set_broken(&self, reason: String) {
         *self.broken.lock() = Some(reason);
     }
+
+    /// Clears the reason: the check passes again (for readiness, which comes and goes).
+    pub fn clear(&self) {
+        *self.broken.lock() = None;
+    }
 }
 
 /// What a controller's worker loop reports its state to, built by the manager for each controller.

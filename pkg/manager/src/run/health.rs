@@ -9,6 +9,7 @@ use prometheus::Registry;
 use crate::health::HealthChecks;
 use crate::http::Endpoints;
 use crate::leader::LeaderGuard;
+use crate::supervision::ControllerHealth;
 
 /// The health checks served and the two facts readiness waits for: a standby is ready once it has
 /// reached the API server; the leader once its cache has synced.
@@ -61,6 +62,12 @@ impl Health {
             }),
         );
         health
+    }
+
+    /// A controller's own readiness check, by its name, on `/readyz` (replacing the last term's).
+    pub(super) fn add_readiness(&self, controller: &str, readiness: ControllerHealth) {
+        self.readyz
+            .add(controller, Arc::new(move || readiness.check()));
     }
 
     /// What the listeners serve.
