@@ -40,6 +40,9 @@ cleanup() {
 trap cleanup EXIT
 # The e2e tests beside real flannel agents run flanneld; build it now so a cold cache fails here, clearly.
 bash hack/controlplane.sh bin flanneld >/dev/null
+# flannel's CNI plugin and the DaemonSet's installer (hack/image.sh flanneld packs them), the same way.
+bash hack/flannel.sh bin flannel-cni >/dev/null
+(cd hack/tools/flannel-install && go test ./... >/dev/null)
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
