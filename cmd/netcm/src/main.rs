@@ -25,6 +25,9 @@ struct Cli {
     controllers: controllers::ControllerFlags,
 }
 
+/// How long the error exit waits for queued log lines before its own last line.
+const LAST_LINES_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Exit code for bad flags, as clap and KCM use.
 const EXIT_USAGE: u8 = 2;
 
@@ -51,7 +54,7 @@ fn main() -> ExitCode {
         return usage_error(&e);
     }
     // Kept until exit: dropping it writes the lines still queued, for a bounded time.
-    let _logs = netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
+    let logs = netcm_manager::logging::init(cli.generic.log_format, cli.generic.verbosity);
     for warning in controllers::deprecation_warnings(&cli.controllers) {
         tracing::warn!("{warning}");
     }
@@ -85,6 +88,8 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             tracing::error!(error = %e, "netcm failed");
+            // The log lines go through the writer thread; the summary line goes last, after them.
+            logs.flush(LAST_LINES_FLUSH);
             write_stderr_line(&format!("error: {e}"));
             ExitCode::FAILURE
         }
