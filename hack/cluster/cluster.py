@@ -68,6 +68,7 @@ class Node:
         self.ipv4 = f"198.19.254.{10 + x}"
         self.ipv6 = f"fd00:198:19:254::{10 + x}"
         self.s = f"{STATE}/nodes/{self.name}"
+        self.mac = f"0a:58:c6:13:{x // 256:02x}:{x % 256:02x}"
 
     @staticmethod
     def named(name):
@@ -166,7 +167,9 @@ def add_node(node):
     os.makedirs(s, exist_ok=True)
     m.record(f"netns {n}")
     sh("ip", "netns", "add", n)
-    sh("ip", "link", "add", f"{n}h", "type", "veth", "peer", "name", "eth0", "netns", n)
+    # A MAC of the node's number: a node re-created under its name is the same neighbour to its peers,
+    # whose ARP/NDP caches would otherwise point at the gone veth for seconds.
+    sh("ip", "link", "add", f"{n}h", "type", "veth", "peer", "name", "eth0", "netns", n, "address", node.mac)
     sh("ip", "link", "set", f"{n}h", "master", BRIDGE, "up")
     for args in (["link", "set", "lo", "up"], ["addr", "add", f"{node.ipv4}/24", "dev", "eth0"],
                  ["-6", "addr", "add", f"{node.ipv6}/64", "dev", "eth0", "nodad"], ["link", "set", "eth0", "up"],
@@ -398,7 +401,10 @@ def main(argv):
         cmd_load(argv[2], argv[3])
     elif cmd == "add-node":
         with m.Lock():
-            node = Node(max([n.x for n in nodes()] + [0]) + 1)
+            # A number never used by this cluster: a Node re-created under a gone one's name would inherit
+            # the pods the DaemonSet controller bound to the old one before it was deleted.
+            used = [Node.named(d).x for d in os.listdir(f"{STATE}/nodes") if d.startswith("ncm-n")]
+            node = Node(max(used + [0]) + 1)
             add_node(node)
             wait(f"the Node {node.name}", 120, lambda: kubectl("get", "node", node.name))
         print(f"NODE={node.name}")
