@@ -40,9 +40,9 @@ cleanup() {
 trap cleanup EXIT
 # The e2e tests beside real flannel agents run flanneld; build it now so a cold cache fails here, clearly.
 bash hack/controlplane.sh bin flanneld >/dev/null
-# flannel's CNI plugin and the DaemonSet's installer (hack/image.sh flanneld packs them), the same way.
+# flannel's CNI plugin the same way; the Go unit tests of the DaemonSet's installer and the probe pods.
 bash hack/flannel.sh bin flannel-cni >/dev/null
-(cd hack/tools/flannel-install && go test ./... >/dev/null)
+for t in flannel-install probe; do (cd "hack/tools/$t" && go test ./... >/dev/null); done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -7,6 +7,10 @@
 //	probe ping ADDR                 one ICMP echo; exit 0 on a reply within 2 s
 //	probe get HOST:PORT             HTTP GET /; prints the body; exit 0 on 200
 //	probe stream ADDR COUNT MS      COUNT echoes every MS milliseconds; prints "sent N received M"
+//	probe sink [PORT]               TCP on [::]:PORT (default 5201): reads and discards, for `blast`
+//	probe blast HOST:PORT SECONDS   sends to a sink for SECONDS; prints "mbit_per_s X"
+//	probe rtt HOST:PORT COUNT       COUNT HTTP GETs on one kept-alive connection to `serve`; prints
+//	                                "rtt_us min=A median=B max=C" (hack/bench-pod-network.sh reads both)
 package main
 
 import (
@@ -16,13 +20,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"time"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: probe serve|ping|get|stream ...")
+		fail("usage: probe serve|ping|get|stream|sink|blast|rtt ...")
 	}
 	switch args := os.Args[2:]; os.Args[1] {
 	case "serve":
@@ -43,6 +48,18 @@ func main() {
 	case "stream":
 		need(args, 3)
 		stream(args[0], args[1], args[2])
+	case "sink":
+		port := "5201"
+		if len(args) > 0 {
+			port = args[0]
+		}
+		sink(port)
+	case "blast":
+		need(args, 2)
+		blast(args[0], args[1])
+	case "rtt":
+		need(args, 2)
+		rtt(args[0], args[1])
 	default:
 		fail("unknown command " + os.Args[1])
 	}
@@ -164,4 +181,78 @@ func checksum(b []byte) uint16 {
 		sum = sum>>16 + sum&0xffff
 	}
 	return ^uint16(sum)
+}
+
+func sink(port string) {
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		fail(err.Error())
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			fail(err.Error())
+		}
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+func blast(hostport, seconds string) {
+	secs, err := strconv.Atoi(seconds)
+	if err != nil {
+		fail("SECONDS is an integer")
+	}
+	c, err := net.DialTimeout("tcp", hostport, 3*time.Second)
+	if err != nil {
+		fail(err.Error())
+	}
+	defer c.Close()
+	buf := make([]byte, 128<<10)
+	var sent int64
+	start := time.Now()
+	end := start.Add(time.Duration(secs) * time.Second)
+	for time.Now().Before(end) {
+		n, err := c.Write(buf)
+		sent += int64(n)
+		if err != nil {
+			fail(err.Error())
+		}
+	}
+	fmt.Printf("mbit_per_s %.0f\n", MbitPerSecond(sent, time.Since(start)))
+}
+
+// MbitPerSecond is the rate of sending bytes in elapsed.
+func MbitPerSecond(bytes int64, elapsed time.Duration) float64 {
+	return float64(bytes) * 8 / 1e6 / elapsed.Seconds()
+}
+
+func rtt(hostport, count string) {
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		fail("COUNT is a positive integer")
+	}
+	// One connection for every request: the round trip, not the handshake.
+	client := http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	samples := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		resp, err := client.Get("http://" + hostport + "/")
+		if err != nil {
+			fail(err.Error())
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		samples = append(samples, time.Since(start))
+	}
+	min, median, max := Summary(samples)
+	fmt.Printf("rtt_us min=%d median=%d max=%d\n", min.Microseconds(), median.Microseconds(), max.Microseconds())
+}
+
+// Summary is the minimum, median and maximum of samples (not empty); it sorts them.
+func Summary(samples []time.Duration) (min, median, max time.Duration) {
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	return samples[0], samples[len(samples)/2], samples[len(samples)-1]
 }
