@@ -8,6 +8,10 @@
 #                               `helm upgrade --install` of charts/netcm into kube-system (HELM ARGS are
 #                               added, e.g. --set logging.format=json); then follows the leader's log
 #                               (Ctrl-C stops following; netcm keeps running: hack/node.sh down stops all)
+#   NODES=3 hack/local-up.sh    a pod network on netcm alone: the multi-node cluster of hack/cluster.sh
+#                               (NODES nodes, each a network namespace with kubelet, containerd, kube-proxy),
+#                               netcm's chart installed as README's "netcm as the source of your pod
+#                               network" says, and a probe pod on every node (hack/cluster.sh down stops all)
 #
 # The route-controller is left off here: it programs kernel routes and needs NET_ADMIN on a gateway host
 # (see README); the e2e suite runs it inside network namespaces and, as a DaemonSet, on the real node.
@@ -16,6 +20,57 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 bash hack/install-prereqs.sh >/dev/null
+
+if [ -n "${NODES:-}" ]; then
+  cluster_line=$(NODES=$NODES bash hack/cluster.sh up | tail -1)
+  export KUBECONFIG=${cluster_line#KUBECONFIG=}
+  eval "$(bash hack/cluster.sh env | grep -E '^(CLUSTER_CIDR|SERVICE_CIDR)=')"
+  kubectl=$(bash hack/controlplane.sh bin kubectl)
+  helm=$(bash hack/verify-chart.sh helm)
+  built=$(bash hack/image.sh build)
+  image=$(sed -n 's/^IMAGE=//p' <<<"$built")
+  bash hack/cluster.sh load "$(sed -n 's/^TAR=//p' <<<"$built")" "$image"
+  probe=$(bash hack/image.sh probe)
+  probe_image=$(sed -n 's/^IMAGE=//p' <<<"$probe")
+  bash hack/cluster.sh load "$(sed -n 's/^TAR=//p' <<<"$probe")" "$probe_image"
+  echo "the Nodes before netcm (no pod CIDRs, no CNI config: NotReady):"
+  "$kubectl" get nodes -o wide
+  "$helm" upgrade --install netcm charts/netcm -n kube-system --wait --timeout 180s \
+    --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
+    --set hostNetwork=true --set daemonSet.enabled=true \
+    --set allocator.clusterCIDR="${CLUSTER_CIDR/,/\\,}" \
+    --set allocator.nodeCIDRMaskSizeIPv4=24 --set allocator.nodeCIDRMaskSizeIPv6=64 \
+    --set allocator.serviceClusterIPRange="$SERVICE_CIDR" "$@"
+  "$kubectl" wait --for=condition=Ready --timeout=120s nodes --all
+  cat <<YAML | "$kubectl" apply -f - >/dev/null
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: probe, namespace: default}
+spec:
+  selector: {matchLabels: {app: probe}}
+  template:
+    metadata: {labels: {app: probe}}
+    spec:
+      containers: [{name: probe, image: $probe_image, imagePullPolicy: Never, args: [serve, "8080"]}]
+YAML
+  "$kubectl" rollout status --timeout=120s daemonset/probe
+  "$kubectl" get nodes -o custom-columns=NAME:.metadata.name,READY:.status.conditions[-1].status,POD-CIDRS:.spec.podCIDRs
+  "$kubectl" get pods -A -o wide
+  cat <<INFO
+
+A pod network on netcm alone. In another terminal:
+
+  export KUBECONFIG=$KUBECONFIG
+  alias kubectl=$kubectl helm=$helm
+  nsenter --net=/run/netns/ncm-n1 ip route show proto 199      # netcm's routes to the other nodes
+  kubectl exec ds/probe -- /probe ping <a pod IP on another node>
+  kubectl exec ds/probe -- /probe get <pod IP>:8080
+  hack/cluster.sh add-node                                    # one more node; it joins the network
+
+'hack/cluster.sh down' stops the cluster and restores the machine.
+INFO
+  exit 0
+fi
 
 if [ "${1:-}" = --chart ]; then
   shift

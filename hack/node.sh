@@ -492,7 +492,8 @@ leftover_pids() {
 pod_pids() {
   [ -f "$NODE_RUN/cgroups.before" ] || return 0
   local cg
-  for cg in $(find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d | sort | comm -13 "$NODE_RUN/cgroups.before" -); do
+  # Not the cgroup roots of hack/cluster.sh's nodes (/ncm-n*), which may run beside this node.
+  for cg in $(find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d ! -name 'ncm-n*' | sort | comm -13 "$NODE_RUN/cgroups.before" -); do
     find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null
   done | sort -u
 }
@@ -617,7 +618,7 @@ cmd_down() {
   # Cgroups kubelet and the runtime made (kubepods…), deepest first.
   if [ -f "$NODE_RUN/cgroups.before" ]; then
     local cg
-    for cg in $(find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d | sort); do
+    for cg in $(find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d ! -name 'ncm-n*' | sort); do
       grep -qxF "$cg" "$NODE_RUN/cgroups.before" && continue
       find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done

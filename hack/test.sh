@@ -2,7 +2,8 @@
 # The one test command (CI runs exactly this): installs what it needs on a fresh machine, then
 # cargo fmt --check, clippy -D warnings, unit tests, the chart checks and the e2e suite against a real
 # kube-apiserver + etcd started by hack/controlplane.sh, and netcm's chart on the real node of
-# hack/node.sh (one per machine: a node another checkout holds fails this run). A missing prerequisite is
+# hack/node.sh (one per machine: a node another checkout holds fails this run), and a pod network on netcm
+# alone in the multi-node cluster of hack/cluster.sh. A missing prerequisite is
 # an error, never a skip. Each step's time is printed at the end.
 #
 #   hack/test.sh     (NETCM_KEEP_CONTROLPLANE=1 keeps the control plane and the node running afterwards)
@@ -33,6 +34,7 @@ cleanup() {
   # The times, even when a step failed.
   [ -z "$step_name" ] || report >&2
   if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
+    bash hack/cluster.sh down >&2 || true
     bash hack/node.sh down >&2 || true
     bash hack/controlplane.sh down >/dev/null 2>&1 || true
   fi
@@ -74,13 +76,20 @@ export NETCM_E2E_IMAGE NETCM_E2E_IMAGE_TAR
 NETCM_E2E_IMAGE=$(sed -n 's/^IMAGE=//p' <<<"$image_lines")
 NETCM_E2E_IMAGE_TAR=$(sed -n 's/^TAR=//p' <<<"$image_lines")
 
+step "multi-node cluster: a dual-stack pod network on netcm alone (hack/cluster.sh, e2e/tests/pod_network.rs)"
+python3 -m unittest discover -s hack/cluster
+# The test boots its own cluster from zero (down, then up): nodes without pod CIDRs, then helm install.
+cargo test --locked -p netcm-e2e --test pod_network -- --test-threads=1
+[ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
+
 step "real node: kubelet, containerd, kube-proxy, scheduler, controller-manager (hack/node.sh up)"
 node_line=$(bash hack/node.sh up | tail -1)
 export NETCM_E2E_NODE_KUBECONFIG=${node_line#KUBECONFIG=}
 
 step "e2e tests (real kube-apiserver + etcd; the chart on the real node)"
 cargo build --locked -p netcm
-cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1
+# pod_network ran in the multi-node step (it needs no real node and no shared control plane).
+cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip netcm_alone_brings_up
 
 step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 and every fault kind by hand)"
 # A fixed seed (2611 landed writes after their term over a delayed path until the fence bounded a
