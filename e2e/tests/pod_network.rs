@@ -223,21 +223,12 @@ async fn netcm_alone_brings_up_a_dual_stack_pod_network_that_survives_node_churn
         .await;
     let cidrs = wait_for_pod_network(&cluster, &names).await;
     eprintln!("helm install to every Node Ready: {:?}", started.elapsed());
-    for node in &names {
-        let confs = std::fs::read_dir(
-            cluster
-                .nodes()
-                .iter()
-                .find(|n| &n.name == node)
-                .unwrap()
-                .state_dir
-                .join("cni/net.d"),
-        )
-        .unwrap()
-        .count();
+    for node in cluster.nodes() {
+        let confs = std::fs::read_dir(node.state_dir.join("cni/net.d")).map_or(0, |d| d.count());
         assert_eq!(
             confs, 1,
-            "{node} has no CNI config rendered from its pod CIDRs"
+            "{} has no CNI config rendered from its pod CIDRs",
+            node.name
         );
     }
 
@@ -280,7 +271,7 @@ async fn netcm_alone_brings_up_a_dual_stack_pod_network_that_survives_node_churn
     leader_loss_drops_no_packet(&cluster, &pods).await;
 
     // Delete a Node: its routes leave every other node; nothing else moves.
-    let gone = names.last().unwrap().clone();
+    let gone = names[NODES - 1].clone();
     let stay: Vec<String> = names.iter().filter(|n| **n != gone).cloned().collect();
     let addrs = addresses(&cluster);
     let mut before = BTreeMap::new();
@@ -333,7 +324,7 @@ async fn netcm_alone_brings_up_a_dual_stack_pod_network_that_survives_node_churn
         eprintln!(
             "$ kubectl {}\n{}",
             line.join(" "),
-            cluster.kubectl(&line).await
+            cluster.kubectl(line).await
         );
     }
 }
