@@ -257,7 +257,9 @@ def stop_node(node, delete_node):
 def wait_tasks_gone(node, seconds):
     deadline = time.time() + seconds
     while time.time() < deadline:
-        if not sh("ctr", "--address", node.sock, "-n", "k8s.io", "tasks", "ls", "-q", check=False):
+        # Stopped tasks stay listed until kubelet removes their containers; only running ones matter.
+        tasks = sh("ctr", "--address", node.sock, "-n", "k8s.io", "tasks", "ls", check=False).splitlines()[1:]
+        if not any(t.split()[-1] != "STOPPED" for t in tasks if t.split()):
             return
         time.sleep(0.3)
 
