@@ -340,8 +340,13 @@ def down():
         for n in live:
             if os.path.exists(n.sock):
                 wait_tasks_gone(n, 10)
+    failed = []
     for n in live:
-        stop_node(n, delete_node=False)
+        # One node that will not go must not keep the others, or the machine-wide undo, from happening.
+        try:
+            stop_node(n, delete_node=False)
+        except RuntimeError as e:
+            failed.append(f"{n.name}: {e}")
     try:
         controlplane("down")
     except RuntimeError as e:
@@ -356,9 +361,18 @@ def down():
                 pass
             while try_sh("ip6tables", "-D", *FORWARD_RULE):
                 pass
+        elif r[0] == "dir" and r[1] == "/run/netns":
+            # Other programs' namespaces may live there by now: only an empty dir goes.
+            try:
+                os.rmdir(r[1])
+            except OSError:
+                pass
         elif r[0] == "dir" and os.path.exists(r[1]):
             m.unmount_under(r[1])
             shutil.rmtree(r[1], ignore_errors=True)
+    if failed:
+        # The record stays, so the next `down` retries what is left.
+        raise RuntimeError("could not stop every node (run down again): " + "; ".join(failed))
     try:
         os.remove(f"{m.RUN}/record")
     except FileNotFoundError:
