@@ -26,7 +26,8 @@ use futures::StreamExt;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
@@ -103,6 +104,10 @@ pub(crate) struct ClusterCidrs {
     pub(crate) changed: Notify,
     /// False once a status write found no status subresource (node-ipam-controller's CRD).
     status_supported: AtomicBool,
+    /// False once a status write came back without its conditions: the installed CRD predates them and
+    /// prunes them (Helm never upgrades `crds/`). Written on, they would differ from what is read back
+    /// every pass and be written every second.
+    conditions_supported: AtomicBool,
     /// What the last pass saw, so the next one skips what did not change.
     seen: Mutex<Seen>,
 }
@@ -115,12 +120,14 @@ impl ClusterCidrs {
             store: Mutex::new(Store::default()),
             changed: Notify::new(),
             status_supported: AtomicBool::new(true),
+            conditions_supported: AtomicBool::new(true),
             seen: Mutex::new(Seen::default()),
         }
     }
 
-    fn put(&self, obj: &DynamicObject) {
-        lock(&self.store).put(obj);
+    /// Puts what a write returned ([`Store::put_written`]).
+    fn put_written(&self, obj: &DynamicObject) {
+        lock(&self.store).put_written(obj);
     }
 }
 
@@ -172,7 +179,7 @@ impl ClusterCidrs {
                     missing_logged = false;
                     listed.send_replace(true);
                 }
-                Ok(Event::Apply(obj)) => self.put(&obj),
+                Ok(Event::Apply(obj)) => lock(&self.store).put(&obj),
                 Ok(Event::Delete(obj)) => {
                     lock(&self.store).remove(obj.metadata.name.as_deref().unwrap_or_default());
                 }
@@ -333,8 +340,14 @@ impl Allocator {
             }
         }
         if cc.status_supported.load(Ordering::Relaxed) {
-            let status =
-                convert::status(rep, waiting.get(name).copied().unwrap_or(0), obj.generation);
+            let status = convert::status(
+                rep,
+                waiting.get(name).copied().unwrap_or(0),
+                obj.generation,
+                obj.status.as_ref(),
+                &Time(Timestamp::now()),
+                cc.conditions_supported.load(Ordering::Relaxed),
+            );
             if obj.status.as_ref() != Some(&status) {
                 return self.write_status(cc, name, status).await;
             }
@@ -391,7 +404,7 @@ impl Allocator {
             .await
         {
             Ok(updated) => {
-                cc.put(&updated);
+                cc.put_written(&updated);
                 true
             }
             Err(e) => {
@@ -406,14 +419,19 @@ impl Allocator {
         if self.guard.ensure_leader().is_err() {
             return false;
         }
-        let patch = json!({ "status": status });
+        let patch = json!({ "status": &status });
         match cc
             .api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(updated) => {
-                cc.put(&updated);
+                if convert::conditions_pruned(&status, &updated)
+                    && cc.conditions_supported.swap(false, Ordering::Relaxed)
+                {
+                    tracing::warn!(controller = NAME, "the installed ClusterCIDR CRD prunes status.conditions (it predates them): writing the status without conditions, so `kubectl wait --for=condition=Ready` and GitOps health checks cannot read it; update the CRD (kubectl apply --server-side -f charts/netcm/crds/clustercidrs.yaml) and restart netcm");
+                }
+                cc.put_written(&updated);
                 true
             }
             // 404 from the status subresource of an object that exists: the CRD has none.

@@ -3,6 +3,7 @@
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{NodeSelector as K8sSelector, NodeSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use netcm_ipam::{NodeSelector, ObjectPool, PoolReport, PoolSpec, PoolState, Requirement, Term};
 use serde_json::{json, Value};
@@ -96,25 +97,155 @@ fn selector(ns: &K8sSelector) -> Result<NodeSelector, String> {
     Ok(NodeSelector::Terms(terms))
 }
 
-/// The status netcm writes for a pool: phase, why it is refused, the selector in short, and counts.
-pub(crate) fn status(report: &PoolReport, waiting: usize, generation: Option<i64>) -> Value {
-    let message = match &report.state {
-        PoolState::Refused(r) => r.to_string(),
-        PoolState::Draining => format!(
-            "deleted; the finalizer stays until no Node holds a CIDR from this pool ({} do)",
-            report.holders
-        ),
-        PoolState::Active => String::new(),
-    };
-    json!({
+/// The status netcm writes for a pool: phase, why it is refused, the selector in short, counts, and
+/// the KEP-1623 conditions GitOps tools read ([`conditions`]). `previous` is the object's status as
+/// read, so a condition whose status did not change keeps its `lastTransitionTime`; `now` is the time
+/// of a transition. Without `with_conditions` (a CRD that prunes them) none are written.
+pub(crate) fn status(
+    report: &PoolReport,
+    waiting: usize,
+    generation: Option<i64>,
+    previous: Option<&Value>,
+    now: &Time,
+    with_conditions: bool,
+) -> Value {
+    let message = message(report);
+    let generation = generation.unwrap_or(1);
+    let mut status = json!({
         "phase": report.state.phase(),
         "message": message,
         "selector": report.selector,
         "allocated": report.holders,
         "capacity": report.capacity,
         "waiting": waiting,
-        "observedGeneration": generation.unwrap_or(1),
-    })
+        "observedGeneration": generation,
+    });
+    if with_conditions {
+        status["conditions"] = conditions(&report.state, &message, generation, previous, now);
+    }
+    status
+}
+
+/// What `status.message` says: why the pool is refused, or what holds a deleted one.
+fn message(report: &PoolReport) -> String {
+    match &report.state {
+        PoolState::Refused(r) => r.to_string(),
+        PoolState::Draining => format!(
+            "deleted; the finalizer stays until no Node holds a CIDR from this pool ({} do)",
+            report.holders
+        ),
+        PoolState::Active => String::new(),
+    }
+}
+
+/// Condition types netcm writes, in the order written.
+pub(crate) const READY: &str = "Ready";
+/// True while the pool is refused.
+pub(crate) const REFUSED: &str = "Refused";
+/// True while the pool is deleted and held by its finalizer.
+pub(crate) const DRAINING: &str = "Draining";
+/// kstatus's abnormal-true condition: present (True) only while the pool is refused, which nothing but
+/// a change to the pools (or the Nodes) undoes; kstatus then reads the pool as Failed, not InProgress.
+pub(crate) const STALLED: &str = "Stalled";
+
+/// The conditions of a pool in `state` (KEP-1623, `metav1.Condition`):
+///
+/// | state | Ready | Refused | Draining | Stalled |
+/// |---|---|---|---|---|
+/// | Active | True `Allocating` | False `Accepted` | False `NotDeleted` | — |
+/// | Refused | False, the refusal's reason | True, the reason | False `NotDeleted` | True, the reason |
+/// | Draining | False `Draining` | False `Deleted` | True `Deleted` | — |
+///
+/// Each condition's `lastTransitionTime` is the one in `previous` while its status stays, else `now`.
+pub(crate) fn conditions(
+    state: &PoolState,
+    message: &str,
+    generation: i64,
+    previous: Option<&Value>,
+    now: &Time,
+) -> Value {
+    let (ready, refused, draining, stalled) = match state {
+        PoolState::Active => (
+            ("True", "Allocating", "the pool gives pod CIDRs to the Nodes it selects"),
+            (
+                "False",
+                "Accepted",
+                "the spec is valid; its ranges overlap no other pool's, the service range or a Node's CIDR",
+            ),
+            ("False", "NotDeleted", "the pool is not deleted"),
+            None,
+        ),
+        PoolState::Refused(r) => (
+            ("False", r.reason(), message),
+            ("True", r.reason(), message),
+            ("False", "NotDeleted", "the pool is not deleted"),
+            Some(("True", r.reason(), message)),
+        ),
+        PoolState::Draining => (
+            ("False", "Draining", message),
+            ("False", "Deleted", "a deleted pool gives out nothing new and is not checked again"),
+            ("True", "Deleted", message),
+            None,
+        ),
+    };
+    let list = [
+        Some((READY, ready)),
+        Some((REFUSED, refused)),
+        Some((DRAINING, draining)),
+        stalled.map(|s| (STALLED, s)),
+    ];
+    Value::Array(
+        list.into_iter()
+            .flatten()
+            .map(|(type_, (status, reason, message))| {
+                json!({
+                    "type": type_,
+                    "status": status,
+                    "reason": reason,
+                    "message": bounded(message),
+                    "lastTransitionTime": transition_time(previous, type_, status, now),
+                    "observedGeneration": generation,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Whether the API server dropped the conditions of `written` (a status) from `returned` (the object
+/// the write returned): the installed CRD has no `conditions` in its status schema and prunes them.
+pub(crate) fn conditions_pruned(written: &Value, returned: &DynamicObject) -> bool {
+    written.get("conditions").is_some()
+        && returned
+            .data
+            .get("status")
+            .is_none_or(|s| s.get("conditions").is_none())
+}
+
+/// `metav1.Condition`'s limit on `message`, in bytes: a longer one would fail the whole status write.
+const MAX_MESSAGE: usize = 32768;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes, at a character boundary.
+fn bounded(message: &str) -> &str {
+    let mut end = message.len().min(MAX_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
+/// The `lastTransitionTime` of condition `type_` with `status`: kept from `previous` if it had the
+/// same status there (verbatim, so an unchanged status compares equal and is not written again),
+/// else `now`.
+fn transition_time(previous: Option<&Value>, type_: &str, status: &str, now: &Time) -> Value {
+    previous
+        .and_then(|p| p["conditions"].as_array())
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .filter(|c| c["status"] == status)
+        .map(|c| c["lastTransitionTime"].clone())
+        .filter(Value::is_string)
+        .unwrap_or_else(|| json!(now))
 }
 
 #[cfg(test)]
@@ -134,6 +265,351 @@ mod tests {
             "spec": {"perNodeHostBits": 8, "ipv4": "10.71.0.0/16"},
         }))
         .unwrap()
+    }
+
+    fn report(state: PoolState, holders: usize) -> PoolReport {
+        PoolReport {
+            name: "p".into(),
+            is_object: true,
+            state,
+            ranges: vec!["10.71.0.0/16".parse().unwrap()],
+            node_masks: vec![24],
+            selector: "pool=p".into(),
+            holders,
+            capacity: 256,
+        }
+    }
+
+    fn overlap() -> PoolState {
+        PoolState::Refused(netcm_ipam::Refusal::PoolOverlap {
+            range: "10.71.128.0/17".parse().unwrap(),
+            pool: "a".into(),
+            other: "10.71.0.0/16".parse().unwrap(),
+        })
+    }
+
+    fn at(t: &str) -> Time {
+        Time(t.parse().unwrap())
+    }
+
+    const T1: &str = "2026-11-25T21:00:00Z";
+    const T2: &str = "2026-11-25T22:00:00Z";
+
+    /// (type, status, reason) of every condition, in order.
+    fn summary(status: &Value) -> Vec<(String, String, String)> {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap().to_string();
+                (s("type"), s("status"), s("reason"))
+            })
+            .collect()
+    }
+
+    fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == type_)
+            .unwrap()
+    }
+
+    fn owned(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+        v.iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_active_pool_is_ready_and_neither_refused_nor_draining_nor_stalled() {
+        let s = status(
+            &report(PoolState::Active, 3),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            true,
+        );
+        assert_eq!(
+            summary(&s),
+            owned(&[
+                ("Ready", "True", "Allocating"),
+                ("Refused", "False", "Accepted"),
+                ("Draining", "False", "NotDeleted"),
+            ])
+        );
+        assert_eq!(s["phase"], "Active");
+        assert_eq!(s["allocated"], 3);
+    }
+
+    #[test]
+    fn a_refused_pool_is_not_ready_refused_and_stalled_with_the_refusals_reason_and_text() {
+        let s = status(&report(overlap(), 0), 0, Some(1), None, &at(T1), true);
+        assert_eq!(
+            summary(&s),
+            owned(&[
+                ("Ready", "False", "ClusterCIDROverlap"),
+                ("Refused", "True", "ClusterCIDROverlap"),
+                ("Draining", "False", "NotDeleted"),
+                ("Stalled", "True", "ClusterCIDROverlap"),
+            ])
+        );
+        assert_eq!(s["phase"], "Refused");
+        let text = "10.71.128.0/17 overlaps 10.71.0.0/16 of pool a; pools must use the same range or disjoint ones";
+        assert_eq!(s["message"], text);
+        assert_eq!(condition(&s, "Ready")["message"], text);
+        assert_eq!(condition(&s, "Stalled")["message"], text);
+    }
+
+    #[test]
+    fn a_modified_or_invalid_pool_is_not_ready_with_its_own_reason() {
+        let modified = status(
+            &report(PoolState::Refused(netcm_ipam::Refusal::Modified), 0),
+            0,
+            Some(2),
+            None,
+            &at(T1),
+            true,
+        );
+        assert_eq!(
+            condition(&modified, "Ready")["reason"],
+            "ClusterCIDRModified"
+        );
+        assert_eq!(condition(&modified, "Ready")["observedGeneration"], 2);
+        let invalid = status(
+            &report(
+                PoolState::Refused(netcm_ipam::Refusal::Invalid("no range".into())),
+                0,
+            ),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            true,
+        );
+        assert_eq!(
+            condition(&invalid, "Stalled")["reason"],
+            "InvalidClusterCIDR"
+        );
+    }
+
+    #[test]
+    fn a_draining_pool_is_not_ready_for_reason_draining_and_says_how_many_nodes_hold_it() {
+        let s = status(
+            &report(PoolState::Draining, 2),
+            0,
+            Some(2),
+            None,
+            &at(T1),
+            true,
+        );
+        assert_eq!(
+            summary(&s),
+            owned(&[
+                ("Ready", "False", "Draining"),
+                ("Refused", "False", "Deleted"),
+                ("Draining", "True", "Deleted"),
+            ])
+        );
+        assert!(condition(&s, "Draining")["message"]
+            .as_str()
+            .unwrap()
+            .contains("(2 do)"));
+    }
+
+    #[test]
+    fn every_condition_carries_the_generation_it_was_computed_for_and_the_shape_of_metav1_condition(
+    ) {
+        let s = status(
+            &report(PoolState::Active, 0),
+            0,
+            Some(7),
+            None,
+            &at(T1),
+            true,
+        );
+        for c in s["conditions"].as_array().unwrap() {
+            assert_eq!(c["observedGeneration"], 7);
+            assert_eq!(c["lastTransitionTime"], T1);
+            let parsed: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition =
+                serde_json::from_value(c.clone()).unwrap();
+            assert!(!parsed.reason.is_empty() && !parsed.message.is_empty());
+        }
+        assert_eq!(s["observedGeneration"], 7);
+    }
+
+    #[test]
+    fn an_unchanged_status_keeps_its_transition_times_so_the_next_pass_writes_nothing() {
+        let first = status(
+            &report(PoolState::Active, 1),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            true,
+        );
+        let again = status(
+            &report(PoolState::Active, 1),
+            0,
+            Some(1),
+            Some(&first),
+            &at(T2),
+            true,
+        );
+        assert_eq!(again, first);
+    }
+
+    #[test]
+    fn a_count_that_moves_changes_no_transition_time() {
+        let first = status(
+            &report(PoolState::Active, 1),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            true,
+        );
+        let later = status(
+            &report(PoolState::Active, 5),
+            2,
+            Some(1),
+            Some(&first),
+            &at(T2),
+            true,
+        );
+        assert_ne!(later, first);
+        assert_eq!(later["conditions"], first["conditions"]);
+    }
+
+    #[test]
+    fn only_the_conditions_whose_status_changes_get_a_new_transition_time() {
+        let refused = status(&report(overlap(), 0), 0, Some(1), None, &at(T1), true);
+        let active = status(
+            &report(PoolState::Active, 0),
+            0,
+            Some(1),
+            Some(&refused),
+            &at(T2),
+            true,
+        );
+        assert_eq!(condition(&active, "Ready")["lastTransitionTime"], T2);
+        assert_eq!(condition(&active, "Refused")["lastTransitionTime"], T2);
+        assert_eq!(condition(&active, "Draining")["lastTransitionTime"], T1);
+        // Stalled is abnormal-true: gone, not False, once the pool is no longer refused.
+        assert!(active["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "Stalled"));
+    }
+
+    #[test]
+    fn a_reason_that_changes_while_the_status_stays_keeps_the_transition_time() {
+        let refused = status(&report(overlap(), 0), 0, Some(1), None, &at(T1), true);
+        let draining = status(
+            &report(PoolState::Draining, 1),
+            0,
+            Some(2),
+            Some(&refused),
+            &at(T2),
+            true,
+        );
+        let ready = condition(&draining, "Ready");
+        assert_eq!(ready["reason"], "Draining");
+        assert_eq!(ready["lastTransitionTime"], T1);
+        assert_eq!(condition(&draining, "Draining")["lastTransitionTime"], T2);
+    }
+
+    #[test]
+    fn a_previous_condition_without_a_usable_time_gets_now() {
+        let previous = json!({"conditions": [
+            {"type": "Ready", "status": "True", "reason": "Allocating", "message": ""}
+        ]});
+        let s = status(
+            &report(PoolState::Active, 0),
+            0,
+            Some(1),
+            Some(&previous),
+            &at(T2),
+            true,
+        );
+        assert_eq!(condition(&s, "Ready")["lastTransitionTime"], T2);
+    }
+
+    #[test]
+    fn without_conditions_the_status_is_the_one_written_before_conditions_existed() {
+        let s = status(
+            &report(PoolState::Active, 3),
+            1,
+            Some(1),
+            None,
+            &at(T1),
+            false,
+        );
+        assert_eq!(
+            s,
+            json!({
+                "phase": "Active",
+                "message": "",
+                "selector": "pool=p",
+                "allocated": 3,
+                "capacity": 256,
+                "waiting": 1,
+                "observedGeneration": 1,
+            })
+        );
+    }
+
+    #[test]
+    fn a_message_longer_than_a_condition_may_hold_is_cut_at_a_character_boundary() {
+        let long = format!("é{}", "x".repeat(40_000));
+        let s = status(
+            &report(
+                PoolState::Refused(netcm_ipam::Refusal::Invalid(long.clone())),
+                0,
+            ),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            true,
+        );
+        let m = condition(&s, "Ready")["message"].as_str().unwrap();
+        assert!(m.len() <= 32768 && m.len() > 32000, "{}", m.len());
+        assert!(m.starts_with("invalid ClusterCIDR: é"));
+        assert_eq!(bounded("ok"), "ok");
+    }
+
+    #[test]
+    fn conditions_missing_from_what_the_write_returned_were_pruned_by_an_older_crd() {
+        let written = status(
+            &report(PoolState::Active, 0),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            true,
+        );
+        let mut returned = object(1, false);
+        returned.data["status"] = written.clone();
+        assert!(!conditions_pruned(&written, &returned));
+        returned.data["status"]
+            .as_object_mut()
+            .unwrap()
+            .remove("conditions");
+        assert!(conditions_pruned(&written, &returned));
+        let without = status(
+            &report(PoolState::Active, 0),
+            0,
+            Some(1),
+            None,
+            &at(T1),
+            false,
+        );
+        assert!(!conditions_pruned(&without, &returned));
     }
 
     #[test]

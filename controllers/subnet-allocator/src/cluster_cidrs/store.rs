@@ -102,6 +102,21 @@ impl Store {
         self.insert(Stored::read(obj));
     }
 
+    /// Puts `obj` as a write returned it, only if the store still holds that object (same name and
+    /// uid): the watch may have delivered its deletion while the write was in flight — removing the
+    /// last finalizer deletes the object — and the response must not bring it back, a pool no pass
+    /// would ever drop (and whose ranges would keep another pool refused).
+    pub(crate) fn put_written(&mut self, obj: &DynamicObject) {
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        if self
+            .objects
+            .get(name)
+            .is_some_and(|have| have.uid == obj.metadata.uid)
+        {
+            self.put(obj);
+        }
+    }
+
     fn insert(&mut self, mut stored: Stored) {
         self.version += 1;
         stored.version = self.version;
@@ -222,6 +237,29 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["a"]
         );
+    }
+
+    #[test]
+    fn a_write_that_returns_after_the_watch_removed_its_object_does_not_bring_it_back() {
+        let mut s = Store::default();
+        s.put(&object("a", "1", "10.1.0.0/16", json!({})));
+        s.remove("a");
+        let before = s.snapshot();
+        s.put_written(&object("a", "2", "10.1.0.0/16", json!({})));
+        assert!(!s.contains("a"));
+        assert_eq!(s.snapshot().pools_version, before.pools_version);
+    }
+
+    #[test]
+    fn a_write_to_an_object_the_store_holds_is_put_but_not_over_a_new_object_of_that_name() {
+        let mut s = Store::default();
+        s.put(&object("a", "1", "10.1.0.0/16", json!({})));
+        s.put_written(&object("a", "2", "10.1.0.0/16", json!({"phase": "Active"})));
+        assert_eq!(s.get("a").unwrap().status, Some(json!({"phase": "Active"})));
+        let mut old = object("a", "3", "10.1.0.0/16", json!({"phase": "Refused"}));
+        old.metadata.uid = Some("uid-of-a-deleted-a".into());
+        s.put_written(&old);
+        assert_eq!(s.get("a").unwrap().status, Some(json!({"phase": "Active"})));
     }
 
     #[test]
