@@ -115,8 +115,10 @@ async fn probe_pods_on(
     cidrs: &BTreeMap<String, Vec<IpNet>>,
 ) -> BTreeMap<String, probe::ProbePod> {
     let pods = eventually("a ready probe pod on every node", TIMEOUT, || async {
-        let pods = probe::ready_pods(cluster).await;
-        nodes.iter().all(|n| pods.contains_key(n)).then_some(pods)
+        // Only the pods of these nodes: a deleted Node's pod stays in the API until the pod GC removes it.
+        let mut pods = probe::ready_pods(cluster).await;
+        pods.retain(|node, _| nodes.contains(node));
+        (pods.len() == nodes.len()).then_some(pods)
     })
     .await;
     for pod in pods.values() {
