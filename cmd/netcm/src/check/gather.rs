@@ -159,7 +159,7 @@ pub async fn gather(t: &Target) -> Gathered {
         }
     };
     let claims = read_claims(&client).await;
-    let object_pools = read_object_pools(&client).await;
+    let (object_pools, pools_without_conditions) = read_object_pools(&client).await;
     let events = Api::<Event>::namespaced(client.clone(), "default")
         .list(&ListParams::default())
         .await
@@ -179,6 +179,7 @@ pub async fn gather(t: &Target) -> Gathered {
         nodes,
         claims,
         object_pools,
+        pools_without_conditions,
         events,
         settings,
     };
@@ -240,23 +241,28 @@ async fn read_claims(client: &kube::Client) -> ClaimsState {
     }
 }
 
-/// The ClusterCIDR objects as the allocator's pools, oldest first (then by name), as it ranks them.
-async fn read_object_pools(client: &kube::Client) -> ObjectPoolsState {
+/// The ClusterCIDR objects as the allocator's pools, oldest first (then by name), as it ranks them, and
+/// the names of those whose status has no conditions.
+async fn read_object_pools(client: &kube::Client) -> (ObjectPoolsState, Vec<String>) {
     let resource = netcm_subnet_allocator::cluster_cidrs::api_resource();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     match api.list(&ListParams::default()).await {
         Ok(list) => {
             let mut objects = list.items;
             netcm_subnet_allocator::cluster_cidrs::sort_oldest_first(&mut objects);
-            ObjectPoolsState::Listed(
-                objects
-                    .iter()
-                    .map(netcm_subnet_allocator::cluster_cidrs::object_pool)
-                    .collect(),
-            )
+            let without_conditions = objects
+                .iter()
+                .filter(|o| super::pools::lacks_conditions(o.data.get("status")))
+                .map(|o| o.metadata.name.clone().unwrap_or_default())
+                .collect();
+            let pools = objects
+                .iter()
+                .map(netcm_subnet_allocator::cluster_cidrs::object_pool)
+                .collect();
+            (ObjectPoolsState::Listed(pools), without_conditions)
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => ObjectPoolsState::NotInstalled,
-        Err(e) => ObjectPoolsState::Unreadable(error_text(&e)),
+        Err(kube::Error::Api(s)) if s.code == 404 => (ObjectPoolsState::NotInstalled, Vec::new()),
+        Err(e) => (ObjectPoolsState::Unreadable(error_text(&e)), Vec::new()),
     }
 }
 

@@ -186,6 +186,9 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
             format!("fix or delete it: kubectl describe clustercidr {pool} (its Events say why), kubectl edit clustercidr {pool}"),
         ));
     }
+    if let Some(f) = conditions_finding(s) {
+        findings.push(f);
+    }
     // Unread objects matter only to a leader that counts them.
     if let (ObjectPoolsState::Unreadable(e), false) = (
         &s.object_pools,
@@ -198,6 +201,36 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
         ));
     }
     findings
+}
+
+/// Whether a ClusterCIDR's `status` is one netcm wrote (it has a phase) without conditions: the
+/// installed CRD prunes them (it predates them), or the leader is a netcm that writes none.
+pub fn lacks_conditions(status: Option<&serde_json::Value>) -> bool {
+    status.is_some_and(|s| s.get("phase").is_some() && s.get("conditions").is_none())
+}
+
+/// A warning when ClusterCIDRs carry a status without conditions: `kubectl wait` and GitOps health
+/// checks cannot read them.
+fn conditions_finding(s: &Snapshot) -> Option<Finding> {
+    let names = &s.pools_without_conditions;
+    if names.is_empty() || s.settings.cluster_cidr_objects == Some(false) {
+        return None;
+    }
+    const SHOWN: usize = 3;
+    let mut shown = names
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        shown.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    Some(Finding::warn(
+        "pool",
+        format!("ClusterCIDR {shown}: a status without conditions, so `kubectl wait --for=condition=Ready` and GitOps health checks (Helm 4, Flux, Argo CD) cannot read it; the installed ClusterCIDR CRD predates status.conditions (helm upgrade never updates CRDs), or the leader runs an older netcm"),
+        "kubectl apply --server-side -f charts/netcm/crds/clustercidrs.yaml, then restart netcm (kubectl -n kube-system rollout restart deployment/netcm); see docs/pools.md, Health",
+    ))
 }
 
 /// Why a Node without a pod CIDR has none, and how bad that is.

@@ -72,6 +72,8 @@ pub struct Snapshot {
     pub claims: ClaimsState,
     /// Every ClusterCIDR.
     pub object_pools: ObjectPoolsState,
+    /// ClusterCIDRs with a status netcm wrote but no conditions ([`super::pools::lacks_conditions`]).
+    pub pools_without_conditions: Vec<String>,
     /// Events netcm recorded about Nodes.
     pub events: Vec<Event>,
     /// The configuration to judge by.
@@ -395,6 +397,7 @@ pub mod fixtures {
             nodes,
             claims: ClaimsState::NotInstalled,
             object_pools: ObjectPoolsState::NotInstalled,
+            pools_without_conditions: Vec::new(),
             events: Vec::new(),
             settings: Settings::resolve(&GivenFlags::default(), Some(&published(cluster_cidr))),
         }

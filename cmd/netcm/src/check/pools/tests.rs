@@ -451,3 +451,51 @@ fn a_clustercidr_inside_an_oversized_pod_cidr_is_full_and_names_the_node() {
         "{f:#?}"
     );
 }
+
+#[test]
+fn a_status_netcm_wrote_without_conditions_is_one_an_older_crd_pruned() {
+    use serde_json::json;
+    assert!(super::lacks_conditions(Some(&json!({"phase": "Active"}))));
+    assert!(!super::lacks_conditions(Some(
+        &json!({"phase": "Active", "conditions": []})
+    )));
+    assert!(
+        !super::lacks_conditions(Some(&json!({}))),
+        "a status netcm did not write"
+    );
+    assert!(
+        !super::lacks_conditions(None),
+        "no status subresource (node-ipam-controller's CRD)"
+    );
+}
+
+#[test]
+fn clustercidrs_without_conditions_are_a_warning_that_names_them_and_the_crd_to_apply() {
+    let mut s = snapshot(
+        "10.244.0.0/16",
+        vec![node("a", "192.0.2.1", &["10.244.0.0/24"])],
+    );
+    s.object_pools = ObjectPoolsState::Listed(vec![cluster_cidr_object("rack-a", "10.128.0.0/16")]);
+    assert!(run(&s).iter().all(|f| f.status == Status::Ok));
+    s.pools_without_conditions = ["rack-a", "rack-b", "rack-c", "rack-d"]
+        .map(String::from)
+        .into();
+    let f = run(&s);
+    let warn = f
+        .iter()
+        .find(|f| f.message.contains("without conditions"))
+        .expect("the warning");
+    assert_eq!(warn.status, Status::Warn, "{}", warn.message);
+    assert!(
+        warn.message
+            .starts_with("ClusterCIDR rack-a, rack-b, rack-c and 1 more:"),
+        "{}",
+        warn.message
+    );
+    let fix = warn.fix.as_deref().unwrap_or_default();
+    assert!(fix.contains("charts/netcm/crds/clustercidrs.yaml"), "{fix}");
+    s.settings.cluster_cidr_objects = Some(false);
+    assert!(run(&s)
+        .iter()
+        .all(|f| !f.message.contains("without conditions")));
+}
