@@ -67,9 +67,24 @@ pub fn assignments(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// Makes this process the only one using the machine's cluster until it exits: each test boots its own
+/// cluster (`down`, then `up`), so two test processes at once (two checkouts, two test files run by hand)
+/// would tear down each other's nodes mid-test. A `flock` that the kernel drops when the process ends,
+/// so a crashed test never leaves it held.
+pub fn hold_the_cluster() {
+    static HELD: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    HELD.get_or_init(|| {
+        let path = "/run/netcm-cluster-tests.lock";
+        let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("create {path}: {e}"));
+        file.lock().unwrap_or_else(|e| panic!("flock {path}: {e}"));
+        file
+    });
+}
+
 impl Cluster {
     /// A new cluster of `nodes` nodes, none of them with a pod CIDR or a CNI config yet.
     pub fn fresh(nodes: usize) -> Cluster {
+        hold_the_cluster();
         script("hack/cluster.sh", &["down"], &[]);
         let n = nodes.to_string();
         let out = script("hack/cluster.sh", &["up"], &[("NODES", &n)]);
