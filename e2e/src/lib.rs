@@ -19,6 +19,7 @@ pub mod multinode;
 pub mod netcm;
 pub mod netns;
 pub mod nodes;
+pub mod overlaps;
 pub mod realnode;
 pub mod route_lab;
 pub mod takeover;

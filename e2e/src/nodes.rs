@@ -150,20 +150,14 @@ pub async fn wait_all_allocated(
 
 /// Panics if any two CIDRs held by different Nodes overlap, naming both.
 pub fn assert_no_overlaps(nodes: &[Node]) {
-    let mut all: Vec<(ipnet::IpNet, String)> = nodes
-        .iter()
-        .flat_map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            pod_cidrs(n)
-                .into_iter()
-                .map(move |c| (c.parse::<ipnet::IpNet>().expect("valid CIDR"), name.clone()))
-        })
-        .collect();
-    all.sort_by_key(|(net, _)| (net.network(), net.prefix_len()));
-    for pair in all.windows(2) {
-        let ((a, an), (b, bn)) = (&pair[0], &pair[1]);
-        let overlap = a.contains(&b.network()) || b.contains(&a.network());
-        assert!(!overlap, "{an} holds {a} and {bn} holds {b}: they overlap");
+    let cidrs = nodes.iter().flat_map(|n| {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        pod_cidrs(n)
+            .into_iter()
+            .map(move |c| (c.parse::<ipnet::IpNet>().expect("valid CIDR"), name.clone()))
+    });
+    if let Some(((an, a), (bn, b))) = crate::overlaps::overlapping_pairs(cidrs).first() {
+        panic!("{an} holds {a} and {bn} holds {b}: they overlap");
     }
 }
 

@@ -146,46 +146,19 @@ struct Overlap {
     b: (String, IpNet),
 }
 
-/// Every pair of different Nodes holding overlapping CIDRs: sorted by start, each range is compared only
-/// with the earlier ones that still reach it, so disjoint clusters cost O(n log n).
+/// Every pair of different Nodes holding overlapping CIDRs.
 fn overlapping_pairs(nodes: &[Node]) -> Vec<Overlap> {
-    let range = |net: &IpNet| -> (bool, u128, u128) {
-        match net {
-            IpNet::V4(n) => (
-                false,
-                u32::from(n.network()).into(),
-                u32::from(n.broadcast()).into(),
-            ),
-            IpNet::V6(n) => (true, n.network().into(), n.broadcast().into()),
-        }
-    };
-    let mut all: Vec<((bool, u128, u128), IpNet, String)> = nodes
-        .iter()
-        .flat_map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            pod_cidrs(n)
-                .into_iter()
-                .filter_map(|c| c.parse::<IpNet>().ok())
-                .map(move |net| (range(&net), net, name.clone()))
-        })
-        .collect();
-    all.sort_by_key(|(r, _, _)| (r.0, r.1));
-    let mut pairs = Vec::new();
-    let mut open: Vec<usize> = Vec::new();
-    for i in 0..all.len() {
-        let ((v6, start, _), net, ref name) = all[i];
-        open.retain(|&j| all[j].0 .0 == v6 && all[j].0 .2 >= start);
-        for &j in &open {
-            if all[j].2 != *name {
-                pairs.push(Overlap {
-                    a: (all[j].2.clone(), all[j].1),
-                    b: (name.clone(), net),
-                });
-            }
-        }
-        open.push(i);
-    }
-    pairs
+    let cidrs = nodes.iter().flat_map(|n| {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        pod_cidrs(n)
+            .into_iter()
+            .filter_map(|c| c.parse::<IpNet>().ok())
+            .map(move |net| (net, name.clone()))
+    });
+    netcm_e2e::overlaps::overlapping_pairs(cidrs)
+        .into_iter()
+        .map(|(a, b)| Overlap { a, b })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -185,37 +185,16 @@ fn record(seen: &Mutex<Seen>, nodes: &[NodeCidrs], by: &str) {
 }
 
 /// Every pair of different Nodes holding overlapping CIDRs: (node index, CIDR, node index, CIDR).
-/// Sorted by start, each range is compared only with earlier ones that still reach it.
 pub fn overlapping_pairs(nodes: &[NodeCidrs]) -> Vec<(usize, IpNet, usize, IpNet)> {
-    let range = |net: &IpNet| -> (bool, u128, u128) {
-        match net {
-            IpNet::V4(n) => (
-                false,
-                u32::from(n.network()).into(),
-                u32::from(n.broadcast()).into(),
-            ),
-            IpNet::V6(n) => (true, n.network().into(), n.broadcast().into()),
-        }
-    };
-    let mut all: Vec<((bool, u128, u128), IpNet, usize)> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| n.cidrs.iter().map(move |c| (range(c), *c, i)))
-        .collect();
-    all.sort_by_key(|(r, _, _)| (r.0, r.1));
-    let mut pairs = Vec::new();
-    let mut open: Vec<usize> = Vec::new();
-    for k in 0..all.len() {
-        let ((v6, start, _), net, node) = all[k];
-        open.retain(|&j| all[j].0 .0 == v6 && all[j].0 .2 >= start);
-        for &j in &open {
-            if all[j].2 != node {
-                pairs.push((all[j].2, all[j].1, node, net));
-            }
-        }
-        open.push(k);
-    }
-    pairs
+    netcm_e2e::overlaps::overlapping_pairs(
+        nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| n.cidrs.iter().map(move |c| (*c, i))),
+    )
+    .into_iter()
+    .map(|((a, an), (b, bn))| (a, an, b, bn))
+    .collect()
 }
 
 /// Lists the Nodes through one server every second.
