@@ -1,6 +1,7 @@
 //! ClusterCIDR pools (`clustercidrs.networking.x-k8s.io/v1`) on the real control plane: a pool per node
 //! group with its own mask, a pool added while Nodes wait, a pool drained by its finalizer, an
-//! overlapping pool refused, and node-ipam-controller's own example manifests (`examples.rs`).
+//! overlapping pool refused, node-ipam-controller's own example manifests (`examples.rs`), and what a
+//! pool's status says (`status.rs`).
 
 use std::collections::BTreeMap;
 use std::process::Command;
