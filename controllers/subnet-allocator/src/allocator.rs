@@ -119,10 +119,6 @@ pub struct Allocator {
     pub(crate) existing_recorded: std::sync::atomic::AtomicBool,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
-    m.lock()
-}
-
 /// What the decision step needs of a cached Node.
 pub(crate) fn facts(node: &CachedNode) -> NodeFacts {
     NodeFacts {
@@ -139,7 +135,7 @@ impl Allocator {
 
     /// Forgets the bad data of the Node `name`.
     fn forget_bad_data(&self, name: &str) {
-        let mut bad_data = lock(&self.bad_data);
+        let mut bad_data = self.bad_data.lock();
         bad_data.forget(name);
         self.publish_bad_data(&bad_data);
     }
@@ -163,14 +159,14 @@ impl Allocator {
     /// CIDR. Its block stays claimed: the CIDRs go back to this leader's blocks.
     pub(crate) async fn release(&self, name: &str, uid: &str) -> Result<(), SyncError> {
         let released = {
-            let mut pools = lock(&self.pools);
+            let mut pools = self.pools.lock();
             let released = pools.release_node(uid);
             self.count_released(&pools, &released);
             released
         };
-        lock(&self.tracking).forget(name, uid);
+        self.tracking.lock().forget(name, uid);
         self.forget_bad_data(name);
-        lock(&self.waiting).remove(name);
+        self.waiting.lock().remove(name);
         if released.is_empty() {
             return Ok(());
         }
@@ -185,7 +181,7 @@ impl Allocator {
 
     /// Requeues every Node waiting for a CIDR.
     pub(crate) fn wake_waiting(&self) {
-        let waiting: Vec<String> = lock(&self.waiting).iter().cloned().collect();
+        let waiting: Vec<String> = self.waiting.lock().iter().cloned().collect();
         for w in waiting {
             self.queue.add(w.into());
         }
@@ -205,27 +201,27 @@ impl Allocator {
         } = PodCidrs::parse(raw);
         let subject = Subject { name, uid };
         let assessed = {
-            let mut pools = lock(&self.pools);
+            let mut pools = self.pools.lock();
             pools.record(uid, &parsed);
             self.publish_usage(&pools);
             {
-                let mut tracking = lock(&self.tracking);
+                let mut tracking = self.tracking.lock();
                 tracking.track(name, pools.owner(uid).unwrap_or_else(|| uid.into()));
                 tracking.shown(name);
             }
-            let mut bad_data = lock(&self.bad_data);
+            let mut bad_data = self.bad_data.lock();
             let assessed = assess(&pools, &mut bad_data, subject, &unparsable, Instant::now());
             self.publish_bad_data(&bad_data);
             assessed
         };
         let plan = name_nodes(
             assessed,
-            &lock(&self.tracking),
-            &lock(&self.bad_data),
+            &self.tracking.lock(),
+            &self.bad_data.lock(),
             subject,
             &unparsable,
         );
-        lock(&self.waiting).remove(name);
+        self.waiting.lock().remove(name);
         if plan.bad && plan.events.is_empty() {
             tracing::debug!(
                 controller = NAME,
@@ -256,7 +252,7 @@ impl Allocator {
     pub async fn sync_node(&self, name: &str) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(name);
         let facts = node.as_deref().map(facts);
-        let recorded = lock(&self.tracking).recorded(name);
+        let recorded = self.tracking.lock().recorded(name);
         let decision = decide(facts.as_ref(), &recorded);
         // A Node of the quarantine that holds CIDRs is settled only once they are recorded (below):
         // settled first, the last one would free the quarantine's ranges with its CIDR in them.
@@ -289,7 +285,7 @@ impl Allocator {
 
     /// Marks the Node's successful write, so a sync before the cache shows it does not write again.
     pub(crate) fn mark_written(&self, name: &str, uid: &str) {
-        lock(&self.tracking).mark_written(name, uid);
+        self.tracking.lock().mark_written(name, uid);
     }
 
     /// Marks every CIDR any cached Node holds before the first allocation.
@@ -307,7 +303,7 @@ impl Allocator {
         }
         self.existing_recorded
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let stats = lock(&self.pools).stats();
+        let stats = self.pools.lock().stats();
         for s in &stats {
             tracing::info!(controller = NAME, cluster_cidr = %s.cluster_cidr, allocated = s.allocated, max = s.max, "cluster CIDR usage after recording existing nodes");
         }
@@ -325,11 +321,11 @@ impl Allocator {
         name: &str,
         e: IpamError,
     ) -> SyncError {
-        lock(&self.waiting).insert(name.to_string());
+        self.waiting.lock().insert(name.to_string());
         tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
         // A pool may be full because a Node holds a pod CIDR wider than a node CIDR: name it here too.
         let blocking = {
-            let bad_data = lock(&self.bad_data);
+            let bad_data = self.bad_data.lock();
             let (named, all) = (bad_data.oversized_nodes(3), bad_data.oversized());
             if named.is_empty() {
                 String::new()

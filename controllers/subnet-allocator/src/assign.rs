@@ -10,7 +10,7 @@ use kube::api::{Patch, PatchParams};
 use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
-use crate::allocator::{lock, Allocator, SyncError, NAME};
+use crate::allocator::{Allocator, SyncError, NAME};
 use crate::blocks::{block_of, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
 use crate::claims::{BlockClaim, Claims};
 use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
@@ -104,7 +104,7 @@ impl Allocator {
         name: &str,
         uid: &str,
     ) -> Result<PoolLabels, SyncError> {
-        if !lock(&self.pools).selects_by_label() {
+        if !self.pools.lock().selects_by_label() {
             return Ok(PoolLabels::NotNeeded);
         }
         let live = self
@@ -137,7 +137,7 @@ impl Allocator {
         let mut voided = false;
         let cidrs = loop {
             let allocation = {
-                let mut pools = lock(&self.pools);
+                let mut pools = self.pools.lock();
                 let view = netcm_ipam::NodeView {
                     name,
                     labels: labels.as_ref().unwrap_or(&no_labels),
@@ -153,7 +153,7 @@ impl Allocator {
                 Ok(a) => a,
                 // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
                 Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
-                    if !voided && lock(&self.blocks).waiting_nodes() > 0 =>
+                    if !voided && self.blocks.lock().waiting_nodes() > 0 =>
                 {
                     let was_waiting = self.quarantine_waits_for(name);
                     self.void_late_writes().await?;
@@ -172,13 +172,17 @@ impl Allocator {
                     | netcm_ipam::Error::NoPool { .. }),
                 ) => {
                     if let Some(labels) = &labels {
-                        lock(&self.waiting_labels).insert(name.to_string(), labels.clone());
+                        self.waiting_labels
+                            .lock()
+                            .insert(name.to_string(), labels.clone());
                     }
                     return Err(self.wait_for_cidr(node, name, e).await);
                 }
                 Err(e) => return Err(SyncError::NoCidrAvailable(e)),
             };
-            lock(&self.tracking).track(name, owner.unwrap_or_else(|| uid.into()));
+            self.tracking
+                .lock()
+                .track(name, owner.unwrap_or_else(|| uid.into()));
             let Some(claims) = &self.claims else {
                 break allocation.cidrs;
             };
@@ -208,7 +212,7 @@ impl Allocator {
         cidrs: &[IpNet],
     ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
-            let block = block_of(*cidr, lock(&self.pools).pool_of(*cidr).map(|(_, c)| c));
+            let block = block_of(*cidr, self.pools.lock().pool_of(*cidr).map(|(_, c)| c));
             if let Some(quarantined) = self.claim_block(claims, block).await? {
                 return Ok(Some(quarantined));
             }
@@ -224,24 +228,24 @@ impl Allocator {
         claims: &Claims,
         block: IpNet,
     ) -> Result<Option<IpNet>, SyncError> {
-        if lock(&self.blocks).is_usable(&block) {
+        if self.blocks.lock().is_usable(&block) {
             return Ok(None);
         }
         // One create per block: a second worker's create of the same block would find it existing.
         let _creating = self.block_create.lock().await;
-        if lock(&self.blocks).is_usable(&block) {
+        if self.blocks.lock().is_usable(&block) {
             return Ok(None);
         }
         self.guard.ensure_leader()?;
         match claims.claim_block(&block).await? {
             BlockClaim::Created => {
-                lock(&self.blocks).created(block);
+                self.blocks.lock().created(block);
                 tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
             }
             BlockClaim::Existed => {
-                let mut blocks = lock(&self.blocks);
+                let mut blocks = self.blocks.lock();
                 if let Some(quarantined) = blocks.found_existing(block) {
-                    let mut pools = lock(&self.pools);
+                    let mut pools = self.pools.lock();
                     pools.hold(QUARANTINE_OWNER, quarantined);
                     self.publish_usage(&pools);
                     return Ok(Some(block));

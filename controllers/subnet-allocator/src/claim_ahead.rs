@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::allocator::{lock, Allocator, NAME};
+use crate::allocator::{Allocator, NAME};
 use crate::blocks::claim_ahead_block;
 
 /// Requests waiting for the task; beyond this a request is dropped (the next allocation repeats it).
@@ -27,13 +27,13 @@ impl Allocator {
             return;
         };
         for cidr in cidrs {
-            let Some(cluster) = lock(&self.pools).pool_of(*cidr).map(|(_, c)| c) else {
+            let Some(cluster) = self.pools.lock().pool_of(*cidr).map(|(_, c)| c) else {
                 continue;
             };
             let Some(next) = claim_ahead_block(*cidr, cluster) else {
                 continue;
             };
-            if !lock(&self.blocks).is_usable(&next) {
+            if !self.blocks.lock().is_usable(&next) {
                 // Full means requests are pending already; this one comes again with the next allocation.
                 let _ = requests.try_send(next);
             }

@@ -39,7 +39,7 @@ use serde_json::json;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::allocator::{lock, Allocator, NAME};
+use crate::allocator::{Allocator, NAME};
 use pass::{Publish, Seen};
 use store::{Store, Stored};
 
@@ -127,7 +127,7 @@ impl ClusterCidrs {
 
     /// Puts what a write returned ([`Store::put_written`]).
     fn put_written(&self, obj: &DynamicObject) {
-        lock(&self.store).put_written(obj);
+        self.store.lock().put_written(obj);
     }
 }
 
@@ -175,13 +175,15 @@ impl ClusterCidrs {
                     continue;
                 }
                 Ok(Event::InitDone) => {
-                    lock(&self.store).replace(relist.take().unwrap_or_default());
+                    self.store.lock().replace(relist.take().unwrap_or_default());
                     missing_logged = false;
                     listed.send_replace(true);
                 }
-                Ok(Event::Apply(obj)) => lock(&self.store).put(&obj),
+                Ok(Event::Apply(obj)) => self.store.lock().put(&obj),
                 Ok(Event::Delete(obj)) => {
-                    lock(&self.store).remove(obj.metadata.name.as_deref().unwrap_or_default());
+                    self.store
+                        .lock()
+                        .remove(obj.metadata.name.as_deref().unwrap_or_default());
                 }
             }
             self.changed.notify_one();
@@ -215,15 +217,20 @@ impl Allocator {
     /// numbers is read), and reports are made only of the pools it looks at — objects put since the
     /// last pass, live pools (their counts move with the Nodes) and refusals whose Event is due.
     pub(crate) async fn reconcile_pools(&self, cc: &ClusterCidrs) {
-        let snap = lock(&cc.store).snapshot();
+        let snap = cc.store.lock().snapshot();
         let now = Instant::now();
         let report = {
-            let mut pools = lock(&self.pools);
-            let must_sync = lock(&cc.seen).must_sync(snap.pools_version, pools.refusal_epoch());
+            let mut pools = self.pools.lock();
+            let must_sync = cc
+                .seen
+                .lock()
+                .must_sync(snap.pools_version, pools.refusal_epoch());
             must_sync.then(|| {
                 let report = pools.sync_objects(&snap.pools);
                 self.publish_usage(&pools);
-                lock(&cc.seen).synced(snap.pools_version, pools.refusal_epoch());
+                cc.seen
+                    .lock()
+                    .synced(snap.pools_version, pools.refusal_epoch());
                 report
             })
         };
@@ -238,14 +245,14 @@ impl Allocator {
         }
         let synced = report.is_some();
         let (since, due) = {
-            let seen = lock(&cc.seen);
+            let seen = cc.seen.lock();
             (
                 seen.version,
                 if synced { Vec::new() } else { seen.due(now) },
             )
         };
         let entries: Vec<Arc<Stored>> = {
-            let store = lock(&cc.store);
+            let store = cc.store.lock();
             let mut entries = store.newer_than(since, synced);
             let have: HashSet<String> = entries.iter().map(|e| e.name.clone()).collect();
             entries.extend(
@@ -256,7 +263,7 @@ impl Allocator {
             entries
         };
         let reports: HashMap<&str, PoolReport> = {
-            let pools = lock(&self.pools);
+            let pools = self.pools.lock();
             entries
                 .iter()
                 .filter_map(|e| Some((e.name.as_str(), pools.report(&e.name)?)))
@@ -275,12 +282,12 @@ impl Allocator {
                 continue;
             };
             let settled = self.reconcile_pool(cc, obj, rep, &waiting, now).await;
-            lock(&cc.seen).looked_at(&obj.name, &rep.state, settled);
+            cc.seen.lock().looked_at(&obj.name, &rep.state, settled);
         }
-        let mut seen = lock(&cc.seen);
+        let mut seen = cc.seen.lock();
         seen.version = snap.version;
         if synced {
-            let store = lock(&cc.store);
+            let store = cc.store.lock();
             seen.retain(|n| store.contains(n));
         }
     }
@@ -309,7 +316,7 @@ impl Allocator {
             // finalizer while Nodes still hold its CIDRs, and the status would count nothing. Look again.
             return false;
         }
-        if obj.deleting && has && lock(&self.pools).drained(name) {
+        if obj.deleting && has && self.pools.lock().drained(name) {
             let f: Vec<String> = obj
                 .finalizers
                 .iter()
@@ -323,7 +330,7 @@ impl Allocator {
         }
         if let PoolState::Refused(refusal) = &rep.state {
             let text = refusal.to_string();
-            let publish = lock(&cc.seen).publish(name, &text, now);
+            let publish = cc.seen.lock().publish(name, &text, now);
             if publish == Publish::New {
                 tracing::warn!(controller = NAME, pool = %name, reason = refusal.reason(), why = %text, "ClusterCIDR refused; nothing is allocated from it");
             }
@@ -357,16 +364,16 @@ impl Allocator {
 
     /// How many waiting Nodes each pool selects.
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
-        let names: Vec<String> = lock(&self.waiting).iter().cloned().collect();
+        let names: Vec<String> = self.waiting.lock().iter().cloned().collect();
         // Drop the labels of Nodes no longer waiting. Held while `pools` is locked below; nothing takes
         // this lock while holding `pools`, so the order cannot deadlock.
-        let mut labels = lock(&self.waiting_labels);
+        let mut labels = self.waiting_labels.lock();
         {
             let still_waiting: HashSet<&str> = names.iter().map(String::as_str).collect();
             labels.retain(|name, _| still_waiting.contains(name.as_str()));
         }
         let no_labels = BTreeMap::new();
-        let pools = lock(&self.pools);
+        let pools = self.pools.lock();
         let mut out: HashMap<String, usize> = HashMap::new();
         for name in names {
             if self.nodes.get(&name).is_none() {

@@ -14,7 +14,7 @@ use kube::api::{Patch, PatchParams};
 use netcm_manager::supervision::ControllerHealth;
 use netcm_manager::{CachedNode, EventType};
 
-use crate::allocator::{lock, Allocator, SyncError, NAME};
+use crate::allocator::{Allocator, SyncError, NAME};
 use crate::assign::{classify_patch_error, PatchFailure};
 use crate::blocks::{Blocks, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
 use crate::claims::{ClaimError, Claims};
@@ -67,14 +67,14 @@ impl Allocator {
         let blocks = Blocks::start(ranges, waiting);
         let waiting_nodes = blocks.waiting_nodes();
         {
-            let mut pools = lock(&self.pools);
+            let mut pools = self.pools.lock();
             let quarantined = blocks.quarantined_ranges();
             if !quarantined.is_empty() {
                 pools.hold(QUARANTINE_OWNER, quarantined);
             }
             self.publish_usage(&pools);
         }
-        *lock(&self.blocks) = blocks;
+        *self.blocks.lock() = blocks;
         self.metrics.quarantine_nodes.set(waiting_nodes as i64);
         if waiting_nodes > 0 {
             tracing::info!(
@@ -102,7 +102,7 @@ impl Allocator {
     /// Every sync calls it: without a quarantine it only takes the lock.
     pub(crate) fn settle_quarantine(&self, name: &str, uid: Option<&str>, has_cidrs: bool) {
         let ended = {
-            let mut blocks = lock(&self.blocks);
+            let mut blocks = self.blocks.lock();
             if blocks.waiting_nodes() == 0 {
                 return;
             }
@@ -114,7 +114,7 @@ impl Allocator {
     /// Whether the quarantine still waits for Node `name` (a scan: only a sync that found no free CIDR
     /// outside the quarantine asks).
     pub(crate) fn quarantine_waits_for(&self, name: &str) -> bool {
-        lock(&self.blocks).waiting().iter().any(|(n, _)| n == name)
+        self.blocks.lock().waiting().iter().any(|(n, _)| n == name)
     }
 
     /// Touches every Node the quarantine waits for, so no earlier leader's PATCH can land on it any more
@@ -128,7 +128,7 @@ impl Allocator {
     /// pod CIDRs is not voided: the quarantine keeps waiting for it (it gets CIDRs or goes).
     pub(crate) async fn void_late_writes(&self) -> Result<(), SyncError> {
         let _one_pass = self.voiding.lock().await;
-        let waiting = lock(&self.blocks).waiting();
+        let waiting = self.blocks.lock().waiting();
         if waiting.is_empty() {
             return Ok(());
         }
@@ -148,7 +148,7 @@ impl Allocator {
                     continue;
                 }
             }
-            let ended = lock(&self.blocks).voided(&name);
+            let ended = self.blocks.lock().voided(&name);
             self.after_settling(ended);
         }
         Ok(())
@@ -227,12 +227,12 @@ impl Allocator {
     fn after_settling(&self, ended: Option<Vec<IpNet>>) {
         self.metrics
             .quarantine_nodes
-            .set(lock(&self.blocks).waiting_nodes() as i64);
+            .set(self.blocks.lock().waiting_nodes() as i64);
         let Some(ranges) = ended else {
             return;
         };
         {
-            let mut pools = lock(&self.pools);
+            let mut pools = self.pools.lock();
             pools.release_node(QUARANTINE_OWNER);
             self.publish_usage(&pools);
         }
