@@ -82,14 +82,20 @@ python3 -m unittest discover -s hack/cluster
 cargo test --locked -p netcm-e2e --test pod_network -- --test-threads=1
 [ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
+step "multi-node cluster: flannel host-gw and vxlan beside netcm (e2e/tests/pod_network_flannel.rs)"
+cargo test --locked -p netcm-e2e --test pod_network_flannel -- --test-threads=1
+[ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
+
 step "real node: kubelet, containerd, kube-proxy, scheduler, controller-manager (hack/node.sh up)"
 node_line=$(bash hack/node.sh up | tail -1)
 export NETCM_E2E_NODE_KUBECONFIG=${node_line#KUBECONFIG=}
 
 step "e2e tests (real kube-apiserver + etcd; the chart on the real node)"
 cargo build --locked -p netcm
-# pod_network ran in the multi-node step (it needs no real node and no shared control plane).
-cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip netcm_alone_brings_up
+# pod_network and pod_network_flannel ran in the multi-node steps (they need no real node and no shared
+# control plane).
+cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip netcm_alone_brings_up \
+  --skip beside_netcm_brings_up_a_dual_stack_pod_network
 
 step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 and every fault kind by hand)"
 # A fixed seed and the fault kinds whose every write the fence keeps inside its term. "path" is left to the
