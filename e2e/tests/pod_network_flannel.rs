@@ -96,6 +96,13 @@ async fn wait_for_pod_network(
                     && c.iter().any(|c| c.addr().is_ipv6())
                     && n["metadata"]["annotations"][format!("{PREFIX}/backend-type")]
                         == backend.name()
+                    // netcm's syncer may publish a Node's lease before that Node's flanneld starts;
+                    // only the agent knows its VTEP's MAC, so a vxlan lease is the agent's once it
+                    // carries backend-data.
+                    && (backend.name() != "vxlan"
+                        || n["metadata"]["annotations"][format!("{PREFIX}/backend-data")]
+                            .as_str()
+                            .is_some_and(|d| !d.is_empty()))
             });
         if up {
             eprintln!(
