@@ -86,8 +86,16 @@ impl Cluster {
     pub fn fresh(nodes: usize) -> Cluster {
         hold_the_cluster();
         script("hack/cluster.sh", &["down"], &[]);
+        Cluster::up(nodes, &[])
+    }
+
+    /// `hack/cluster.sh up` with `nodes` nodes and `env` (e.g. `CNI=flannel`); the caller has taken the
+    /// cluster ([`hold_the_cluster`]) and brought any earlier one down.
+    pub fn up(nodes: usize, env: &[(&str, &str)]) -> Cluster {
         let n = nodes.to_string();
-        let out = script("hack/cluster.sh", &["up"], &[("NODES", &n)]);
+        let mut env = env.to_vec();
+        env.push(("NODES", &n));
+        let out = script("hack/cluster.sh", &["up"], &env);
         let kubeconfig = assignments(&out)
             .remove("KUBECONFIG")
             .unwrap_or_else(|| panic!("hack/cluster.sh up printed no KUBECONFIG=…: {out:?}"));
@@ -97,6 +105,44 @@ impl Cluster {
             helm: PathBuf::from(script("hack/verify-chart.sh", &["helm"], &[]).trim()),
             facts: assignments(&script("hack/cluster.sh", &["env"], &[])),
         }
+    }
+
+    /// `helm install netcm` as a user whose pod network comes from netcm would: the image loaded into the
+    /// nodes, host network, the cluster's CIDRs (/24 and /64 per Node) and Service range, plus `extra`
+    /// `--set` values; waits for the release.
+    pub async fn install_netcm(&self, image: &str, extra: &[String]) {
+        let (repository, tag) = image.rsplit_once(':').expect("IMAGE is repository:tag");
+        let mut sets = vec![
+            format!("image.repository={repository}"),
+            format!("image.tag={tag}"),
+            "image.pullPolicy=Never".to_string(),
+            "hostNetwork=true".to_string(),
+            format!(
+                "allocator.clusterCIDR={}",
+                self.fact("CLUSTER_CIDR").replace(',', "\\,")
+            ),
+            "allocator.nodeCIDRMaskSizeIPv4=24".to_string(),
+            "allocator.nodeCIDRMaskSizeIPv6=64".to_string(),
+            format!(
+                "allocator.serviceClusterIPRange={}",
+                self.fact("SERVICE_CIDR")
+            ),
+        ];
+        sets.extend(extra.iter().cloned());
+        let mut args = vec![
+            "install",
+            "netcm",
+            "charts/netcm",
+            "-n",
+            "kube-system",
+            "--wait",
+            "--timeout",
+            "180s",
+        ];
+        for set in &sets {
+            args.extend(["--set", set.as_str()]);
+        }
+        self.helm(&args).await;
     }
 
     pub fn fact(&self, key: &str) -> &str {

@@ -189,39 +189,9 @@ async fn netcm_alone_brings_up_a_dual_stack_pod_network_that_survives_node_churn
     let (probe_image, probe_tar) = built_image("probe");
     cluster.load(&netcm_tar, &netcm);
     cluster.load(&probe_tar, &probe_image);
-    let (repository, tag) = netcm.rsplit_once(':').expect("IMAGE is repository:tag");
-    let cluster_cidr = cluster.fact("CLUSTER_CIDR").replace(',', "\\,");
-    let service_cidr = cluster.fact("SERVICE_CIDR").to_string();
     let started = Instant::now();
     cluster
-        .helm(&[
-            "install",
-            "netcm",
-            "charts/netcm",
-            "-n",
-            "kube-system",
-            "--wait",
-            "--timeout",
-            "180s",
-            "--set",
-            &format!("image.repository={repository}"),
-            "--set",
-            &format!("image.tag={tag}"),
-            "--set",
-            "image.pullPolicy=Never",
-            "--set",
-            "hostNetwork=true",
-            "--set",
-            "daemonSet.enabled=true",
-            "--set",
-            &format!("allocator.clusterCIDR={cluster_cidr}"),
-            "--set",
-            "allocator.nodeCIDRMaskSizeIPv4=24",
-            "--set",
-            "allocator.nodeCIDRMaskSizeIPv6=64",
-            "--set",
-            &format!("allocator.serviceClusterIPRange={service_cidr}"),
-        ])
+        .install_netcm(&netcm, &["daemonSet.enabled=true".to_string()])
         .await;
     let cidrs = wait_for_pod_network(&cluster, &names).await;
     eprintln!("helm install to every Node Ready: {:?}", started.elapsed());

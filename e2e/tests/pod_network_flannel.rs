@@ -44,21 +44,7 @@ fn fresh_flannel_cluster() -> Cluster {
             let _ = std::fs::remove_dir_all(dir.path().join("cni/flannel"));
         }
     }
-    let n = NODES.to_string();
-    let out = script(
-        "hack/cluster.sh",
-        &["up"],
-        &[("NODES", &n), ("CNI", "flannel")],
-    );
-    let kubeconfig = assignments(&out)
-        .remove("KUBECONFIG")
-        .unwrap_or_else(|| panic!("hack/cluster.sh up printed no KUBECONFIG=…: {out:?}"));
-    Cluster {
-        kubeconfig: PathBuf::from(kubeconfig),
-        kubectl: PathBuf::from(script("hack/controlplane.sh", &["bin", "kubectl"], &[]).trim()),
-        helm: PathBuf::from(script("hack/verify-chart.sh", &["helm"], &[]).trim()),
-        facts: assignments(&script("hack/cluster.sh", &["env"], &[])),
-    }
+    Cluster::up(NODES, &[("CNI", "flannel")])
 }
 
 fn condition<'a>(node: &'a Value, kind: &str) -> Option<&'a str> {
@@ -163,41 +149,13 @@ async fn flannel_brings_up_a_dual_stack_pod_network(backend: Backend) {
     // netcm as the source of the CIDRs: the allocator, and the annotation syncer told flannel's backend
     // (it leaves every Node whose flanneld publishes its own lease alone); no route controller, since
     // flannel routes.
-    let (repository, tag) = netcm.rsplit_once(':').expect("IMAGE is repository:tag");
     let cluster_cidr = cluster.fact("CLUSTER_CIDR").to_string();
     let started = Instant::now();
     cluster
-        .helm(&[
-            "install",
-            "netcm",
-            "charts/netcm",
-            "-n",
-            "kube-system",
-            "--wait",
-            "--timeout",
-            "180s",
-            "--set",
-            &format!("image.repository={repository}"),
-            "--set",
-            &format!("image.tag={tag}"),
-            "--set",
-            "image.pullPolicy=Never",
-            "--set",
-            "hostNetwork=true",
-            "--set",
-            &format!("allocator.clusterCIDR={}", cluster_cidr.replace(',', "\\,")),
-            "--set",
-            "allocator.nodeCIDRMaskSizeIPv4=24",
-            "--set",
-            "allocator.nodeCIDRMaskSizeIPv6=64",
-            "--set",
-            &format!(
-                "allocator.serviceClusterIPRange={}",
-                cluster.fact("SERVICE_CIDR")
-            ),
-            "--set",
-            &format!("annotationSyncer.backendType={}", backend.name()),
-        ])
+        .install_netcm(
+            &netcm,
+            &[format!("annotationSyncer.backendType={}", backend.name())],
+        )
         .await;
     let flannel = Flannel {
         image: flanneld,
