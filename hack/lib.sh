@@ -1,0 +1,49 @@
+# Helpers the scripts in hack/ share. Source it after setting `tag`, the word log lines start with, and
+# (for alive, stop_component and wait_alive) `state`, the directory holding NAME.pid and NAME.log:
+#   tag=controlplane state=…; source "$root/hack/lib.sh"
+
+log() { printf '[%s] %s\n' "$tag" "$*" >&2; }
+die() { printf '[%s] error: %s\n' "$tag" "$*" >&2; exit 1; }
+
+# need TOOL...: dies naming every missing one at once.
+need() {
+  local missing=() tool
+  for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+  [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (hack/install-prereqs.sh installs them)"
+}
+
+# alive NAME: the process in $state/NAME.pid is running.
+alive() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
+
+# wait_alive NAME TRIES PAUSE CHECK...: runs CHECK until it succeeds, TRIES times PAUSE seconds apart,
+# dying with NAME's last log lines as soon as NAME exits; fails (returns 1) when the tries run out.
+wait_alive() {
+  local name=$1 tries=$2 pause=$3 i
+  shift 3
+  for i in $(seq 1 "$tries"); do
+    if "$@"; then return 0; fi
+    alive "$name" || die "$name exited; see $state/$name.log: $(tail -3 "$state/$name.log")"
+    sleep "$pause"
+  done
+  return 1
+}
+
+# stop_component NAME [GRACE]: SIGTERM, then SIGKILL after GRACE seconds (default 3); removes the pid
+# file. kube-apiserver takes ~60 s to exit on SIGTERM while watches are open, hence the short grace.
+stop_component() {
+  local name=$1 grace=${2:-3} pid i
+  alive "$name" || { rm -f "$state/$name.pid"; return 0; }
+  pid=$(cat "$state/$name.pid")
+  # A frozen (SIGSTOPped) process would not act on SIGTERM until continued.
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 $((grace * 10))); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  rm -f "$state/$name.pid"
+}
