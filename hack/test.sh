@@ -28,6 +28,8 @@ step "prerequisites"
 bash hack/install-prereqs.sh
 
 step "control plane"
+# What it writes and runs, checked before it starts (hack/controlplane/render.py).
+python3 -m unittest discover -s hack/controlplane
 kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
 export NETCM_E2E_KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 cleanup() {
