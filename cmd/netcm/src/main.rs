@@ -2,6 +2,7 @@
 
 mod check;
 mod controllers;
+mod plugin;
 
 use std::process::ExitCode;
 
@@ -29,7 +30,7 @@ struct Cli {
 const LAST_LINES_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Exit code for bad flags, as clap and KCM use.
-const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 
 /// Builds the async runtime, or says on stderr why it could not (logging may not be installed yet).
 fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -40,10 +41,17 @@ fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runti
 }
 
 fn main() -> ExitCode {
+    let mut argv = std::env::args();
+    if argv
+        .next()
+        .is_some_and(|argv0| plugin::invoked_as_plugin(&argv0))
+    {
+        return plugin::main(argv);
+    }
     // `check` is a separate, read-only command line; the controller's flags do not apply to it.
-    let mut args = std::env::args().skip(1).peekable();
+    let mut args = argv.peekable();
     if args.peek().map(String::as_str) == Some("check") {
-        return check::main(args.skip(1));
+        return check::main("netcm check", args.skip(1));
     }
     let cli = Cli::parse();
     let registry = match controllers::registry(&cli.controllers) {

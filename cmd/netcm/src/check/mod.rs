@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use report::{Finding, Report};
 use snapshot::{GivenFlags, Snapshot};
@@ -100,9 +100,19 @@ enum Output {
     Json,
 }
 
-/// Runs `netcm check` with `args` (the words after `check`).
-pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
-    let cli = CheckCli::parse_from(std::iter::once("netcm check".to_string()).chain(args));
+/// Runs `netcm check` with `args` (the words after `check`); `name` is how the user called it (`netcm
+/// check`, or `kubectl netcm check` from the plugin), for help and usage errors.
+pub fn main(name: &str, args: impl IntoIterator<Item = String>) -> ExitCode {
+    let cli = CheckCli::command()
+        .bin_name(name.to_string())
+        .display_name(name.to_string());
+    let cli = match cli
+        .try_get_matches_from(std::iter::once(name.to_string()).chain(args))
+        .and_then(|m| CheckCli::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let runtime = match crate::runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(rt) => rt,
         Err(code) => return code,
