@@ -171,3 +171,17 @@ capabilities:
   drop: [ALL]
   add: [NET_ADMIN]
 {{- end }}
+
+{{/* The controller-manager pods' tolerations: the user's, plus — on the host network, where netcm is what
+brings the pod network up — Nodes that are not ready (no CNI config yet) or whose network is unavailable,
+as flannel's and Cilium's operators tolerate them. Shared by the Deployment and the helm test pod. */}}
+{{- define "netcm.tolerations" -}}
+{{- $hostNetwork := or .Values.hostNetwork (include "netcm.gatewayMode" .) }}
+{{- $tolerations := .Values.tolerations | default list }}
+{{- if $hostNetwork }}
+{{- $tolerations = concat $tolerations (list (dict "key" "node.kubernetes.io/not-ready" "operator" "Exists") (dict "key" "node.kubernetes.io/network-unavailable" "operator" "Exists" "effect" "NoSchedule")) }}
+{{- end }}
+{{- with $tolerations }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
