@@ -124,6 +124,10 @@ contains "$d" '- --secure-port=10270' "secure metrics on by default"
 contains "$d" 'resources: \[tokenreviews\]' "tokenreviews for secure metrics"
 contains "$d" 'resources: \[subjectaccessreviews\]' "subjectaccessreviews for secure metrics"
 contains "$d" 'nonResourceURLs: \[/metrics\]' "a metrics-reader ClusterRole for scrapers"
+contains "$d" 'helm.sh/hook: test' "the helm test pod (netcm check)"
+# Artifact Hub lists the image users will pull: it must be the one the chart renders.
+listed_image=$(sed -n 's/^ *image: //p' "$chart/Chart.yaml" | head -1)
+contains "$d" "image: ${listed_image//./\\.}\$" "the image artifacthub.io/images lists ($listed_image)"
 
 log "checking the all-on rendering"
 a=$out/all-on.yaml
