@@ -29,11 +29,14 @@ Per node X (state S = <state>/nodes/ncm-nX; what must differ per node on one mac
 Logs: <state>/*.log (control plane side) and S/*.log.
 
   hack/cluster.sh up            start (NODES=N); last line: KUBECONFIG=<path>
-  hack/cluster.sh down          stop everything and undo every machine-wide change recorded
+  hack/cluster.sh down          stop everything, undo every machine-wide change recorded and clear what up
+                                wrote under the state dir (every node's directory, certificates, configs)
+                                but the logs
   hack/cluster.sh env           the cluster's facts as shell assignments
   hack/cluster.sh load TAR IMAGE   import an OCI archive into every node's containerd (and later nodes')
   hack/cluster.sh add-node      one more node (the next free ncm-nX)
-  hack/cluster.sh remove-node NAME   stop the node, delete its namespace and its Node object
+  hack/cluster.sh remove-node NAME   stop the node, delete its namespace and its Node object, clear its
+                                     directory but the logs
 
 Environment: NETCM_CLUSTER_DIR (state; default <checkout>/_out/cluster), NODES, CNI, NETCM_CACHE_DIR.
 """
@@ -250,8 +253,24 @@ def stop_node(node, delete_node):
     m.remove_cgroups(n)
     if delete_node:
         kubectl("delete", "node", n, "--ignore-not-found", check=False)
-    for d in ("containerd", "kubelet", "cni/ipam", "cni/net.d"):
-        shutil.rmtree(f"{s}/{d}", ignore_errors=True)
+    clear_node_dir(s)
+
+
+def clear_node_dir(s):
+    """Everything `up` and the node's pods wrote under the node's directory goes (containerd's and
+    kubelet's state, the CNI config, template and IPAM, flannel's subnet.env, certificates, configs), so
+    a later node of this name starts from nothing; its logs (*.log) stay for a post-mortem. The directory
+    itself stays too: add-node never reuses a number whose directory exists."""
+    try:
+        entries = os.listdir(s)
+    except FileNotFoundError:
+        return
+    for e in entries:
+        path = f"{s}/{e}"
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif not e.endswith(".log"):
+            os.remove(path)
 
 
 def wait_tasks_gone(node, seconds):
@@ -378,12 +397,21 @@ def down():
     except FileNotFoundError:
         pass
     shutil.rmtree(f"{STATE}/controlplane/etcd-data", ignore_errors=True)
-    for f in ("images",):
-        try:
-            os.remove(f"{STATE}/{f}")
-        except FileNotFoundError:
-            pass
+    clear_state_dir(STATE)
     log("stopped; the machine is as it was before 'up'")
+
+
+def clear_state_dir(state):
+    """What `up` wrote under the state dir outside the control plane's own (hack/controlplane.sh down
+    clears that): every node's directory (see clear_node_dir), the host components' certificates and
+    kubeconfigs, the list of loaded images. Logs stay, and images.d (the pause image, a build cache)."""
+    nodes_dir = f"{state}/nodes"
+    for name in os.listdir(nodes_dir) if os.path.isdir(nodes_dir) else []:
+        clear_node_dir(f"{nodes_dir}/{name}")
+    shutil.rmtree(f"{state}/pki", ignore_errors=True)
+    for f in os.listdir(state) if os.path.isdir(state) else []:
+        if f.endswith(".kubeconfig") or f == "images":
+            os.remove(f"{state}/{f}")
 
 
 def cmd_env():
