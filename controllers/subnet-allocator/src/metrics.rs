@@ -1,13 +1,17 @@
 //! The allocator's metrics: kube-controller-manager's `cidrset_*` (label `clusterCIDR`) for the flag pool,
 //! node-ipam-controller's `multicidrset_*` (labels `clusterCIDR`, `clusterCIDRName`) for every pool, plus
-//! `netcm_node_cidr_conflicts`, `netcm_node_cidr_oversized` and `netcm_pod_cidr_quarantine_nodes`.
+//! `netcm_node_cidr_conflicts`, `netcm_node_cidr_oversized`, `netcm_pod_cidr_quarantine_nodes`, and per pool
+//! and family what it can still hand out (`netcm_pool_*`, from netcm-ipam's `PoolSpace`, as `netcm check`
+//! prints it).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use netcm_ipam::{PoolStats, PoolTries, DEFAULT_POOL};
+use netcm_ipam::{PoolSpace, PoolStats, PoolTries, DEFAULT_POOL};
 use parking_lot::Mutex;
-use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// The metric families the allocator updates.
 #[derive(Clone)]
@@ -23,6 +27,7 @@ pub struct AllocatorMetrics {
     multi_max: GaugeVec,
     /// (cluster CIDR, pool) pairs the gauges show, so a dropped pool's series go with it.
     shown: Arc<Mutex<HashSet<(String, String)>>>,
+    space: SpaceGauges,
     /// Nodes whose pod CIDRs are currently unparsable, out of range or overlapping another Node's.
     pub conflicts: IntGauge,
     /// Nodes holding a pod CIDR wider than the node CIDRs of a pool it overlaps.
@@ -140,6 +145,7 @@ impl AllocatorMetrics {
             multi_usage,
             multi_max,
             shown: Arc::new(Mutex::new(HashSet::new())),
+            space: SpaceGauges::register(registry)?,
             conflicts,
             oversized,
             quarantine_nodes,
@@ -174,8 +180,9 @@ impl AllocatorMetrics {
         }
     }
 
-    /// Publishes usage and capacity of every cluster CIDR.
+    /// Publishes usage and capacity of every cluster CIDR, and what every pool can still hand out.
     pub fn publish(&self, stats: &[PoolStats]) {
+        self.space.publish(&PoolSpace::of(stats));
         let now: HashSet<(String, String)> = stats
             .iter()
             .map(|s| (s.cluster_cidr.clone(), s.pool.clone()))
@@ -202,5 +209,149 @@ impl AllocatorMetrics {
                 .with_label_values(&[&s.cluster_cidr])
                 .set(s.max as f64);
         }
+    }
+}
+
+/// Per pool and family: the largest block it can still hand out, its free blocks per size, and the CIDRs
+/// in release hold. Labels are netcm's own (`pool`, `family`, `prefix_length`), snake_case as Prometheus
+/// asks; `pool` is the value of node-ipam-controller's `clusterCIDRName`.
+#[derive(Clone)]
+struct SpaceGauges {
+    largest: IntGaugeVec,
+    free: IntGaugeVec,
+    release_hold: IntGaugeVec,
+    /// (pool, family) and (pool, family, prefix length) shown, so a dropped pool's series go with it.
+    shown: Arc<Mutex<Shown>>,
+}
+
+/// Label values of the space gauges' series: (pool, family), and (pool, family, prefix length).
+type Shown = (HashSet<[String; 2]>, HashSet<[String; 3]>);
+
+impl SpaceGauges {
+    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let largest = IntGaugeVec::new(
+            Opts::new(
+                "netcm_pool_largest_free_block_prefix_length",
+                "Prefix length of the largest block a pool can still hand out in a family (24 for a /24); 0 when it can hand out none (full, or draining).",
+            ),
+            &["pool", "family"],
+        )?;
+        let free = IntGaugeVec::new(
+            Opts::new(
+                "netcm_pool_free_blocks",
+                "Blocks of one size (prefix_length) a pool can still hand out in a family; one size per pool while pools hand out fixed-size node CIDRs.",
+            ),
+            &["pool", "family", "prefix_length"],
+        )?;
+        let release_hold = IntGaugeVec::new(
+            Opts::new(
+                "netcm_pool_release_hold_cidrs",
+                "CIDRs of a pool released by deleted Nodes and not handed out again yet; 0 while netcm has no release hold (issue 29).",
+            ),
+            &["pool", "family"],
+        )?;
+        for g in [&largest, &free, &release_hold] {
+            registry.register(Box::new(g.clone()))?;
+        }
+        Ok(Self {
+            largest,
+            free,
+            release_hold,
+            shown: Arc::new(Mutex::new((HashSet::new(), HashSet::new()))),
+        })
+    }
+
+    fn publish(&self, space: &[PoolSpace]) {
+        let mut pairs = HashSet::new();
+        let mut sizes = HashSet::new();
+        for s in space {
+            let pair = [s.pool.clone(), s.family.to_string()];
+            let pair_refs = [pair[0].as_str(), pair[1].as_str()];
+            self.largest
+                .with_label_values(&pair_refs)
+                .set(s.largest().map_or(0, i64::from));
+            self.release_hold
+                .with_label_values(&pair_refs)
+                .set(i64::try_from(s.release_hold).unwrap_or(i64::MAX));
+            for &(prefix, count) in &s.free_blocks {
+                let size = [pair[0].clone(), pair[1].clone(), prefix.to_string()];
+                self.free
+                    .with_label_values(&[&size[0], &size[1], &size[2]])
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+                sizes.insert(size);
+            }
+            pairs.insert(pair);
+        }
+        let mut shown = self.shown.lock();
+        for [pool, family] in shown.0.difference(&pairs) {
+            let _ = self.largest.remove_label_values(&[pool, family]);
+            let _ = self.release_hold.remove_label_values(&[pool, family]);
+        }
+        for [pool, family, prefix] in shown.1.difference(&sizes) {
+            let _ = self.free.remove_label_values(&[pool, family, prefix]);
+        }
+        *shown = (pairs, sizes);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use netcm_ipam::Family;
+    use prometheus::Encoder;
+
+    fn scrape(registry: &Registry) -> String {
+        let mut out = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&registry.gather(), &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn stat(pool: &str, cidr: &str, prefix: u8, free: u64) -> PoolStats {
+        PoolStats {
+            pool: pool.into(),
+            cluster_cidr: cidr.into(),
+            family: Family::V4,
+            allocated: 0,
+            max: free,
+            usage: 0.0,
+            free_blocks: vec![(prefix, free)],
+        }
+    }
+
+    #[test]
+    fn each_pool_shows_its_largest_free_block_and_free_blocks_per_size() {
+        let registry = Registry::new();
+        let m = AllocatorMetrics::register(&registry).unwrap();
+        m.publish(&[
+            stat(DEFAULT_POOL, "10.244.0.0/16", 24, 250),
+            stat("gpu", "10.100.0.0/24", 26, 0),
+        ]);
+        let text = scrape(&registry);
+        for line in [
+            "netcm_pool_largest_free_block_prefix_length{family=\"IPv4\",pool=\"default-cluster-cidr\"} 24",
+            "netcm_pool_largest_free_block_prefix_length{family=\"IPv4\",pool=\"gpu\"} 0",
+            "netcm_pool_free_blocks{family=\"IPv4\",pool=\"default-cluster-cidr\",prefix_length=\"24\"} 250",
+            "netcm_pool_free_blocks{family=\"IPv4\",pool=\"gpu\",prefix_length=\"26\"} 0",
+            "netcm_pool_release_hold_cidrs{family=\"IPv4\",pool=\"gpu\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_dropped_pools_space_series_go_with_it() {
+        let registry = Registry::new();
+        let m = AllocatorMetrics::register(&registry).unwrap();
+        m.publish(&[
+            stat(DEFAULT_POOL, "10.244.0.0/16", 24, 250),
+            stat("gpu", "10.100.0.0/24", 26, 4),
+        ]);
+        m.publish(&[stat(DEFAULT_POOL, "10.244.0.0/16", 24, 249)]);
+        let text = scrape(&registry);
+        assert!(!text.contains("pool=\"gpu\""), "{text}");
+        assert!(text.contains("prefix_length=\"24\"} 249"), "{text}");
     }
 }

@@ -257,6 +257,9 @@ impl CidrSet {
     }
 }
 
+#[path = "cidr_set_free.rs"]
+mod free;
+
 /// Bits of word `w` that fall in the block range `begin..=end`.
 fn range_mask(w: u64, begin: u64, end: u64) -> u64 {
     let lo = if w == begin / 64 { begin % 64 } else { 0 };

@@ -45,6 +45,7 @@ mod pool;
 mod pools;
 mod problems;
 mod selector;
+mod space;
 #[cfg(test)]
 mod test_fixtures;
 
@@ -63,3 +64,4 @@ pub use pool::{
 pub use pools::Pools;
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
 pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, Term};
+pub use space::PoolSpace;

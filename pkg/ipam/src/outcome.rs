@@ -146,4 +146,7 @@ pub struct PoolStats {
     pub max: u64,
     /// `allocated / max`.
     pub usage: f64,
+    /// Blocks it can still hand out, as (prefix length, count), largest block first: one size (the
+    /// node mask) for a fixed-size pool, none counted (0) while its pool is not active.
+    pub free_blocks: Vec<(u8, u64)>,
 }

@@ -408,12 +408,13 @@ impl Pools {
         &self.sets
     }
 
-    /// Usage of every cluster CIDR of every pool that has sets, the flag pool first (primary family
-    /// first).
+    /// Usage and free blocks of every cluster CIDR of every pool that has sets, the flag pool first
+    /// (primary family first); [`crate::PoolSpace::of`] sums them per pool and family.
     pub fn stats(&self) -> Vec<PoolStats> {
         self.pools
             .iter()
             .flat_map(|p| {
+                let active = p.state == PoolState::Active;
                 p.families.iter().flat_map(move |(_, r)| {
                     self.sets[r.clone()].iter().map(move |s| PoolStats {
                         pool: p.name.clone(),
@@ -422,6 +423,14 @@ impl Pools {
                         allocated: s.allocated(),
                         max: s.max_cidrs(),
                         usage: s.usage(),
+                        free_blocks: vec![(
+                            s.node_mask(),
+                            if active {
+                                s.free_blocks(s.node_mask())
+                            } else {
+                                0
+                            },
+                        )],
                     })
                 })
             })

@@ -13,8 +13,10 @@ use super::report::Finding;
 use super::snapshot::{ago, event_time, name, pod_cidrs, ObjectPoolsState, Snapshot, Source};
 
 mod oversized;
+mod space;
 
 pub use oversized::{inside_of, oversized_finding, OversizedNode};
+pub use space::space_findings;
 
 /// Usage above which a pool is reported as nearly full.
 pub const NEARLY_FULL: f64 = 0.9;
@@ -115,7 +117,7 @@ fn cluster_cidr_fix(s: &Snapshot, full: &[&PoolStats]) -> String {
     )
 }
 
-/// One line per cluster CIDR: usage, nearly full, full.
+/// One line per cluster CIDR: usage, nearly full, full; then one `space` line per pool and family.
 pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) -> Vec<Finding> {
     let a = match analysis {
         None => {
@@ -179,6 +181,7 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
             }
         })
         .collect();
+    findings.extend(space_findings(&a.stats));
     for (pool, why) in &a.refused {
         findings.push(Finding::fail(
             "pool",

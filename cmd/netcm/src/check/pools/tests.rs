@@ -8,6 +8,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 
 mod oversized;
+mod space;
 
 fn run(s: &Snapshot) -> Vec<Finding> {
     let a = analyse(s);

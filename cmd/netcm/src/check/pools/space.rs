@@ -1,0 +1,35 @@
+//! One `space` line per pool and family: the largest block it can still hand out, its free blocks per
+//! size and the CIDRs in release hold — netcm-ipam's `PoolSpace`, the same numbers as the allocator's
+//! `netcm_pool_*` gauges.
+
+use netcm_ipam::{PoolSpace, PoolStats};
+
+use super::super::report::Finding;
+
+/// The `space` lines of the pools in `stats`, in their order. Informational: a full pool already fails
+/// on its `pool` line.
+pub fn space_findings(stats: &[PoolStats]) -> Vec<Finding> {
+    PoolSpace::of(stats)
+        .iter()
+        .map(|s| Finding::ok("space", space_line(s)))
+        .collect()
+}
+
+fn space_line(s: &PoolSpace) -> String {
+    let largest = match s.largest() {
+        Some(prefix) => format!("can hand out a /{prefix} at most"),
+        None => "can hand out no block (full, or draining)".to_string(),
+    };
+    let free: Vec<String> = s
+        .free_blocks
+        .iter()
+        .map(|(prefix, n)| format!("{n} × /{prefix}"))
+        .collect();
+    format!(
+        "pool {} ({}): {largest}; free: {}; {} CIDRs in release hold",
+        s.pool,
+        s.family,
+        free.join(", "),
+        s.release_hold
+    )
+}
