@@ -108,7 +108,7 @@ async fn a_dual_stack_gpu_pool_gives_gpu_nodes_its_mask_and_the_flag_pool_serves
         }),
     )
     .await;
-    let _n = netcm(&env, "pools-gpu", &["--cluster-cidr=10.244.0.0/16"]);
+    let n = netcm(&env, "pools-gpu", &["--cluster-cidr=10.244.0.0/16"]);
     let gpu = names("gpu", 3);
     let cpu = names("cpu", 3);
     for n in &gpu {
@@ -146,6 +146,30 @@ async fn a_dual_stack_gpu_pool_gives_gpu_nodes_its_mask_and_the_flag_pool_serves
     }
     let nodes: Vec<Node> = netcm_e2e::nodes::all_nodes(&env.client).await;
     assert_no_overlaps(&nodes);
+    // What each pool can still hand out, per family: 1,024 node CIDRs of the gpu pool in each family and
+    // 256 of the flag pool, three of each taken.
+    for (pool, family, prefix, free) in [
+        ("gpu", "IPv4", 26, 1021),
+        ("gpu", "IPv6", 122, 1021),
+        ("default-cluster-cidr", "IPv4", 24, 253),
+    ] {
+        let labels = format!("family=\"{family}\",pool=\"{pool}\"");
+        n.wait_metric(
+            &format!("netcm_pool_free_blocks{{{labels},prefix_length=\"{prefix}\"}}"),
+            &free.to_string(),
+            |v| v == f64::from(free),
+            TIMEOUT,
+        )
+        .await;
+        let largest = format!("netcm_pool_largest_free_block_prefix_length{{{labels}}}");
+        assert_eq!(
+            n.metric(&largest).await,
+            Some(f64::from(prefix)),
+            "{largest}"
+        );
+        let held = format!("netcm_pool_release_hold_cidrs{{{labels}}}");
+        assert_eq!(n.metric(&held).await, Some(0.0), "{held}");
+    }
     // The pool carries the finalizer and a status kubectl prints.
     let status = wait_for("the gpu pool's status", TIMEOUT, || async {
         pool_status(&env.client, "gpu")
@@ -172,7 +196,7 @@ async fn a_dual_stack_gpu_pool_gives_gpu_nodes_its_mask_and_the_flag_pool_serves
 #[tokio::test]
 async fn nodes_waiting_on_a_full_pool_are_allocated_as_soon_as_a_new_cluster_cidr_is_applied() {
     let env = TestEnv::new().await;
-    let _n = netcm(
+    let n = netcm(
         &env,
         "pools-grow",
         &["--cluster-cidr=10.250.0.0/28", "--node-cidr-mask-size=28"],
@@ -201,6 +225,22 @@ async fn nodes_waiting_on_a_full_pool_are_allocated_as_soon_as_a_new_cluster_cid
         },
     )
     .await;
+    // The full flag pool can hand out no block.
+    let flag = "family=\"IPv4\",pool=\"default-cluster-cidr\"";
+    assert_eq!(
+        n.metric(&format!(
+            "netcm_pool_largest_free_block_prefix_length{{{flag}}}"
+        ))
+        .await,
+        Some(0.0)
+    );
+    assert_eq!(
+        n.metric(&format!(
+            "netcm_pool_free_blocks{{{flag},prefix_length=\"28\"}}"
+        ))
+        .await,
+        Some(0.0)
+    );
     let dir = tempfile_dir();
     let file = dir.join("more.yaml");
     std::fs::write(
@@ -219,6 +259,13 @@ async fn nodes_waiting_on_a_full_pool_are_allocated_as_soon_as_a_new_cluster_cid
     let more: IpNet = "10.251.0.0/24".parse().expect("cidr");
     let from_more = got.values().filter(|c| more.contains(&c[0])).count();
     assert_eq!(from_more, 3, "{got:?}");
+    n.wait_metric(
+        "netcm_pool_free_blocks{family=\"IPv4\",pool=\"more\",prefix_length=\"28\"}",
+        "13 of its 16 /28s",
+        |v| v == 13.0,
+        TIMEOUT,
+    )
+    .await;
 }
 
 /// A fresh directory for manifests.
