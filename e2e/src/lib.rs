@@ -20,6 +20,8 @@ pub mod netcm;
 pub mod netns;
 pub mod nodes;
 pub mod overlaps;
+pub mod pod_network;
+pub mod probe;
 pub mod realnode;
 pub mod route_lab;
 pub mod takeover;

@@ -11,55 +11,20 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use netcm_e2e::multinode::{built_image, eventually, Cluster};
+use netcm_e2e::multinode::{built_image, Cluster};
+use netcm_e2e::pod_network::{
+    addresses, assert_full_reachability, condition, leader_loss_drops_no_packet, pod_cidrs,
+    print_cluster, probe_pods_on, removing_a_node_removes_only_its_routes,
+    service_reaches_backends_on_other_nodes,
+};
+use netcm_e2e::probe;
 use serde_json::Value;
 
-#[path = "pod_network/probe.rs"]
-mod probe;
 #[path = "pod_network/routes.rs"]
 mod routes;
 
 const NODES: usize = 3;
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The Nodes' pod CIDRs, parsed.
-async fn pod_cidrs(cluster: &Cluster) -> BTreeMap<String, Vec<IpNet>> {
-    let nodes = cluster.get_json(&["nodes"]).await;
-    nodes["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|n| {
-            let cidrs = n["spec"]["podCIDRs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c.as_str()?.parse().ok())
-                .collect();
-            (
-                n["metadata"]["name"].as_str().unwrap_or("").to_string(),
-                cidrs,
-            )
-        })
-        .collect()
-}
-
-fn condition<'a>(node: &'a Value, kind: &str) -> Option<&'a str> {
-    node["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)?["status"]
-        .as_str()
-}
-
-/// Node name → (IPv4, IPv6) addresses of the cluster's nodes now.
-fn addresses(cluster: &Cluster) -> BTreeMap<String, (String, String)> {
-    cluster
-        .nodes()
-        .into_iter()
-        .map(|n| (n.name, (n.ipv4, n.ipv6)))
-        .collect()
-}
 
 /// Every Node Ready with an IPv4 and an IPv6 pod CIDR; checks, each time a Node is first seen with
 /// `NetworkUnavailable=False`, that its namespace already routes to every peer holding CIDRs.
@@ -106,50 +71,6 @@ async fn wait_for_pod_network(cluster: &Cluster, nodes: &[String]) -> BTreeMap<S
         assert!(Instant::now() < deadline, "nodes {nodes:?} not Ready with dual-stack pod CIDRs and routes within {TIMEOUT:?}:\n{}", cluster.diagnostics().await);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-/// Waits for a ready probe pod on each of `nodes` and checks every pod IP lies inside its Node's CIDRs.
-async fn probe_pods_on(
-    cluster: &Cluster,
-    nodes: &[String],
-    cidrs: &BTreeMap<String, Vec<IpNet>>,
-) -> BTreeMap<String, probe::ProbePod> {
-    let pods = eventually("a ready probe pod on every node", TIMEOUT, || async {
-        // Only the pods of these nodes: a deleted Node's pod stays in the API until the pod GC removes it.
-        let mut pods = probe::ready_pods(cluster).await;
-        pods.retain(|node, _| nodes.contains(node));
-        (pods.len() == nodes.len()).then_some(pods)
-    })
-    .await;
-    for pod in pods.values() {
-        assert_eq!(
-            pod.ips.len(),
-            2,
-            "{} has one address per family: {:?}",
-            pod.name,
-            pod.ips
-        );
-        for ip in &pod.ips {
-            assert!(
-                cidrs[&pod.node].iter().any(|c| c.contains(ip)),
-                "{} on {} has {ip}, outside its Node's pod CIDRs {:?}",
-                pod.name,
-                pod.node,
-                cidrs[&pod.node]
-            );
-        }
-    }
-    pods
-}
-
-async fn assert_full_reachability(cluster: &Cluster, pods: &BTreeMap<String, probe::ProbePod>) {
-    let (failures, matrix) = probe::matrix(cluster, pods).await;
-    eprintln!("reachability matrix:\n{matrix}");
-    assert!(
-        failures.is_empty(),
-        "pods that cannot reach each other:\n{}\n{matrix}",
-        failures.join("\n")
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -206,193 +127,31 @@ async fn netcm_alone_brings_up_a_dual_stack_pod_network_that_survives_node_churn
 
     // Pods everywhere, every pod reaching every other across nodes, both families, ICMP and TCP.
     cluster.apply(&probe::daemonset(&probe_image)).await;
-    let pods = probe_pods_on(&cluster, &names, &cidrs).await;
+    let pods = probe_pods_on(&cluster, &names, &cidrs, TIMEOUT).await;
     assert_full_reachability(&cluster, &pods).await;
 
-    // A ClusterIP Service: from each pod, answers come from backends on the other nodes.
-    let service_ip = cluster
-        .kubectl(&[
-            "get",
-            "service",
-            "-n",
-            "default",
-            "probe",
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ])
-        .await;
-    for from in pods.values() {
-        let others: Vec<&str> = pods
-            .values()
-            .filter(|p| p.node != from.node)
-            .map(|p| p.name.as_str())
-            .collect();
-        let mut answered = std::collections::BTreeSet::new();
-        for _ in 0..40 {
-            let (ok, out) =
-                probe::exec(&cluster, &from.name, &["get", &format!("{service_ip}:80")]).await;
-            assert!(ok, "{} -> Service {service_ip}:80: {out}", from.name);
-            answered.insert(out);
-            if others.iter().all(|o| answered.contains(*o)) {
-                break;
-            }
-        }
-        assert!(others.iter().all(|o| answered.contains(*o)), "{} reached through the Service only {answered:?}, not every backend on another node {others:?}", from.name);
-    }
-
-    leader_loss_drops_no_packet(&cluster, &pods).await;
+    // A ClusterIP Service reaches the backends on the other nodes; netcm's leader goes during traffic.
+    service_reaches_backends_on_other_nodes(&cluster, &pods).await;
+    leader_loss_drops_no_packet(&cluster, &pods, TIMEOUT).await;
 
     // Delete a Node: its routes leave every other node; nothing else moves.
     let gone = names[NODES - 1].clone();
-    let stay: Vec<String> = names.iter().filter(|n| **n != gone).cloned().collect();
     let addrs = addresses(&cluster);
-    let mut before = BTreeMap::new();
-    for n in &stay {
-        before.insert(n.clone(), routes::netcm_routes(n).await);
-    }
-    cluster.remove_node(&gone);
-    let remaining: BTreeMap<String, Vec<IpNet>> = cidrs
-        .iter()
-        .filter(|(n, _)| **n != gone)
-        .map(|(n, c)| (n.clone(), c.clone()))
-        .collect();
-    for n in &stay {
-        let want = routes::expected_routes(n, &remaining, &addrs);
-        eventually(
-            &format!("{gone}'s routes gone from {n}"),
-            Duration::from_secs(30),
-            || async { (routes::netcm_routes(n).await == want).then_some(()) },
-        )
-        .await;
-        assert!(
-            want.is_subset(&before[n]),
-            "{n}'s routes to the remaining nodes changed: {:?} then {want:?}",
-            before[n]
-        );
-    }
-    assert_eq!(
-        pod_cidrs(&cluster).await,
-        remaining,
-        "the remaining Nodes' pod CIDRs changed"
-    );
-    let still: BTreeMap<String, probe::ProbePod> = pods
-        .iter()
-        .filter(|(n, _)| **n != gone)
-        .map(|(n, p)| (n.clone(), p.clone()))
-        .collect();
-    assert_full_reachability(&cluster, &still).await;
+    let (remaining, _) = removing_a_node_removes_only_its_routes(
+        &cluster,
+        &gone,
+        &cidrs,
+        &pods,
+        |n| async move { routes::netcm_routes(&n).await },
+        |n, remaining| routes::expected_routes(n, remaining, &addrs),
+    )
+    .await;
 
     // Add a node: it gets CIDRs, a CNI config, routes; its pod reaches every other and is reached.
-    let added = cluster.add_node();
-    let mut now: Vec<String> = stay.clone();
-    now.push(added.clone());
+    let mut now: Vec<String> = remaining.into_keys().collect();
+    now.push(cluster.add_node());
     let cidrs = wait_for_pod_network(&cluster, &now).await;
-    let pods = probe_pods_on(&cluster, &now, &cidrs).await;
+    let pods = probe_pods_on(&cluster, &now, &cidrs, TIMEOUT).await;
     assert_full_reachability(&cluster, &pods).await;
-    for line in [
-        &["get", "nodes", "-o", "wide"][..],
-        &["get", "pods", "-A", "-o", "wide"][..],
-    ] {
-        eprintln!(
-            "$ kubectl {}\n{}",
-            line.join(" "),
-            cluster.kubectl(line).await
-        );
-    }
-}
-
-/// Streams of echoes between pods on different nodes (IPv4 one way, IPv6 the other) while the leading
-/// netcm pod is deleted: every echo is answered.
-async fn leader_loss_drops_no_packet(cluster: &Cluster, pods: &BTreeMap<String, probe::ProbePod>) {
-    let list: Vec<&probe::ProbePod> = pods.values().collect();
-    let mut streams = Vec::new();
-    for (i, from) in list.iter().enumerate() {
-        let to = list[(i + 1) % list.len()];
-        for ip in &to.ips {
-            let (c, from, ip) = (cluster.clone(), from.name.clone(), ip.to_string());
-            streams.push(tokio::spawn(async move {
-                let (ok, out) = probe::exec(&c, &from, &["stream", &ip, "150", "40"]).await;
-                (from, ip, ok, out)
-            }));
-        }
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    // The Lease names a hostname, which every node of this one-machine cluster shares (hostNetwork pods
-    // have the host's UTS namespace): the leader is the pod whose metrics say it leads.
-    let holder = lease_holder(cluster).await;
-    let leader = leading_pod(cluster).await;
-    cluster
-        .kubectl(&[
-            "delete",
-            "pod",
-            "-n",
-            "kube-system",
-            &leader,
-            "--wait=false",
-        ])
-        .await;
-    for s in streams {
-        let (from, ip, ok, out) = s.await.expect("stream task");
-        assert!(ok, "{from} -> {ip}: {out}");
-        assert_eq!(
-            out, "sent 150 received 150",
-            "{from} -> {ip} lost echoes while the leader {leader} was deleted"
-        );
-    }
-    eventually("a new netcm leader", TIMEOUT, || async {
-        let h = lease_holder(cluster).await;
-        (!h.is_empty() && h != holder).then_some(())
-    })
-    .await;
-}
-
-async fn lease_holder(cluster: &Cluster) -> String {
-    let (_, holder, _) = cluster
-        .try_kubectl(&[
-            "get",
-            "lease",
-            "-n",
-            "kube-system",
-            "netcm",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])
-        .await;
-    holder
-}
-
-/// The netcm Deployment pod whose `leader_election_master_status` is 1 (scraped from the host, which is
-/// on the node bridge; the pods run on their node's network).
-async fn leading_pod(cluster: &Cluster) -> String {
-    eventually("a netcm pod that reports leading", TIMEOUT, || async {
-        let pods = cluster
-            .get_json(&[
-                "pods",
-                "-n",
-                "kube-system",
-                "-l",
-                "app.kubernetes.io/component=controller-manager",
-            ])
-            .await;
-        for p in pods["items"].as_array().into_iter().flatten() {
-            let ip = p["status"]["podIP"].as_str().unwrap_or_default();
-            let out = tokio::process::Command::new("curl")
-                .args([
-                    "-s",
-                    "--max-time",
-                    "3",
-                    &format!("http://{ip}:10271/metrics"),
-                ])
-                .output()
-                .await
-                .expect("run curl");
-            if String::from_utf8_lossy(&out.stdout)
-                .contains("leader_election_master_status{name=\"netcm\"} 1")
-            {
-                return p["metadata"]["name"].as_str().map(String::from);
-            }
-        }
-        None
-    })
-    .await
+    print_cluster(&cluster).await;
 }

@@ -17,10 +17,8 @@ use netcm_e2e::flannel_daemonset::{self, Backend, Flannel};
 use netcm_e2e::multinode::{
     assignments, built_image, eventually, hold_the_cluster, in_node, script, Cluster,
 };
+use netcm_e2e::probe;
 use serde_json::Value;
-
-#[path = "pod_network/probe.rs"]
-mod probe;
 
 const NODES: usize = 3;
 const TIMEOUT: Duration = Duration::from_secs(180);

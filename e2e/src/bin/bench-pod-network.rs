@@ -19,12 +19,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use netcm_e2e::flannel_daemonset::{self, Backend, Flannel};
 use netcm_e2e::multinode::{assignments, built_image, hold_the_cluster, in_node, script, Cluster};
+use netcm_e2e::probe;
 use tokio::process::{Child, Command};
-
-// The tests' probe helpers; the benchmark uses a few of them.
-#[allow(dead_code)]
-#[path = "../../tests/pod_network/probe.rs"]
-mod probe;
 
 const SECONDS: &str = "5";
 

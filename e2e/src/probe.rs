@@ -1,14 +1,17 @@
-//! The probe pods (`hack/image.sh probe`): one per node through a DaemonSet, an HTTP server on 8080 that
-//! answers with its pod's name, and `kubectl exec … /probe ping|get|stream` as the client.
+//! The probe pods of the pod network tests and benchmark (`hack/image.sh probe`): one per node through a
+//! DaemonSet, an HTTP server on 8080 that answers with its pod's name, and `kubectl exec … /probe
+//! ping|get|stream` as the client.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use netcm_e2e::multinode::Cluster;
+use crate::multinode::Cluster;
 use serde_json::Value;
 
+/// The port every probe pod serves HTTP on.
 pub const PORT: u16 = 8080;
 
+/// A ready probe pod: its name, its node and its addresses.
 #[derive(Debug, Clone)]
 pub struct ProbePod {
     pub name: String,
@@ -16,6 +19,7 @@ pub struct ProbePod {
     pub ips: Vec<IpAddr>,
 }
 
+/// The probe DaemonSet (one pod per schedulable node) and the ClusterIP Service `probe` in front of it.
 pub fn daemonset(image: &str) -> String {
     format!(
         r#"apiVersion: apps/v1
