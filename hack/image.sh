@@ -17,7 +17,8 @@
 # pods never run a stale one under an old name. Import with `hack/node.sh load TAR IMAGE`.
 #
 # Environment: NETCM_CACHE_DIR (as hack/controlplane.sh: the pause binary is cached there),
-#              NETCM_IMAGE_OUT (default <checkout>/_out/image).
+#              NETCM_IMAGE_OUT (default <checkout>/_out/image), CARGO_TARGET_DIR (cargo's, default
+#              <checkout>/target; hack/supply-chain.sh reproducible builds in two clean ones).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -105,7 +106,7 @@ cmd_build() {
   mkdir -p "$out"
   log "cargo build --release -p netcm"
   (cd "$root" && cargo build --release --locked -p netcm --bin netcm)
-  local bin=$root/target/release/netcm version sum tag rootfs=$out/netcm.rootfs
+  local bin=${CARGO_TARGET_DIR:-$root/target}/release/netcm version sum tag rootfs=$out/netcm.rootfs
   version=$("$bin" --version | awk '{print $NF}')
   sum=$(sha256sum "$bin" | cut -c1-12)
   tag=$version-$sum
