@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod chart;
 pub mod flannel;
 pub mod flannel_daemonset;
+pub mod flannel_routes;
 pub mod flanneld;
 pub mod multinode;
 pub mod netcm;
