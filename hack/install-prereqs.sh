@@ -7,11 +7,12 @@ set -euo pipefail
 need_pkgs=()
 # The real node (hack/node.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
 # images without a registry, iptables and conntrack for kube-proxy, nft to remove the tables iptables-nft
-# makes once they are empty again; libfaketime to step one process's wall clock in the e2e fault tests.
+# makes once they are empty again; libfaketime to step one process's wall clock in the e2e fault tests;
+# musl-gcc for the static kubectl-netcm (hack/plugin.sh).
 for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps gcc:gcc \
   containerd:containerd runc:runc umoci:umoci iptables:iptables conntrack:conntrack nft:nftables \
   /usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins \
-  /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1:libfaketime; do
+  /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1:libfaketime musl-gcc:musl-tools; do
   cmd=${pair%%:*} pkg=${pair##*:}
   if [[ "$cmd" == /* ]]; then
     [ -x "$cmd" ] || need_pkgs+=("$pkg")
@@ -48,7 +49,19 @@ if command -v rustup >/dev/null 2>&1; then
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
+  rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl \
+    || rustup target add x86_64-unknown-linux-musl
 fi
+# Supply-chain tools (hack/supply-chain.sh), pinned; built once into ~/.cargo/bin (about 10 minutes cold on
+# 2 cores, then reused by every checkout on the machine).
+cargo_tool() {
+  local crate=$1 version=$2 probe=$3
+  $probe --version 2>/dev/null | grep -q " $version\$" && return 0
+  echo "installing: $crate $version (cargo install)"
+  cargo install --locked --quiet "$crate@$version"
+}
+cargo_tool cargo-deny 0.20.2 "cargo deny"
+cargo_tool cargo-cyclonedx 0.5.9 "cargo cyclonedx"
 command -v go >/dev/null 2>&1 || {
   echo "error: go not found: the control plane is built from the k8s.io/kubernetes Go module and needs Go >= 1.26" >&2
   exit 1
