@@ -15,7 +15,7 @@ for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:ipr
   /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1:libfaketime musl-gcc:musl-tools; do
   cmd=${pair%%:*} pkg=${pair##*:}
   if [[ "$cmd" == /* ]]; then
-    [ -x "$cmd" ] || need_pkgs+=("$pkg")
+    [ -e "$cmd" ] || need_pkgs+=("$pkg")
   else
     command -v "$cmd" >/dev/null 2>&1 || need_pkgs+=("$pkg")
   fi
