@@ -125,19 +125,26 @@ start_etcd() {
   wait_alive etcd 100 0.1 etcd_healthy || die "etcd not healthy after 10 s; see $state/etcd.log"
 }
 
-# start_apiserver [NAME PORT AUDIT [FLAG...]]: kube-apiserver (default), or a second one with its own port
-# and audit log; both share etcd, certificates and service-account keys, so one admin credential works
-# on both.
-start_apiserver() {
+# apiserver_command [NAME PORT AUDIT [FLAG...]]: what launch_apiserver starts: kube-apiserver (default), or
+# a second one with its own port and audit log; both share etcd, certificates and service-account keys, so
+# one admin credential works on both. A restart prepares it before stopping the running one, so the API
+# is down only while the process restarts.
+apiserver_command() {
   load_env
-  local apiserver name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT} audit=${3:-$state/audit.log} apiserver_args
+  apiserver_name=${1:-kube-apiserver} apiserver_port=${2:-$APISERVER_PORT}
+  local audit=${3:-$state/audit.log}
   shift $(($# < 3 ? $# : 3))
-  apiserver=$(bin_path kube-apiserver)
-  render_args apiserver_args apiserver-args "$state" "$ETCD_PORT" "$port" "$audit" "$NODE_MODE" "$API_HOST" "$SERVICE_CIDR" "$@"
-  setsid nohup "$apiserver" "${apiserver_args[@]}" >>"$state/$name.log" 2>&1 </dev/null &
-  echo $! >"$state/$name.pid"
-  wait_ready "$name" "$port"
+  apiserver_bin=$(bin_path kube-apiserver)
+  render_args apiserver_args apiserver-args "$state" "$ETCD_PORT" "$apiserver_port" "$audit" "$NODE_MODE" "$API_HOST" "$SERVICE_CIDR" "$@"
 }
+
+launch_apiserver() {
+  setsid nohup "$apiserver_bin" "${apiserver_args[@]}" >>"$state/$apiserver_name.log" 2>&1 </dev/null &
+  echo $! >"$state/$apiserver_name.pid"
+  wait_ready "$apiserver_name" "$apiserver_port"
+}
+
+start_apiserver() { apiserver_command "$@"; launch_apiserver; }
 
 apiserver_ready() {
   local d=$state/pki
@@ -223,8 +230,8 @@ cmd_down() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
-  restart-apiserver) stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted" ;;
-  rotate-serving-cert) rotate_serving_cert; stop_component kube-apiserver 3; start_apiserver; log "kube-apiserver restarted with a new serving certificate" ;;
+  restart-apiserver) apiserver_command; stop_component kube-apiserver 3; launch_apiserver; log "kube-apiserver restarted" ;;
+  rotate-serving-cert) rotate_serving_cert; apiserver_command; stop_component kube-apiserver 3; launch_apiserver; log "kube-apiserver restarted with a new serving certificate" ;;
   stop-apiserver) stop_component kube-apiserver 3; log "kube-apiserver stopped" ;;
   start-apiserver) alive kube-apiserver || start_apiserver; log "kube-apiserver started" ;;
   start-apiserver2) shift; start_apiserver2 "$@" ;;
