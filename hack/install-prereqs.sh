@@ -8,11 +8,12 @@ need_pkgs=()
 # The real node (hack/node.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
 # images without a registry, iptables and conntrack for kube-proxy, nft to remove the tables iptables-nft
 # makes once they are empty again; libfaketime to step one process's wall clock in the e2e fault tests;
-# musl-gcc for the static kubectl-netcm (hack/plugin.sh).
+# musl-gcc for the static kubectl-netcm (hack/plugin.sh); yamllint for chart-testing's rules.
 for pair in promtool:prometheus openssl:openssl curl:curl python3:python3 ip:iproute2 flock:util-linux setpriv:util-linux kill:procps gcc:gcc \
   containerd:containerd runc:runc umoci:umoci iptables:iptables conntrack:conntrack nft:nftables \
   /usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins \
-  /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1:libfaketime musl-gcc:musl-tools; do
+  /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1:libfaketime musl-gcc:musl-tools \
+  yamllint:yamllint; do
   cmd=${pair%%:*} pkg=${pair##*:}
   if [[ "$cmd" == /* ]]; then
     [ -e "$cmd" ] || need_pkgs+=("$pkg")

@@ -86,6 +86,10 @@ log "helm lint --strict (default values)"
 "$helm_bin" lint --strict "$chart"
 log "helm lint --strict (all on: ci/all-on-values.yaml)"
 "$helm_bin" lint --strict "$chart" -f "$chart/ci/all-on-values.yaml"
+# chart-testing's own lint (`ct lint`) is helm lint plus yamllint with its rules over the chart's YAML;
+# ct's Go module is not served here, so its rules are reproduced (hack/testdata/chart-lintconf.yaml).
+log "yamllint with chart-testing's rules (Chart.yaml, values.yaml, ci/)"
+yamllint -s -c "$root/hack/testdata/chart-lintconf.yaml" "$chart/Chart.yaml" "$chart/values.yaml" "$chart"/ci/*.yaml
 
 # --- 2. render ------------------------------------------------------------------------------------------
 render() { # NAME NAMESPACE [helm args…]
