@@ -97,7 +97,7 @@ cargo build --locked -p netcm
 # pod_network and pod_network_flannel ran in the multi-node steps (they need no real node and no shared
 # control plane).
 cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip netcm_alone_brings_up \
-  --skip beside_netcm_brings_up_a_dual_stack_pod_network
+  --skip beside_netcm_carries_pods_through_node_churn_and_leader_loss
 
 step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 and every fault kind by hand)"
 # A fixed seed and the fault kinds whose every write the fence keeps inside its term. "path" is left to the
