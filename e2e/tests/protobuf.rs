@@ -20,7 +20,7 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Every field a declaration can keep.
+/// Every field a declaration can keep (of managedFields: every manager's annotations but netcm's).
 fn everything() -> NodeFields {
     let mut f = NodeFields::none().pod_cidrs().taints().addresses();
     f.unschedulable = true;
@@ -30,6 +30,7 @@ fn everything() -> NodeFields {
         .fold(f, |f, t| f.condition(t))
         .annotations("")
         .labels("")
+        .annotation_owners("", "netcm")
 }
 
 /// Nodes with every field netcm reads, written by others in every shape the API accepts.

@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use netcm_node::CachedNode;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use netcm_node::{owned_annotation_keys, CachedNode};
 
 use crate::informer::Cached;
 
@@ -49,6 +49,10 @@ pub struct NodeFields {
     pub condition_types: BTreeSet<String>,
     /// Annotations whose key starts with one of these prefixes (`""` keeps every annotation).
     pub annotation_prefixes: BTreeSet<String>,
+    /// Who owns annotations under a prefix (`metadata.managedFields`), as (prefix, own field manager):
+    /// every other manager of a key under the prefix is kept. The declaring controller's own manager is
+    /// left out, because its own writes are what it knows already and most Nodes carry nothing else.
+    pub annotation_owners: BTreeSet<(String, String)>,
     /// Labels whose key starts with one of these prefixes (`""` keeps every label).
     pub label_prefixes: BTreeSet<String>,
 }
@@ -89,6 +93,20 @@ impl NodeFields {
         self
     }
 
+    /// Adds who owns annotations under `prefix`, except the field manager `own`.
+    pub fn annotation_owners(mut self, prefix: &str, own: &str) -> Self {
+        self.annotation_owners
+            .insert((prefix.to_string(), own.to_string()));
+        self
+    }
+
+    /// Whether the declaration keeps that field manager `manager` owns annotation `key`.
+    pub fn keeps_annotation_owner(&self, key: &str, manager: &str) -> bool {
+        self.annotation_owners
+            .iter()
+            .any(|(prefix, own)| key.starts_with(prefix.as_str()) && manager != own)
+    }
+
     /// Adds the labels under `prefix`.
     pub fn labels(mut self, prefix: &str) -> Self {
         self.label_prefixes.insert(prefix.to_string());
@@ -106,6 +124,8 @@ impl NodeFields {
             .extend(other.condition_types.iter().cloned());
         self.annotation_prefixes
             .extend(other.annotation_prefixes.iter().cloned());
+        self.annotation_owners
+            .extend(other.annotation_owners.iter().cloned());
         self.label_prefixes
             .extend(other.label_prefixes.iter().cloned());
         self
@@ -117,6 +137,7 @@ impl NodeFields {
         let WireNode {
             metadata,
             annotations,
+            annotation_owners,
             labels,
             spec,
             status,
@@ -133,6 +154,14 @@ impl NodeFields {
             .filter(|(k, _)| keeps(&self.annotation_prefixes, k))
         {
             b.annotation(k, v);
+        }
+        // After the annotations, so an owned key that is also kept is stored once.
+        for (manager, keys) in &annotation_owners {
+            for key in keys {
+                if self.keeps_annotation_owner(key, manager) {
+                    b.annotation_owner(key, manager);
+                }
+            }
         }
         for (k, v) in labels
             .iter()
@@ -188,6 +217,7 @@ impl NodeFields {
             deletion_timestamp: meta.deletion_timestamp,
             annotations: keep_declared_annotations(meta.annotations, &self.annotation_prefixes),
             labels: keep_prefixed(meta.labels, &self.label_prefixes),
+            managed_fields: self.keep_annotation_owners(meta.managed_fields),
             ..ObjectMeta::default()
         };
         node.spec = old.spec.map(|s| NodeSpec {
@@ -209,6 +239,37 @@ impl NodeFields {
                 .filter(|c| !c.is_empty()),
             ..NodeStatus::default()
         });
+    }
+}
+
+impl NodeFields {
+    /// The managed-fields entries reduced to the annotation ownership the declaration keeps: each entry's
+    /// manager and its declared annotation keys; `None` when none is left.
+    fn keep_annotation_owners(
+        &self,
+        entries: Option<Vec<ManagedFieldsEntry>>,
+    ) -> Option<Vec<ManagedFieldsEntry>> {
+        let kept: Vec<ManagedFieldsEntry> = entries?
+            .into_iter()
+            .filter_map(|e| {
+                let manager = e.manager.unwrap_or_default();
+                let keys: serde_json::Map<String, serde_json::Value> = e
+                    .fields_v1
+                    .iter()
+                    .flat_map(|f| owned_annotation_keys(&f.0))
+                    .filter(|k| self.keeps_annotation_owner(k, &manager))
+                    .map(|k| (format!("f:{k}"), serde_json::json!({})))
+                    .collect();
+                (!keys.is_empty()).then(|| ManagedFieldsEntry {
+                    manager: Some(manager),
+                    fields_v1: Some(FieldsV1(serde_json::json!({
+                        "f:metadata": { "f:annotations": keys }
+                    }))),
+                    ..ManagedFieldsEntry::default()
+                })
+            })
+            .collect();
+        (!kept.is_empty()).then_some(kept)
     }
 }
 
@@ -243,7 +304,7 @@ fn keep_prefixed(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, Taint};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn full_node() -> Node {
         let cond = |t: &str| NodeCondition {

@@ -80,6 +80,9 @@ struct Rest {
     unschedulable: bool,
     addresses: Box<[Pair]>,
     annotations: Box<[Pair]>,
+    /// (annotation key, field manager) from `metadata.managedFields`, sorted; a key's span is its
+    /// annotation's when that is kept, and each manager's text is stored once.
+    annotation_owners: Box<[Pair]>,
     labels: Box<[Pair]>,
     conditions: Box<[ConditionEntry]>,
     taints: Box<[TaintEntry]>,
@@ -91,6 +94,7 @@ impl Rest {
             && !self.unschedulable
             && self.addresses.is_empty()
             && self.annotations.is_empty()
+            && self.annotation_owners.is_empty()
             && self.labels.is_empty()
             && self.conditions.is_empty()
             && self.taints.is_empty()
@@ -244,6 +248,15 @@ impl CachedNode {
         self.part(|r| &r.annotations).iter().map(|p| self.pair(p))
     }
 
+    /// Who owns which kept annotation key, by `metadata.managedFields`: (key, field manager) sorted, one
+    /// pair per manager of a key (a key's managers are usually one; server-side apply can share it).
+    /// Only declared pairs are kept: a declaration may leave out its own manager, whose ownership it knows.
+    pub fn annotation_owners(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
+        self.part(|r| &r.annotation_owners)
+            .iter()
+            .map(|p| self.pair(p))
+    }
+
     /// The value of the label `key`, if it was declared and the Node has it.
     pub fn label(&self, key: &str) -> Option<&str> {
         self.lookup(self.part(|r| &r.labels), key)
@@ -314,6 +327,13 @@ impl From<&Node> for CachedNode {
         for (k, v) in m.annotations.iter().flatten() {
             b.annotation(k, v);
         }
+        for entry in m.managed_fields.iter().flatten() {
+            let manager = entry.manager.as_deref().unwrap_or_default();
+            let fields = entry.fields_v1.as_ref().map(|f| &f.0);
+            for key in fields.into_iter().flat_map(owned_annotation_keys) {
+                b.annotation_owner(key, manager);
+            }
+        }
         for (k, v) in m.labels.iter().flatten() {
             b.label(k, v);
         }
@@ -347,6 +367,20 @@ impl From<&Node> for CachedNode {
     }
 }
 
+/// The annotation keys a managed-fields entry owns: its `fieldsV1` under `f:metadata` → `f:annotations`,
+/// each `f:<key>` member (the map's own `.` member is not a key).
+pub fn owned_annotation_keys(
+    fields_v1: &k8s_openapi::serde_json::Value,
+) -> impl Iterator<Item = &str> {
+    fields_v1
+        .get("f:metadata")
+        .and_then(|m| m.get("f:annotations"))
+        .and_then(|a| a.as_object())
+        .into_iter()
+        .flat_map(|a| a.keys())
+        .filter_map(|k| k.strip_prefix("f:"))
+}
+
 /// A pool's node selector reads the cached labels directly.
 impl netcm_ipam::Labels for CachedNode {
     fn label(&self, key: &str) -> Option<&str> {
@@ -367,6 +401,7 @@ impl PartialEq for CachedNode {
             && self.pod_cidr_entries().eq(other.pod_cidr_entries())
             && self.addresses().eq(other.addresses())
             && self.annotations().eq(other.annotations())
+            && self.annotation_owners().eq(other.annotation_owners())
             && self.labels().eq(other.labels())
             && self.conditions().eq(other.conditions())
             && self.taints().eq(other.taints())
@@ -388,6 +423,10 @@ impl fmt::Debug for CachedNode {
             .field("pod_cidrs", &self.pod_cidr_entries().collect::<Vec<_>>())
             .field("addresses", &self.addresses().collect::<Vec<_>>())
             .field("annotations", &self.annotations().collect::<Vec<_>>())
+            .field(
+                "annotation_owners",
+                &self.annotation_owners().collect::<Vec<_>>(),
+            )
             .field("labels", &self.labels().collect::<Vec<_>>())
             .field("conditions", &self.conditions().collect::<Vec<_>>())
             .field("taints", &self.taints().collect::<Vec<_>>())

@@ -2,7 +2,10 @@
 
 use super::*;
 use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint as K8sTaint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, Time,
+};
+use k8s_openapi::serde_json;
 
 fn net(s: &str) -> IpNet {
     s.parse().expect("net")
@@ -166,4 +169,68 @@ fn the_event_reference_names_the_node_by_kind_name_and_uid_without_a_version() {
 fn a_cached_node_is_a_small_struct() {
     // The cost of every Node in the cache before any string: keep it from growing unnoticed.
     assert!(std::mem::size_of::<CachedNode>() <= 80);
+}
+
+/// A managed-fields entry of `manager` owning these annotations (and a label, which is not kept as owned).
+fn owning(manager: &str, annotations: &[&str]) -> ManagedFieldsEntry {
+    let owned: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|a| (format!("f:{a}"), serde_json::json!({})))
+        .chain([(".".to_string(), serde_json::json!({}))])
+        .collect();
+    ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some("Update".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(serde_json::json!({
+            "f:metadata": { "f:annotations": owned, "f:labels": { "f:zone": {} } },
+            "f:spec": { "f:podCIDR": {} }
+        }))),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_node_read_from_the_api_keeps_who_owns_each_annotation_sorted() {
+    let mut node = full();
+    node.metadata.managed_fields = Some(vec![
+        owning("netcm", &["a/x"]),
+        owning("flanneld", &["b/x", "a/x"]),
+        ManagedFieldsEntry {
+            manager: Some("kubelet".into()),
+            ..Default::default()
+        },
+    ]);
+    let n = CachedNode::from(&node);
+    assert_eq!(
+        n.annotation_owners().collect::<Vec<_>>(),
+        [("a/x", "flanneld"), ("a/x", "netcm"), ("b/x", "flanneld")]
+    );
+    assert!(CachedNode::from(&full()).annotation_owners().len() == 0);
+}
+
+#[test]
+fn an_owners_key_and_manager_are_stored_once_per_node() {
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.annotation("flannel.alpha.coreos.com/public-ip", "192.0.2.1");
+    let without = b.build().text.len();
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.annotation("flannel.alpha.coreos.com/public-ip", "192.0.2.1")
+        .annotation_owner("flannel.alpha.coreos.com/public-ip", "flanneld")
+        .annotation_owner("flannel.alpha.coreos.com/public-ip", "flanneld")
+        .annotation_owner("flannel.alpha.coreos.com/gone", "flanneld");
+    let n = b.build();
+    assert_eq!(
+        n.text.len() - without,
+        "flanneld".len() + "flannel.alpha.coreos.com/gone".len(),
+        "the kept annotation's key and the repeated manager are not copied again"
+    );
+    assert_eq!(
+        n.annotation_owners().collect::<Vec<_>>(),
+        [
+            ("flannel.alpha.coreos.com/gone", "flanneld"),
+            ("flannel.alpha.coreos.com/public-ip", "flanneld")
+        ],
+        "a repeated pair is kept once; a key owned but no longer set is kept too"
+    );
 }

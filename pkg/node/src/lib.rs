@@ -14,7 +14,9 @@ pub mod pod_cidrs;
 pub mod test_support;
 
 pub use address::{first_address, public_ip, Unusable};
-pub use cached::{Address, CachedNode, CachedNodeBuilder, Condition, PodCidr, Taint};
+pub use cached::{
+    owned_annotation_keys, Address, CachedNode, CachedNodeBuilder, Condition, PodCidr, Taint,
+};
 pub use keys::{Keys, PrefixError};
 pub use netcm_ipam::Family;
 pub use pod_cidrs::{parse_pod_cidr, pick_pod_cidrs, raw_pod_cidrs, PodCidrs, UnparsableCidr};

@@ -34,6 +34,10 @@ fn expected_node(node: &Json) -> Json {
             "annotations",
         ],
     );
+    let mut meta = meta;
+    if let Some(owners) = annotation_owners(&node["metadata"]) {
+        meta.insert("managedFields".into(), owners);
+    }
     let mut spec = pick(
         &node["spec"],
         &["podCIDR", "podCIDRs", "providerID", "unschedulable"],
@@ -52,6 +56,27 @@ fn expected_node(node: &Json) -> Json {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec, "status": status})
 }
 
+/// Of the API server's `managedFields`, the entries that own annotations: manager and those keys.
+fn annotation_owners(meta: &Json) -> Option<Json> {
+    let owners: Vec<Json> = meta
+        .get("managedFields")?
+        .as_array()?
+        .iter()
+        .filter_map(|e| {
+            let keys: Map<String, Json> = e["fieldsV1"]["f:metadata"]["f:annotations"]
+                .as_object()?
+                .keys()
+                .filter(|k| k.starts_with("f:"))
+                .map(|k| (k.clone(), json!({})))
+                .collect();
+            (!keys.is_empty()).then(|| {
+                json!({"manager": e["manager"], "fieldsV1": {"f:metadata": {"f:annotations": keys}}})
+            })
+        })
+        .collect();
+    (!owners.is_empty()).then_some(Json::Array(owners))
+}
+
 #[test]
 fn a_node_comes_out_as_the_api_servers_own_json_of_the_fields_read() {
     let server: Json = serde_json::from_slice(&fixture("node-deleting.json")).expect("JSON");
@@ -62,6 +87,12 @@ fn a_node_comes_out_as_the_api_servers_own_json_of_the_fields_read() {
     assert_eq!(ours, expected_node(&server));
     // Not vacuous: the fixture has what the comparison is about.
     assert!(ours["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        ours["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:annotations"]
+            .as_object()
+            .map(Map::len),
+        Some(3)
+    );
     // Two taints sent, and the one the API server adds to an unschedulable Node.
     assert_eq!(ours["spec"]["taints"].as_array().map(Vec::len), Some(3));
     assert!(ours["metadata"]["annotations"]["multi"]

@@ -5,9 +5,11 @@
 //! in protobuf, 1.5–1.8 s in JSON). kube-rs reads only JSON, so netcm's informer asks for protobuf and
 //! this crate turns each answer into the JSON of just the fields the informer's wire type decodes
 //! (`WireNode` in netcm-manager): name, uid, resourceVersion, deletion, labels, annotations, pod CIDRs,
-//! taints, unschedulable, providerID, addresses and conditions. Everything else — managedFields, images,
-//! nodeInfo, capacity — is skipped by its length without being read. The JSON follows the API server's
-//! own rules for it (`omitempty` fields left out when empty), so a Node decodes the same either way.
+//! taints, unschedulable, providerID, addresses and conditions, and of `managedFields` which manager
+//! owns which annotation (a field set that names no annotations is not parsed). Everything else —
+//! images, nodeInfo, capacity — is skipped by its length without being read. The JSON follows the API
+//! server's own rules for it (`omitempty` fields left out when empty), so a Node decodes the same
+//! either way.
 //!
 //! Start at [`transcode_object`] (a list or a single answer) and [`WatchFrames`] (a watch stream).
 //! [`wire`] reads protobuf's wire format; [`node`] knows the field numbers of `k8s.io/api/core/v1`.
@@ -63,6 +65,9 @@ pub enum ProtobufError {
     /// A watch frame longer than the limit.
     #[error("watch frame of {0} bytes exceeds the limit")]
     FrameTooLong(usize),
+    /// A managed-fields entry whose field set is not JSON.
+    #[error("managedFields entry's fieldsV1 is not a JSON field set: {0}")]
+    FieldSet(String),
     /// A timestamp out of range.
     #[error("timestamp {0} s is out of range")]
     Timestamp(i64),

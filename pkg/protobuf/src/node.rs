@@ -4,6 +4,13 @@
 //! Field numbers are those of `k8s.io/api/core/v1/generated.proto` and
 //! `k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto`; they never change once released.
 
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
 use crate::json::{self, Object};
 use crate::wire;
 use crate::ProtobufError;
@@ -32,6 +39,15 @@ pub struct Condition<'a> {
     pub message: &'a str,
 }
 
+/// A field manager and the annotation keys it owns (its `fieldsV1` under `f:metadata` → `f:annotations`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AnnotationOwner<'a> {
+    /// `manager`.
+    pub manager: &'a str,
+    /// The owned keys, without their `f:`.
+    pub keys: Vec<Cow<'a, str>>,
+}
+
 /// The fields of a Node the informer decodes, borrowed from the protobuf they were read from.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct NodeView<'a> {
@@ -47,6 +63,8 @@ pub struct NodeView<'a> {
     pub labels: Vec<(&'a str, &'a str)>,
     /// `metadata.annotations`, in the order sent.
     pub annotations: Vec<(&'a str, &'a str)>,
+    /// Of `metadata.managedFields`, the entries that own annotations: their manager and those keys.
+    pub annotation_owners: Vec<AnnotationOwner<'a>>,
     /// `spec.podCIDR`.
     pub pod_cidr: &'a str,
     /// `spec.podCIDRs`.
@@ -87,10 +105,115 @@ fn read_meta<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), ProtobufE
             (9, v) => node.deletion_seconds = Some(read_time_seconds(v.bytes(M, 9)?)?),
             (11, v) => node.labels.push(read_map_entry(v.bytes(M, 11)?)?),
             (12, v) => node.annotations.push(read_map_entry(v.bytes(M, 12)?)?),
+            (17, v) => {
+                let owner = read_managed_fields_entry(v.bytes(M, 17)?)?;
+                if !owner.keys.is_empty() {
+                    node.annotation_owners.push(owner);
+                }
+            }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// A `ManagedFieldsEntry`: manager = 1, fieldsV1 = 7 (a `FieldsV1`, whose Raw = 1 is the field set's JSON).
+fn read_managed_fields_entry(raw: &[u8]) -> Result<AnnotationOwner<'_>, ProtobufError> {
+    const M: &str = "ManagedFieldsEntry";
+    let mut owner = AnnotationOwner::default();
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => owner.manager = v.str(M, 1)?,
+            (7, v) => {
+                for field in wire::fields(v.bytes(M, 7)?) {
+                    if let (1, v) = field? {
+                        owner.keys = annotation_keys(v.bytes("FieldsV1", 1)?)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(owner)
+}
+
+/// The annotation keys a field set's JSON owns. A set that never names `f:annotations` (a kubelet's
+/// status, an allocator's pod CIDR) is not parsed at all.
+fn annotation_keys(fields: &[u8]) -> Result<Vec<Cow<'_, str>>, ProtobufError> {
+    const NEEDLE: &[u8] = b"\"f:annotations\"";
+    if !fields.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+        return Ok(Vec::new());
+    }
+    let set: FieldSet<'_> =
+        serde_json::from_slice(fields).map_err(|e| ProtobufError::FieldSet(e.to_string()))?;
+    Ok(set
+        .metadata
+        .and_then(|m| m.annotations)
+        .map(|a| a.0)
+        .unwrap_or_default())
+}
+
+/// A field set (`fieldsV1`), read for the keys of `f:metadata` → `f:annotations` only.
+#[derive(Deserialize)]
+struct FieldSet<'a> {
+    #[serde(rename = "f:metadata", borrow)]
+    metadata: Option<FieldSetMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FieldSetMeta<'a> {
+    #[serde(rename = "f:annotations", borrow)]
+    annotations: Option<FieldKeys<'a>>,
+}
+
+/// The `f:<key>` members of a field set's map, without `f:` (the map's own `.` member is not a key).
+struct FieldKeys<'a>(Vec<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FieldKeys<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeysVisitor<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for KeysVisitor<'a> {
+            type Value = FieldKeys<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field set")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FieldKeys<'a>, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(Member(member)) = map.next_key()? {
+                    map.next_value::<IgnoredAny>()?;
+                    let key = match member {
+                        Cow::Borrowed(m) => m.strip_prefix("f:").map(Cow::Borrowed),
+                        Cow::Owned(m) => m.strip_prefix("f:").map(|k| Cow::Owned(k.to_string())),
+                    };
+                    keys.extend(key);
+                }
+                Ok(FieldKeys(keys))
+            }
+        }
+        d.deserialize_map(KeysVisitor(PhantomData))
+    }
+}
+
+/// A member name, borrowed from the input unless it had to be unescaped (serde's own `Cow` never borrows).
+struct Member<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Member<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MemberVisitor<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for MemberVisitor<'a> {
+            type Value = Member<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Member<'a>, E> {
+                Ok(Member(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Member<'a>, E> {
+                Ok(Member(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(MemberVisitor(PhantomData))
+    }
 }
 
 /// A `metav1.Time`: seconds = 1, nanos = 2 (JSON carries whole seconds only).
@@ -214,6 +337,25 @@ impl NodeView<'_> {
         }
         if !self.annotations.is_empty() {
             meta.map("annotations", &self.annotations);
+        }
+        if !self.annotation_owners.is_empty() {
+            // Only what the wire type reads of each entry: its manager and its annotation keys.
+            meta.array("managedFields", &self.annotation_owners, |out, owner| {
+                let mut entry = Object::open(out);
+                entry.str("manager", owner.manager);
+                let mut set = Object::open(entry.key("fieldsV1"));
+                let mut metadata = Object::open(set.key("f:metadata"));
+                let mut annotations = Object::open(metadata.key("f:annotations"));
+                for key in &owner.keys {
+                    annotations
+                        .key(&format!("f:{key}"))
+                        .extend_from_slice(b"{}");
+                }
+                annotations.close();
+                metadata.close();
+                set.close();
+                entry.close();
+            });
         }
         meta.close();
         let mut spec = Object::open(node.key("spec"));

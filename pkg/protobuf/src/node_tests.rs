@@ -25,7 +25,31 @@ fn node_bytes() -> Vec<u8> {
         12,
         &entry("flannel.alpha.coreos.com/public-ip", "192.0.2.1"),
     );
-    encode::bytes(&mut meta, 17, b"managed fields are skipped");
+    let managed = |manager: &str, fields: &str| {
+        let mut raw = Vec::new();
+        encode::bytes(&mut raw, 1, fields.as_bytes());
+        let mut e = Vec::new();
+        encode::bytes(&mut e, 1, manager.as_bytes());
+        encode::bytes(&mut e, 2, b"Update");
+        encode::bytes(&mut e, 6, b"FieldsV1");
+        encode::bytes(&mut e, 7, &raw);
+        encode::bytes(&mut e, 8, b"status");
+        e
+    };
+    // A kubelet's field set is never parsed (it names no annotations: not valid JSON, and no error).
+    encode::bytes(
+        &mut meta,
+        17,
+        &managed("kubelet", r#"{"f:status": not JSON"#),
+    );
+    encode::bytes(
+        &mut meta,
+        17,
+        &managed(
+            "flanneld",
+            r#"{"f:metadata":{"f:annotations":{".":{},"f:flannel.alpha.coreos.com/public-ip":{},"f:a\"b":{}}},"f:status":{"f:images":{}}}"#,
+        ),
+    );
     let mut spec = Vec::new();
     encode::bytes(&mut spec, 1, b"");
     encode::bytes(&mut spec, 3, b"");
@@ -61,6 +85,14 @@ fn a_node_reads_the_fields_the_informer_decodes_and_skips_the_rest() {
     assert_eq!(node.deletion_seconds, Some(1_735_787_045));
     assert_eq!(node.labels, vec![("zone", "a")]);
     assert_eq!(node.annotations.len(), 1);
+    assert_eq!(
+        node.annotation_owners,
+        vec![AnnotationOwner {
+            manager: "flanneld",
+            keys: vec!["flannel.alpha.coreos.com/public-ip".into(), "a\"b".into()],
+        }],
+        "only the entries that own annotations, with their keys unescaped"
+    );
     assert_eq!(node.pod_cidrs, vec!["10.0.0.0/24", "fd00::/64"]);
     assert!(!node.unschedulable && node.pod_cidr.is_empty());
     assert_eq!(node.addresses, vec![("InternalIP", "192.0.2.1")]);
@@ -83,7 +115,9 @@ fn the_json_leaves_out_what_the_api_server_leaves_out() {
             "metadata": {"name": "n1", "uid": "u1", "resourceVersion": "42",
                          "deletionTimestamp": "2025-01-02T03:04:05Z",
                          "labels": {"zone": "a"},
-                         "annotations": {"flannel.alpha.coreos.com/public-ip": "192.0.2.1"}},
+                         "annotations": {"flannel.alpha.coreos.com/public-ip": "192.0.2.1"},
+                         "managedFields": [{"manager": "flanneld", "fieldsV1": {"f:metadata": {"f:annotations": {
+                             "f:flannel.alpha.coreos.com/public-ip": {}, "f:a\"b": {}}}}}]},
             "spec": {"podCIDRs": ["10.0.0.0/24", "fd00::/64"]},
             "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.1"}],
                        "conditions": [{"type": "Ready", "status": "True"}]}
@@ -119,4 +153,18 @@ fn a_deletion_time_out_of_range_fails_before_anything_is_written() {
         Err(ProtobufError::Timestamp(i64::MAX))
     );
     assert_eq!(out, b"kept");
+}
+
+#[test]
+fn a_field_set_that_names_annotations_but_is_not_json_is_an_error() {
+    let mut raw = Vec::new();
+    encode::bytes(&mut raw, 1, br#"{"f:metadata":{"f:annotations":"#);
+    let mut entry = Vec::new();
+    encode::bytes(&mut entry, 1, b"flanneld");
+    encode::bytes(&mut entry, 7, &raw);
+    let mut meta = Vec::new();
+    encode::bytes(&mut meta, 17, &entry);
+    let mut node = Vec::new();
+    encode::bytes(&mut node, 1, &meta);
+    assert!(matches!(read_node(&node), Err(ProtobufError::FieldSet(_))));
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::ClusterResourceScope;
 use kube::Resource;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 /// A Node decoded with only the fields [`NodeFields`](super::NodeFields) can keep; the informer's wire
@@ -25,6 +25,8 @@ use serde::{Deserialize, Deserializer};
 pub struct WireNode {
     pub(super) metadata: ObjectMeta,
     pub(super) annotations: Vec<(String, String)>,
+    /// (field manager, the annotation keys it owns) from `metadata.managedFields`, for entries that own any.
+    pub(super) annotation_owners: Vec<(String, Vec<String>)>,
     pub(super) labels: Vec<(String, String)>,
     pub(super) spec: WireSpec,
     pub(super) status: WireStatus,
@@ -77,6 +79,55 @@ struct WireMeta {
     deletion_timestamp: Option<Time>,
     annotations: Option<Pairs>,
     labels: Option<Pairs>,
+    managed_fields: Option<Vec<WireManagedFields>>,
+}
+
+/// One `metadata.managedFields` entry: its manager and the annotation keys its `fieldsV1` owns; the rest
+/// of the field set (a kubelet's `f:status` with every image) is scanned, not built.
+#[derive(Deserialize)]
+struct WireManagedFields {
+    manager: Option<String>,
+    #[serde(rename = "fieldsV1")]
+    fields_v1: Option<WireFieldsV1>,
+}
+
+#[derive(Deserialize)]
+struct WireFieldsV1 {
+    #[serde(rename = "f:metadata")]
+    metadata: Option<WireFieldsMeta>,
+}
+
+#[derive(Deserialize)]
+struct WireFieldsMeta {
+    #[serde(rename = "f:annotations")]
+    annotations: Option<FieldKeys>,
+}
+
+/// The keys of a field set's `f:annotations`: each `f:<key>` member without its `f:` (the map's own `.`
+/// member is not a key); the members' values are scanned, not built.
+struct FieldKeys(Vec<String>);
+
+impl<'de> Deserialize<'de> for FieldKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeysVisitor;
+        impl<'de> Visitor<'de> for KeysVisitor {
+            type Value = FieldKeys;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field set")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FieldKeys, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(member) = map.next_key::<Cow<'de, str>>()? {
+                    map.next_value::<IgnoredAny>()?;
+                    if let Some(key) = member.strip_prefix("f:") {
+                        keys.push(key.to_string());
+                    }
+                }
+                Ok(FieldKeys(keys))
+            }
+        }
+        d.deserialize_map(KeysVisitor)
+    }
 }
 
 /// A JSON object of strings as (key, value) pairs in the order sent: no map is built for entries the
@@ -146,7 +197,7 @@ pub(super) struct WireCondition {
 
 impl From<WireObject> for WireNode {
     fn from(w: WireObject) -> Self {
-        let (metadata, annotations, labels) = match w.metadata {
+        let (metadata, annotations, labels, annotation_owners) = match w.metadata {
             Some(m) => (
                 ObjectMeta {
                     name: m.name,
@@ -157,12 +208,21 @@ impl From<WireObject> for WireNode {
                 },
                 m.annotations.map(|p| p.0).unwrap_or_default(),
                 m.labels.map(|p| p.0).unwrap_or_default(),
+                m.managed_fields
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| {
+                        let keys = e.fields_v1?.metadata?.annotations?.0;
+                        (!keys.is_empty()).then(|| (e.manager.unwrap_or_default(), keys))
+                    })
+                    .collect(),
             ),
             None => Default::default(),
         };
         Self {
             metadata,
             annotations,
+            annotation_owners,
             labels,
             spec: w.spec.unwrap_or_default(),
             status: w.status.unwrap_or_default(),
@@ -200,8 +260,18 @@ mod tests {
                 },
                 "labels": {"kubernetes.io/hostname": "n1", "example.io/a": "1", "topology.kubernetes.io/zone": "z\u{e9}"},
                 "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "ou"}],
-                "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": now,
-                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
+                "managedFields": [
+                    {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": now, "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:node.alpha.kubernetes.io/ttl": {},
+                                                                   "f:volumes.kubernetes.io/controller-managed-attach-detach": {}}},
+                                  "f:status": {"f:images": {}}}},
+                    {"manager": "netcm", "operation": "Update", "apiVersion": "v1", "time": now, "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:annotations": {"f:flannel.alpha.coreos.com/public-ip": {}}},
+                                  "f:spec": {"f:podCIDR": {}}}},
+                    {"manager": "flanneld", "operation": "Update", "apiVersion": "v1", "time": now, "fieldsType": "FieldsV1",
+                     "subresource": "status",
+                     "fieldsV1": {"f:metadata": {"f:annotations": {"f:flannel.alpha.coreos.com/backend-data": {}}}}}
+                ]
             },
             "spec": {
                 "podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24", "fd00::/64"],
@@ -244,6 +314,7 @@ mod tests {
             .fold(f, |f, t| f.condition(t))
             .annotations("")
             .labels("")
+            .annotation_owners("", "netcm")
     }
 
     #[test]
@@ -260,6 +331,18 @@ mod tests {
         assert_eq!(wire.addresses().count(), 2);
         assert_eq!(wire.annotations().count(), 4);
         assert_eq!(wire.labels().count(), 3);
+        assert_eq!(
+            wire.annotation_owners().collect::<Vec<_>>(),
+            [
+                ("flannel.alpha.coreos.com/backend-data", "flanneld"),
+                ("node.alpha.kubernetes.io/ttl", "kubelet"),
+                (
+                    "volumes.kubernetes.io/controller-managed-attach-detach",
+                    "kubelet"
+                ),
+            ],
+            "every manager but the declaration's own"
+        );
         assert_eq!(wire.label("topology.kubernetes.io/zone"), Some("z\u{e9}"));
         let c = wire.condition("Ready").expect("Ready");
         assert_eq!(c.message, Some("a \"quoted\" message"));
@@ -286,6 +369,14 @@ mod tests {
             "kept beside, as pairs"
         );
         assert_eq!((node.annotations.len(), node.labels.len()), (4, 3));
+        assert_eq!(
+            node.annotation_owners
+                .iter()
+                .map(|(m, keys)| (m.as_str(), keys.len()))
+                .collect::<Vec<_>>(),
+            [("kubelet", 2), ("netcm", 1), ("flanneld", 1)],
+            "of managedFields only who owns which annotation"
+        );
     }
 
     #[test]
@@ -332,12 +423,15 @@ mod tests {
             conditions in some_of(&["Ready", "NetworkUnavailable", "DiskPressure"]),
             annotations in some_of(&["", "flannel.alpha.coreos.com/", "node.alpha.", "absent/"]),
             labels in some_of(&["", "example.io/", "topology.", "absent/"]),
+            owners in some_of(&["", "flannel.alpha.coreos.com/", "node.alpha.", "absent/"]),
+            own in proptest::sample::select(&["netcm", "kubelet", "flanneld", ""][..]),
         ) {
             let mut fields = NodeFields::none();
             [fields.pod_cidrs, fields.taints, fields.unschedulable, fields.provider_id, fields.addresses] = flags;
             let fields = conditions.into_iter().fold(fields, |f, c| f.condition(c));
             let fields = annotations.into_iter().fold(fields, |f, p| f.annotations(p));
             let fields = labels.into_iter().fold(fields, |f, p| f.labels(p));
+            let fields = owners.into_iter().fold(fields, |f, p| f.annotation_owners(p, own));
             let json = kubelet_node().to_string();
             prop_assert_eq!(via_wire(&json, &fields), via_full_node(&json, &fields));
         }

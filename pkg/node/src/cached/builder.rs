@@ -25,6 +25,7 @@ struct Parts {
     pod_cidrs: Vec<CidrEntry>,
     addresses: Vec<Pair>,
     annotations: Vec<Pair>,
+    annotation_owners: Vec<Pair>,
     labels: Vec<Pair>,
     conditions: Vec<ConditionEntry>,
     taints: Vec<TaintEntry>,
@@ -120,6 +121,29 @@ impl CachedNodeBuilder {
         self
     }
 
+    /// Adds that field manager `manager` owns the annotation `key`. The strings are stored once per Node:
+    /// the key as its annotation's when that was added before, a manager as its first mention.
+    pub fn annotation_owner(&mut self, key: &str, manager: &str) -> &mut Self {
+        let text = &self.text;
+        let same = |span: &Span, s: &str| span_str(text, *span) == s;
+        let key_span = self
+            .node
+            .annotations
+            .iter()
+            .map(|p| p.key)
+            .find(|k| same(k, key));
+        let manager_span = self
+            .node
+            .annotation_owners
+            .iter()
+            .map(|p| p.value)
+            .find(|m| same(m, manager));
+        let key = key_span.unwrap_or_else(|| self.push(key));
+        let value = manager_span.unwrap_or_else(|| self.push(manager));
+        self.node.annotation_owners.push(Pair { key, value });
+        self
+    }
+
     /// Adds a label.
     pub fn label(&mut self, key: &str, value: &str) -> &mut Self {
         let p = self.pair(key, value);
@@ -162,12 +186,22 @@ impl CachedNodeBuilder {
         let text = text.into_boxed_str();
         let has_annotations = node.has_annotations || !node.annotations.is_empty();
         let annotations = sorted(&text, node.annotations);
+        let mut annotation_owners = node.annotation_owners;
+        annotation_owners.sort_by(|a, b| {
+            let pair = |p: &Pair| (span_str(&text, p.key), span_str(&text, p.value));
+            pair(a).cmp(&pair(b))
+        });
+        annotation_owners.dedup_by(|a, b| {
+            span_str(&text, a.key) == span_str(&text, b.key)
+                && span_str(&text, a.value) == span_str(&text, b.value)
+        });
         let labels = sorted(&text, node.labels);
         let rest = Rest {
             provider_id: node.provider_id,
             unschedulable: node.unschedulable,
             addresses: node.addresses.into_boxed_slice(),
             annotations,
+            annotation_owners: annotation_owners.into_boxed_slice(),
             labels,
             conditions: node.conditions.into_boxed_slice(),
             taints: node.taints.into_boxed_slice(),
@@ -185,13 +219,16 @@ impl CachedNodeBuilder {
     }
 }
 
+/// The text of `span` in `text`.
+fn span_str(text: &str, span: Span) -> &str {
+    let start = span.start as usize;
+    text.get(start..start + span.len as usize)
+        .unwrap_or_default()
+}
+
 /// The pairs sorted by key, the last of a repeated key kept (as a JSON object decodes).
 fn sorted(text: &str, mut pairs: Vec<Pair>) -> Box<[Pair]> {
-    let key = |p: &Pair| {
-        let start = p.key.start as usize;
-        text.get(start..start + p.key.len as usize)
-            .unwrap_or_default()
-    };
+    let key = |p: &Pair| span_str(text, p.key);
     // Reversed first, so the stable sort puts a repeated key's last value first and dedup keeps it.
     pairs.reverse();
     pairs.sort_by(|a, b| key(a).cmp(key(b)));
