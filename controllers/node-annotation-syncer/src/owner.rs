@@ -1,5 +1,6 @@
 //! Who manages a Node's lease: netcm, or a node agent (a flanneld in kube-subnet-manager mode) that wrote
-//! it on its own Node. Pure: decided from `metadata.managedFields` alone.
+//! it on its own Node. Pure: decided from `metadata.managedFields` alone, as the informer's cache keeps
+//! it (`CachedNode::annotation_owners`: who owns which key under the prefix, netcm's own left out).
 //!
 //! The API server records, per field manager, the fields that manager's writes last changed (an Update
 //! takes a field over only when it changes its value). netcm writes under [`FIELD_MANAGER`]; a flanneld
@@ -9,7 +10,6 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use netcm_node::Keys;
 
 /// The field manager of netcm's lease writes. It is also what the API server derives from netcm's user
@@ -39,32 +39,22 @@ impl std::fmt::Display for AgentLease {
     }
 }
 
-/// The annotation keys one managed-fields entry owns (its `fieldsV1` under `f:metadata` → `f:annotations`).
-fn owned_annotations(entry: &ManagedFieldsEntry) -> impl Iterator<Item = &str> {
-    entry
-        .fields_v1
-        .as_ref()
-        .and_then(|f| f.0.get("f:metadata")?.get("f:annotations")?.as_object())
-        .into_iter()
-        .flat_map(|annotations| annotations.keys())
-        .filter_map(|k| k.strip_prefix("f:"))
-}
-
 /// `Some` when a field manager other than netcm owns any key of the lease (`keys.lease()`: the keys netcm
 /// would write, plus `backend-data` / `backend-v6-data`, which only an agent writes for backends other
 /// than host-gw). Overwrite annotations and other keys under the prefix say nothing about who publishes.
-pub fn agent_lease(keys: &Keys, managed_fields: &[ManagedFieldsEntry]) -> Option<AgentLease> {
+/// `owners` are (annotation key, field manager) pairs, as [`netcm_node::CachedNode::annotation_owners`]
+/// gives them.
+pub fn agent_lease<'a>(
+    keys: &Keys,
+    owners: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<AgentLease> {
     let lease = keys.lease();
     let mut found = AgentLease {
         managers: BTreeSet::new(),
         keys: BTreeSet::new(),
     };
-    for entry in managed_fields {
-        let manager = entry.manager.as_deref().unwrap_or_default();
-        if manager == FIELD_MANAGER {
-            continue;
-        }
-        for key in owned_annotations(entry).filter(|k| lease.contains(k)) {
+    for (key, manager) in owners {
+        if manager != FIELD_MANAGER && lease.contains(&key) {
             found.managers.insert(manager.to_string());
             found.keys.insert(key.to_string());
         }
@@ -75,7 +65,9 @@ pub fn agent_lease(keys: &Keys, managed_fields: &[ManagedFieldsEntry]) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    use netcm_node::CachedNode;
 
     use netcm_node::test_support::flannel_keys as keys;
 
@@ -98,6 +90,13 @@ mod tests {
     }
 
     const P: &str = "flannel.alpha.coreos.com/";
+
+    /// The verdict on a Node with these managed fields, read as the cache holds them (from a full Node).
+    fn agent_lease(k: &Keys, managed_fields: &[ManagedFieldsEntry]) -> Option<AgentLease> {
+        let mut node = Node::default();
+        node.metadata.managed_fields = Some(managed_fields.to_vec());
+        super::agent_lease(k, CachedNode::from(&node).annotation_owners())
+    }
 
     #[test]
     fn a_lease_that_only_netcm_wrote_is_netcms() {

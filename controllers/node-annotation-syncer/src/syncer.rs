@@ -1,6 +1,7 @@
-//! The sync handler: one Node key at a time, level-triggered from the cache; at most one merge PATCH of
-//! the lease annotations that differ, behind the leader fence — and none on a Node whose lease a node
-//! agent publishes (`owner.rs`).
+//! The sync handler: one Node key at a time, level-triggered from the cache, which also holds who else
+//! owns the lease keys; at most one merge PATCH of the lease annotations that differ, behind the leader
+//! fence and on the cached version — and none on a Node whose lease a node agent publishes (`owner.rs`).
+//! No read of its own: a Node costs the syncer one write.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use netcm_manager::{
     CachedNode, EventRecorder, EventType, Fenced, LeaderGuard, NodeFields, Reconciler,
     SharedInformer, SyncOutcome,
 };
-use netcm_node::Keys;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::flags::Config;
@@ -32,10 +32,8 @@ pub enum SyncError {
     /// This process may not write now.
     #[error(transparent)]
     Fenced(#[from] Fenced),
-    /// Reading the Node to learn who manages its lease failed.
-    #[error("reading the node to see who manages its lease: {0}")]
-    Get(#[source] kube::Error),
-    /// The Node changed between that read and the PATCH (409): decided again after a backoff.
+    /// The Node changed after the cached version the PATCH was decided on (409): decided again, from
+    /// the cache once it has the change, after a backoff.
     #[error("the node changed while its lease was being written; deciding again")]
     Conflict(#[source] kube::Error),
     /// The PATCH failed.
@@ -47,7 +45,7 @@ impl netcm_manager::SyncError for SyncError {
     fn reason(&self) -> &'static str {
         match self {
             Self::Fenced(_) => REASON_FENCED,
-            Self::Get(e) | Self::Conflict(e) | Self::Patch(e) => api_reason(e),
+            Self::Conflict(e) | Self::Patch(e) => api_reason(e),
         }
     }
 }
@@ -60,17 +58,6 @@ struct Written {
     values: BTreeMap<String, String>,
 }
 
-/// A Node whose lease is left to the node agent that publishes it.
-struct Deferred {
-    /// The Node it was decided for.
-    uid: String,
-    /// The lease keys' values when the agent was found owning them. Ownership moves only with a write that
-    /// changes one of them, so while they stay the same the verdict holds without reading the Node again.
-    lease: BTreeMap<String, String>,
-    /// Who owns what.
-    agent: AgentLease,
-}
-
 /// Per-Node memory; everything here is dropped when the Node is gone.
 #[derive(Default)]
 struct State {
@@ -80,16 +67,9 @@ struct State {
     reported: HashMap<String, BTreeMap<String, String>>,
     /// Why a Node has nothing published, for the gauge.
     waiting: HashMap<String, &'static str>,
-    /// Nodes whose lease differs from netcm's and is left to their node agent, for the gauge.
-    deferred: HashMap<String, Deferred>,
-}
-
-/// The values of the lease keys among the Node's annotations.
-fn lease_values(keys: &Keys, node: &CachedNode) -> BTreeMap<String, String> {
-    keys.lease()
-        .iter()
-        .filter_map(|k| Some((k.to_string(), node.annotation(k)?.to_string())))
-        .collect()
+    /// Nodes whose lease differs from netcm's and is left to their node agent (who owns what), for the
+    /// gauge and to log a verdict once.
+    deferred: HashMap<String, AgentLease>,
 }
 
 /// The syncer's shared state.
@@ -141,27 +121,11 @@ impl Syncer {
         self.metrics.set_agent_managed(deferred);
     }
 
-    /// Whether the Node's lease is still the one found managed by a node agent (same Node, same values).
-    fn still_deferred(&self, name: &str, node: &CachedNode) -> bool {
-        let st = self.state();
-        st.deferred.get(name).is_some_and(|d| {
-            d.uid == node.uid() && d.lease == lease_values(&self.config.keys, node)
-        })
-    }
-
-    /// Leaves the lease of `live` to its agent; logs when that is news.
-    fn defer(&self, name: &str, live: &CachedNode, agent: AgentLease, would: &Plan) {
-        let lease = lease_values(&self.config.keys, live);
+    /// Leaves the Node's lease to its agent; logs when that is news.
+    fn defer(&self, name: &str, agent: AgentLease, would: &Plan) {
         let mut st = self.state();
-        let news = st.deferred.get(name).is_none_or(|d| d.agent != agent);
-        st.deferred.insert(
-            name.to_string(),
-            Deferred {
-                uid: live.uid().to_string(),
-                lease,
-                agent: agent.clone(),
-            },
-        );
+        let news = st.deferred.get(name) != Some(&agent);
+        st.deferred.insert(name.to_string(), agent.clone());
         let deferred = st.deferred.len();
         drop(st);
         self.metrics.set_agent_managed(deferred);
@@ -180,7 +144,7 @@ impl Syncer {
         let deferred = st.deferred.len();
         drop(st);
         self.metrics.set_agent_managed(deferred);
-        tracing::info!(controller = NAME, node = name, was = %was.agent, "no node agent owns a differing lease on this node any more");
+        tracing::info!(controller = NAME, node = name, was = %was, "no node agent owns a differing lease on this node any more");
     }
 
     fn set_waiting(&self, name: &str, waiting: Option<&Waiting>) {
@@ -282,41 +246,20 @@ impl Syncer {
             }
             return Ok(SyncOutcome::Done);
         }
-        // An agent's lease: netcm has no say in it, not even about the agent's overwrites.
-        if self.still_deferred(name, &node) {
-            return Ok(SyncOutcome::Done);
-        }
-        // netcm would write. Who publishes this lease is in managedFields, which the cache drops, so read
-        // the Node itself: only here, where netcm's lease and the Node's differ, does the answer matter.
-        let live = match self.api.get(name).await {
-            Ok(live) => live,
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                self.forget(name);
-                return Ok(SyncOutcome::Done);
-            }
-            Err(e) => return Err(SyncError::Get(e)),
-        };
-        let managed = live.metadata.managed_fields.as_deref().unwrap_or_default();
-        let agent = owner::agent_lease(&self.config.keys, managed);
-        // What the plan reads of the Node as read: its pod CIDRs, addresses and annotations.
-        let live_node = CachedNode::from(&live);
-        if let Some(agent) = agent {
-            self.defer(name, &live_node, agent, &plan);
+        // An agent's lease: netcm has no say in it, not even about the agent's overwrites. Who else owns
+        // a lease key is in the cache (the declared annotation owners, netcm's own left out).
+        if let Some(agent) = owner::agent_lease(&self.config.keys, node.annotation_owners()) {
+            self.defer(name, agent, &plan);
             return Ok(SyncOutcome::Done);
         }
         self.undefer(name);
         self.report_invalid(&node, name, &plan.invalid).await;
-        // Decide again from the Node as read, and write only onto that version: an agent that writes its
-        // lease in between makes the PATCH fail with 409 instead of being overwritten.
-        let live_annotations = live.metadata.annotations.clone().unwrap_or_default();
-        let plan = lease::plan(&self.config, &live_node, &live_annotations);
-        if plan.waiting.is_some() || plan.changes.is_empty() {
-            return Ok(SyncOutcome::Done);
-        }
         self.guard.ensure_leader()?;
+        // Onto the cached version only: a Node changed since — an agent writing its lease — makes the PATCH
+        // fail with 409 and be decided again, instead of being overwritten.
         let patch = serde_json::json!({ "metadata": {
             "annotations": &plan.changes,
-            "resourceVersion": live.metadata.resource_version,
+            "resourceVersion": node.resource_version(),
         } });
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
@@ -362,12 +305,14 @@ impl Reconciler for Syncer {
         NAME
     }
 
-    /// Pod CIDRs, addresses and the annotations under the lease prefix (the lease and its overwrites).
+    /// Pod CIDRs, addresses, the annotations under the lease prefix (the lease and its overwrites) and
+    /// which field managers other than netcm own them.
     fn node_fields(&self) -> NodeFields {
         NodeFields::none()
             .pod_cidrs()
             .addresses()
             .annotations(&self.config.keys.prefix)
+            .annotation_owners(&self.config.keys.prefix, FIELD_MANAGER)
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use netcm_e2e::nodes::{create_node, set_addresses, NodeFixture};
-use netcm_e2e::{Netcm, TestEnv};
+use netcm_e2e::{wait_for, Netcm, TestEnv};
 
 use crate::support::*;
 
@@ -125,4 +125,91 @@ async fn a_lease_another_writer_publishes_is_left_alone_until_its_keys_are_remov
             .map(String::as_str),
         Some("vx2")
     );
+}
+
+/// Who owns a lease comes from the informer's cache, so the syncer reads no Node: 10 Nodes get netcm's
+/// lease in one PATCH each, 10 whose lease keys a flanneld wrote (through the status subresource, as
+/// flanneld does) with other values are left alone — and the audit log shows not one GET of a Node by
+/// netcm, while it does show the test's own GETs (so the policy records them and the count can fail).
+#[tokio::test]
+async fn the_syncer_reads_no_node_and_still_leaves_an_agents_lease_alone() {
+    let env = TestEnv::new().await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    let fixtures: Vec<NodeFixture> = (0..20)
+        .map(|i| {
+            NodeFixture::named(format!("no-read-{i:02}"))
+                .pod_cidrs(&[&format!("10.244.{}.0/24", 100 + i)])
+                .internal_ip(&format!("192.0.2.{}", 100 + i))
+                .annotation(&k("custom"), "kept")
+        })
+        .collect();
+    netcm_e2e::nodes::create_nodes(&env.client, fixtures, 8).await;
+    let agents: Vec<String> = (10..20).map(|i| format!("no-read-{i:02}")).collect();
+    for (i, name) in agents.iter().enumerate() {
+        let lease = serde_json::json!({ "metadata": { "annotations": {
+            k("kube-subnet-manager"): "true",
+            k("backend-type"): "host-gw",
+            k("backend-data"): "null",
+            k("public-ip"): format!("198.51.100.{}", i + 1),
+        } } });
+        let flanneld = PatchParams {
+            field_manager: Some("flanneld".into()),
+            ..Default::default()
+        };
+        api.patch_status(name, &flanneld, &Patch::Merge(&lease))
+            .await
+            .unwrap_or_else(|e| panic!("flanneld's lease on {name}: {e}"));
+    }
+
+    let netcm = Netcm::start("syncer-no-read", &env.cp.kubeconfig, &[SYNCER]);
+    let id = leader_identity(&env, None).await;
+    for i in 0..10 {
+        let exp = Expected::host_gw(&format!("no-read-{i:02}"))
+            .v4(
+                &format!("192.0.2.{}", 100 + i),
+                &format!("10.244.{}.0/24", 100 + i),
+            )
+            .custom("kept");
+        wait_lease(&env, &exp, PREFIX).await;
+    }
+    wait_idle(&netcm, 20.0).await;
+    assert_eq!(metric(&netcm, AGENT_MANAGED).await, 10.0);
+    assert_eq!(
+        metric(&netcm, WRITES).await,
+        10.0,
+        "one PATCH per netcm lease"
+    );
+    for (i, name) in agents.iter().enumerate() {
+        let ann = annotations(&get(&env, name).await);
+        assert_eq!(
+            ann.get(&k("public-ip")),
+            Some(&format!("198.51.100.{}", i + 1)),
+            "{name}: flanneld's public IP stays"
+        );
+        assert_eq!(node_patches_to(&env, &id, name), 0, "{name} was PATCHed");
+    }
+    let own_gets = wait_for("the test's own GETs in the audit log", TIMEOUT, || async {
+        let n = node_reads(&env, |e| !e.user_agent.contains(&id));
+        (n > 0).then_some(n)
+    })
+    .await;
+    assert_eq!(
+        node_reads(&env, |e| e.user_agent.contains(&id)),
+        0,
+        "GETs of a Node by netcm (the test's own: {own_gets})"
+    );
+}
+
+/// GETs of this test's Nodes in the audit log by the requests `by` selects.
+fn node_reads(env: &TestEnv, by: impl Fn(&netcm_e2e::audit::AuditEvent) -> bool) -> usize {
+    netcm_e2e::audit::read(&env.cp.audit_log)
+        .iter()
+        .filter(|e| e.verb == "get" && e.resource() == "nodes")
+        .filter(|e| {
+            e.object_ref
+                .as_ref()
+                .is_some_and(|o| o.name.starts_with("no-read-"))
+        })
+        .filter(|e| by(e))
+        .count()
 }
