@@ -23,7 +23,8 @@ Per node X (state S = <state>/nodes/ncm-nX; what must differ per node on one mac
   CNI         bin_dir S/cni/bin (symlinks to /usr/lib/cni/*), conf_dir S/cni/net.d, host-local S/cni/ipam;
               CNI=bridge (default): conf_template S/cni/template.json, rendered by containerd from the
               Node's pod CIDRs (bridge cni0 + host-local, both families); CNI=flannel: reserved for the
-              flannel configuration (a static conflist in S/cni/net.d, written by its installer)
+              flannel configuration (a static conflist in S/cni/net.d, written by its installer). `up`
+              saves the choice in <state>/cni, so add-node gives a later node the same
   kube-proxy  --hostname-override ncm-nX, --conntrack-max-per-core 0 (nf_conntrack_max is read-only in a
               namespace), health/metrics on the namespace's 127.0.0.1
 Logs: <state>/*.log (control plane side) and S/*.log.
@@ -197,7 +198,7 @@ def add_node(node):
     pause_image, pause_tar = pause()
     with open(f"{s}/containerd/config.toml", "w") as f:
         f.write(render.containerd_config(s, pause_image))
-    if os.environ.get("CNI", "bridge") == "bridge":
+    if cni_of(STATE, os.environ) == "bridge":
         with open(f"{s}/cni/template.json", "w") as f:
             f.write(render.cni_template(n, s))
     with open(f"{s}/kubelet-config.yaml", "w") as f:
@@ -299,11 +300,15 @@ def cmd_up():
                 raise SystemExit(f"the cluster of this machine belongs to {owner}: NETCM_CLUSTER_DIR={owner} hack/cluster.sh down")
             if all(m.alive(STATE, d) for d in ("kube-controller-manager", "kube-scheduler")) and \
                     len(nodes()) >= count and all(m.alive(n.s, "kubelet") for n in nodes()):
+                cni_of(STATE, os.environ)
                 log("reusing the running cluster")
                 print(f"KUBECONFIG={STATE}/controlplane/kubeconfig")
                 return
             log("a cluster of this state dir is partly up (crashed?): cleaning it first")
             down()
+        cni = cni_of(STATE, os.environ)
+        with open(f"{STATE}/cni", "w") as f:
+            f.write(cni + "\n")
         m.snapshot(STATE)
         m.record(f"link {BRIDGE}")
         sh("ip", "link", "add", BRIDGE, "type", "bridge")
@@ -401,16 +406,33 @@ def down():
     log("stopped; the machine is as it was before 'up'")
 
 
+def cni_of(state, env):
+    """The cluster's CNI: the one `up` saved in the state dir, so that a node added later (add-node, whose
+    caller need not repeat CNI=) gets the same as the others; before `up`, CNI from env, else bridge."""
+    try:
+        with open(f"{state}/cni") as f:
+            saved = f.read().strip()
+    except FileNotFoundError:
+        saved = ""
+    wanted = env.get("CNI", "")
+    if saved and wanted and wanted != saved:
+        raise SystemExit(f"this cluster runs CNI={saved}, not CNI={wanted}: hack/cluster.sh down first")
+    cni = saved or wanted or "bridge"
+    if cni not in ("bridge", "flannel"):
+        raise SystemExit(f"CNI={cni}: bridge or flannel")
+    return cni
+
+
 def clear_state_dir(state):
     """What `up` wrote under the state dir outside the control plane's own (hack/controlplane.sh down
     clears that): every node's directory (see clear_node_dir), the host components' certificates and
-    kubeconfigs, the list of loaded images. Logs stay, and images.d (the pause image, a build cache)."""
+    kubeconfigs, the list of loaded images, the CNI choice. Logs stay, and images.d (the pause image, a build cache)."""
     nodes_dir = f"{state}/nodes"
     for name in os.listdir(nodes_dir) if os.path.isdir(nodes_dir) else []:
         clear_node_dir(f"{nodes_dir}/{name}")
     shutil.rmtree(f"{state}/pki", ignore_errors=True)
     for f in os.listdir(state) if os.path.isdir(state) else []:
-        if f.endswith(".kubeconfig") or f == "images":
+        if f.endswith(".kubeconfig") or f in ("images", "cni"):
             os.remove(f"{state}/{f}")
 
 

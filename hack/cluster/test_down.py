@@ -1,5 +1,5 @@
-"""What `down` leaves of a node's and the cluster's state dir, checked on a scratch directory:
-python3 -m unittest discover -s hack/cluster"""
+"""What `down` leaves of a node's and the cluster's state dir, and what add-node reads from it, checked on a
+scratch directory: python3 -m unittest discover -s hack/cluster"""
 
 import os
 import tempfile
@@ -39,12 +39,24 @@ class DownTest(unittest.TestCase):
     def test_a_cleared_state_dir_keeps_logs_the_control_plane_and_the_image_cache(self):
         with tempfile.TemporaryDirectory() as state:
             for rel in ["nodes/ncm-n1/flannel/subnet.env", "nodes/ncm-n1/kubelet.log", "nodes/ncm-n7/cni/template.json",
-                        "pki/kube-proxy.crt", "kube-proxy.kubeconfig", "kube-scheduler.kubeconfig", "images",
+                        "pki/kube-proxy.crt", "kube-proxy.kubeconfig", "kube-scheduler.kubeconfig", "images", "cni",
                         "kube-scheduler.log", "images.d/pause.tar", "controlplane/pki/ca.crt"]:
                 write(state, rel)
             cluster.clear_state_dir(state)
             self.assertEqual(tree(state), ["controlplane/pki/ca.crt", "images.d/pause.tar", "kube-scheduler.log",
                                            "nodes/ncm-n1/kubelet.log"])
+
+    def test_a_node_added_later_gets_the_cni_up_saved_whatever_its_caller_says(self):
+        with tempfile.TemporaryDirectory() as state:
+            self.assertEqual(cluster.cni_of(state, {}), "bridge")
+            self.assertEqual(cluster.cni_of(state, {"CNI": "flannel"}), "flannel")
+            with open(f"{state}/cni", "w") as f:
+                f.write("flannel\n")
+            self.assertEqual(cluster.cni_of(state, {}), "flannel")
+            with self.assertRaises(SystemExit):
+                cluster.cni_of(state, {"CNI": "bridge"})
+            with self.assertRaises(SystemExit):
+                cluster.cni_of(tempfile.gettempdir() + "/absent", {"CNI": "calico"})
 
     def test_clearing_what_is_not_there_is_no_error(self):
         with tempfile.TemporaryDirectory() as state:
