@@ -161,6 +161,16 @@ async fn node_agent_did_its_part(
         env.contains("FLANNEL_IPMASQ=true"),
         "{name}'s subnet.env:\n{env}"
     );
+    // flannel's the only config: with another beside it (a bridge template rendered by containerd) the
+    // runtime would pick whichever sorts first.
+    let confs: Vec<String> = std::fs::read_dir(dir.join("cni/net.d"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(confs, ["10-flannel.conflist"], "{name}'s CNI configs");
     let conf = std::fs::read_to_string(dir.join("cni/net.d/10-flannel.conflist"))
         .unwrap_or_else(|e| panic!("{name}'s flannel conflist: {e}"));
     assert!(
