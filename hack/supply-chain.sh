@@ -78,8 +78,9 @@ cmd_reproducible() {
   a=$(mktemp -d /tmp/netcm-repro-a.XXXX) b=$(mktemp -d /tmp/netcm-repro-b.XXXX)
   trap 'rm -rf "$a" "$b"' RETURN
   if [ "${1:-}" = --against-checkout ]; then
-    [ -z "$(git status --porcelain --untracked-files=no)" ] \
-      || die "the checkout has uncommitted changes: its image is not HEAD's (commit them, or run without --against-checkout)"
+    # What goes into the image: the workspace's sources and lock file, and the image recipe.
+    git diff --quiet HEAD -- Cargo.toml Cargo.lock cmd pkg controllers hack/image.sh \
+      || die "the checkout's sources differ from HEAD: its image is not HEAD's (commit them, or run without --against-checkout)"
     [ -f "$root/_out/image/netcm/index.json" ] || die "no image in _out/image: run hack/image.sh build first"
     first=$(digest_of "$root/_out/image/netcm")
   else

@@ -107,3 +107,14 @@ step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 and every f
 CHAOS_MINUTES=${NETCM_CHAOS_MINUTES:-2} CHAOS_SEED=${NETCM_CHAOS_SEED:-1} \
   CHAOS_FAULTS=${NETCM_CHAOS_FAULTS:-leader-stop,leader-kill,apiserver-stop,etcd-stop,claim-delete} \
   bash hack/chaos.sh
+
+# Last: two more release builds (a clean clone, the static plugin), after every test of behaviour.
+step "supply chain: cargo deny, SBOMs, provenance, the image rebuilt from a clean clone (hack/supply-chain.sh)"
+python3 -m unittest discover -s hack/supply_chain
+bash hack/supply-chain.sh deny
+bash hack/supply-chain.sh sbom
+bash hack/supply-chain.sh provenance
+bash hack/supply-chain.sh reproducible --against-checkout
+
+step "kubectl plugin: the static kubectl-netcm installed by the real krew (hack/plugin.sh)"
+bash hack/plugin.sh test
