@@ -10,7 +10,8 @@ What `up` starts, all from the cached v1.36.3 binaries and Debian's containerd/r
 Addresses (all in 198.18.0.0/15, never routed off the machine; none shared with hack/node.sh):
   bridge ncm-nodes0       198.19.254.1/24, fd00:198:19:254::1/64 (API_HOST; the nodes' default gateway)
   node ncm-nX             198.19.254.(10+X), fd00:198:19:254::(10+X) on eth0 (veth ncm-nXh on the bridge)
-  CLUSTER_CIDR            198.19.128.0/17 (/24 per node), fd00:198:19:1000::/56 (/64 per node): netcm's
+  CLUSTER_CIDR            198.19.128.0/18 (/24 per node, 64 nodes; clear of the node bridge 198.19.254.0/24),
+                          fd00:198:19:1000::/56 (/64 per node): netcm's
                           --cluster-cidr; nothing gives pods an address until netcm gives the Node its CIDRs
   SERVICE_CIDR            198.19.17.0/24
 Pod traffic leaving the pod network is masqueraded inside the node's namespace, so the host needs no pod
@@ -58,7 +59,7 @@ STATE = os.path.abspath(os.environ.get("NETCM_CLUSTER_DIR", f"{ROOT}/_out/cluste
 BRIDGE = "ncm-nodes0"
 API_HOST = "198.19.254.1"
 API_HOST6 = "fd00:198:19:254::1"
-CLUSTER_CIDR = "198.19.128.0/17,fd00:198:19:1000::/56"
+CLUSTER_CIDR = "198.19.128.0/18,fd00:198:19:1000::/56"
 SERVICE_CIDR = "198.19.17.0/24"
 FORWARD_RULE = ["FORWARD", "-i", BRIDGE, "!", "-o", BRIDGE, "-m", "comment", "--comment",
                 "netcm-cluster: nodes stay on this host", "-j", "DROP"]
