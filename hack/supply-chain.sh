@@ -48,6 +48,8 @@ cmd_sbom() {
   cargo cyclonedx --manifest-path cmd/netcm/Cargo.toml --format json --spec-version 1.5 \
     --override-filename netcm.cdx >/dev/null
   mv cmd/netcm/netcm.cdx.json "$out/netcm.cdx.json"
+  # cargo cyclonedx writes one beside every workspace member's Cargo.toml; only the binary's is kept.
+  find "$root/cmd" "$root/pkg" "$root/controllers" "$root/e2e" -name netcm.cdx.json -delete
   local bin=$root/target/release/netcm
   [ -x "$bin" ] || die "no release binary: run hack/image.sh build first"
   python3 hack/supply_chain/sbom.py image --binary-sbom "$out/netcm.cdx.json" --binary "$bin" \

@@ -39,6 +39,18 @@ async fn wait_allocated(env: &TestEnv, names: &[String], n: &Netcm, timeout: Dur
 /// end of a bound token's life does), for the shortest lifetime the API server grants (10 minutes).
 async fn bound_token(env: &TestEnv, secret: &str) -> String {
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), NAMESPACE);
+    // An earlier run against the same control plane may have left it (a test that fails keeps it).
+    if secrets.get_opt(secret).await.ok().flatten().is_some() {
+        let _ = secrets
+            .delete(secret, &kube::api::DeleteParams::default())
+            .await;
+        netcm_e2e::wait_for(
+            &format!("the earlier run's Secret {secret} to be gone"),
+            std::time::Duration::from_secs(30),
+            || async { secrets.get_opt(secret).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    }
     let created = secrets
         .create(
             &PostParams::default(),

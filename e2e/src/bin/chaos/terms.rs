@@ -4,7 +4,7 @@
 //!
 //! A term is a run of successful writes of netcm's Lease by one identity (the user agent ends with the
 //! leader-election identity: `netcm/<version> (<os>/<arch>) <identity>`), in the order the API servers
-//! completed them. It ends, by the fence rule in `docs/architecture.md`, a lease duration after its last
+//! completed them. It ends, by the fence rule in `docs/safety.md`, a lease duration after its last
 //! renewal was sent — the renewal's `renewTime`, as the checker's Lease reads saw it (the audit log's
 //! receive time of the last renewal when the reads missed it) — or at the release, when the holder gave
 //! the Lease up (the checker saw it with no holder). A write of the identity received by an API server

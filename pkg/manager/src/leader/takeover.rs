@@ -9,7 +9,7 @@
 //! until [`Takeover::writes_may_land_until`] before it writes.
 //!
 //! Why that instant: a leader's writes carry a deadline before anyone else may take over (the fence,
-//! `docs/architecture.md`, "Why it is safe"), so under the fence's assumption every predecessor write has
+//! `docs/safety.md`, "Why it is safe"), so under the fence's assumption every predecessor write has
 //! ended by the takeover. What the fence cannot see — a write its API server holds past the deadline (the
 //! server's clock starts when it reads the request), an etcd commit after it — gets the predecessor's
 //! lease duration more, and this process's safety margin on top. The predecessor's duration is the one its
