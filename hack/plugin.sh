@@ -59,11 +59,20 @@ cmd_test() {
   kubectl=$(bash hack/controlplane.sh bin kubectl)
   krew_root=$(mktemp -d)
   trap 'rm -rf "$krew_root"' RETURN
-  KREW_ROOT=$krew_root "$krew" install --manifest="$manifest" --archive="$archive" >&2
+  KREW_ROOT=$krew_root "$krew" install --manifest="$manifest" --archive="$archive" </dev/null >&2
   got=$(PATH=$krew_root/bin:$PATH "$kubectl" netcm version)
   [ "$got" = "kubectl-netcm $(sed -n 's/^  version: v//p' "$manifest")" ] \
     || die "krew installed the plugin, but kubectl netcm version printed: $got"
   log "krew installed $manifest; kubectl netcm version: $got"
+  # The static build talks to a real API server (musl's resolver and rustls, not glibc's): a report comes
+  # back. Exit 1 is a report with a failed check (this control plane has no netcm leader); 2+ is not.
+  local kubeconfig report code=0
+  kubeconfig=$(bash hack/controlplane.sh up | tail -1)
+  report=$(KUBECONFIG=${kubeconfig#KUBECONFIG=} PATH=$krew_root/bin:$PATH "$kubectl" netcm check -o json) || code=$?
+  [ "$code" -le 1 ] || die "kubectl netcm check exited $code"
+  python3 -c 'import json,sys; r=json.load(sys.stdin); assert any(c["check"]=="api" and c["status"]=="ok" for c in r["checks"]), r' <<<"$report" \
+    || die "kubectl netcm check (static, krew-installed) did not reach the API server: $report"
+  log "the krew-installed static plugin reached the API server: kubectl netcm check exited $code"
 }
 
 case "${1:-}" in
