@@ -10,8 +10,13 @@ use crate::{repo_root, tool};
 
 /// The chart's CRDs (`charts/netcm/crds/`), applied as `helm install` would before netcm starts.
 pub fn install_crds(kubeconfig: &Path) {
+    apply_crds(kubeconfig, &repo_root().join("charts/netcm/crds"));
+}
+
+/// The CRDs in `dir`, applied server-side (the upgrade step docs/helm.md documents); returns once they are
+/// served.
+pub fn apply_crds(kubeconfig: &Path, dir: &Path) {
     let kubectl = tool("kubectl");
-    let crds = repo_root().join("charts/netcm/crds");
     for args in [
         // Forced: the test cluster is the tests' own, and a control plane kept from a run of an older
         // checkout has its CRDs owned by another field manager (the dashboard check's).
@@ -27,15 +32,25 @@ pub fn install_crds(kubeconfig: &Path) {
         let out = Command::new(&kubectl)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .args(&args)
-            .arg(&crds)
+            .arg(dir)
             .output()
             .unwrap_or_else(|e| panic!("running kubectl {args:?}: {e}"));
         assert!(
             out.status.success(),
             "kubectl {args:?} {} failed:\n{}",
-            crds.display(),
+            dir.display(),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+/// Puts the chart's CRDs back however a test that changes or deletes them ends: the tests after it need
+/// them.
+pub struct ReinstallCrds(pub std::path::PathBuf);
+
+impl Drop for ReinstallCrds {
+    fn drop(&mut self) {
+        install_crds(&self.0);
     }
 }
 

@@ -49,7 +49,9 @@ pub use control_plane::{
     apiserver_pid, control_plane, kubectl, restart_apiserver, rotate_apiserver_serving_cert,
     start_apiserver, stop_apiserver, tool, ControlPlane, FrozenApiserver,
 };
-pub use crds::{claimed_cidrs, cluster_cidrs, install_crds, pod_cidr_claims};
+pub use crds::{
+    apply_crds, claimed_cidrs, cluster_cidrs, install_crds, pod_cidr_claims, ReinstallCrds,
+};
 pub use credentials::{kubeconfig_token, serviceaccount_kubeconfig};
 pub use netcm::Netcm;
 

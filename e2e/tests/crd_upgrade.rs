@@ -8,14 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
 use netcm_e2e::nodes::{create_node, pod_cidrs, NodeFixture};
 use netcm_e2e::overlaps::overlapping_pairs;
-use netcm_e2e::{install_crds, pod_cidr_claims, repo_root, tool, wait_for, Netcm, TestEnv};
+use netcm_e2e::{apply_crds, pod_cidr_claims, repo_root, wait_for, Netcm, ReinstallCrds, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const ARGS: [&str; 5] = [
@@ -29,15 +28,6 @@ const ARGS: [&str; 5] = [
 const SPEC_PROPERTIES: &str = "                nodeName:\n";
 const NEXT_FIELD: &str = "                term:\n                  type: string\n                  description: The leader term that claimed the block (the next version's field).\n                  maxLength: 128\n";
 
-/// Puts this version's CRDs back however the test ends: the tests after this one need them.
-struct ReinstallCrds(std::path::PathBuf);
-
-impl Drop for ReinstallCrds {
-    fn drop(&mut self) {
-        install_crds(&self.0);
-    }
-}
-
 /// The chart's CRDs as the next version ships them: PodCIDRClaim's spec gains `term`.
 fn next_version_crds(dir: &Path) {
     let crds = repo_root().join("charts/netcm/crds");
@@ -49,26 +39,6 @@ fn next_version_crds(dir: &Path) {
             text = text.replace(SPEC_PROPERTIES, &format!("{NEXT_FIELD}{SPEC_PROPERTIES}"));
         }
         std::fs::write(dir.join(path.file_name().expect("a file name")), text).expect("write");
-    }
-}
-
-/// `kubectl apply --server-side -f DIR`, the documented step, then waits until the CRDs are served.
-fn apply_crds(kubeconfig: &Path, dir: &Path) {
-    for args in [
-        vec!["apply", "--server-side", "--force-conflicts", "-f"],
-        vec!["wait", "--for=condition=Established", "--timeout=60s", "-f"],
-    ] {
-        let out = Command::new(tool("kubectl"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(&args)
-            .arg(dir)
-            .output()
-            .expect("run kubectl");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
     }
 }
 

@@ -8,19 +8,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use netcm_e2e::nodes::{create_node, pod_cidrs, NodeFixture};
-use netcm_e2e::{install_crds, tool, wait_for, Netcm, TestEnv};
+use netcm_e2e::{install_crds, tool, wait_for, Netcm, ReinstallCrds, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const CRD: &str = "podcidrclaims.ipam.netcm.io";
-
-/// Puts the chart's CRDs back however the test ends: the tests after this one need them.
-struct ReinstallCrds(std::path::PathBuf);
-
-impl Drop for ReinstallCrds {
-    fn drop(&mut self) {
-        install_crds(&self.0);
-    }
-}
 
 #[tokio::test]
 async fn without_its_crd_the_allocator_allocates_nothing_reports_not_ready_and_starts_once_it_is_applied(
