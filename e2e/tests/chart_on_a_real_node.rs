@@ -137,23 +137,8 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
             .any(|(verb, sub, n)| verb == "patch" && sub.is_empty() && *n == node_name),
         "the audit log shows no PATCH of {node_name} by {SA_USER}: {writes:?}"
     );
-    // `helm test`: `netcm check` in a pod, as the chart's ServiceAccount; helm fails unless it exits 0.
-    let tested = node
-        .helm(&strings(&[
-            "test",
-            RELEASE,
-            "-n",
-            NS,
-            "--logs",
-            "--timeout",
-            "120s",
-        ]))
-        .await;
-    eprintln!("[real-node] helm test:\n{tested}");
-    assert!(
-        tested.contains("Succeeded") && tested.contains('✓') && !tested.contains('✗'),
-        "{tested}"
-    );
+    // `helm test`: `netcm check` in a pod, as the chart's ServiceAccount.
+    helm_test(node, &client).await;
 
     // 3. kubectl logs of the leader: the effective configuration, the leadership and the allocation,
     // one readable line each.

@@ -51,9 +51,44 @@ pub(super) async fn uninstall_leftovers(node: &RealNode, client: &kube::Client) 
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let _ = leases.delete(LEASE, &DeleteParams::default()).await;
+    delete_test_pods(client).await;
     wait_for("no netcm pods", TIMEOUT, || async {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let lp = ListParams::default().labels("app.kubernetes.io/instance=netcm");
+        pods.list(&lp).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// `helm test --logs`: helm fails unless the test pod (`netcm check`) exits 0; every check must be ✓ (or
+/// not applicable), none ✗. The Completed pod is deleted afterwards.
+pub(super) async fn helm_test(node: &RealNode, client: &kube::Client) {
+    let tested = node
+        .helm(&strings(&[
+            "test",
+            RELEASE,
+            "-n",
+            NS,
+            "--logs",
+            "--timeout",
+            "120s",
+        ]))
+        .await;
+    eprintln!("[real-node] helm test:\n{tested}");
+    assert!(
+        tested.contains("Succeeded") && tested.contains('✓') && !tested.contains('✗'),
+        "{tested}"
+    );
+    delete_test_pods(client).await;
+}
+
+/// Deletes the `helm test` pod: like the test pods of `helm create`'s scaffold, it stays Completed for
+/// inspection until the next `helm test` replaces it, and `helm uninstall` leaves hooks alone.
+pub(super) async fn delete_test_pods(client: &kube::Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let lp = ListParams::default().labels("app.kubernetes.io/component=test");
+    let _ = pods.delete_collection(&DeleteParams::default(), &lp).await;
+    wait_for("the helm test pod to be gone", TIMEOUT, || async {
         pods.list(&lp).await.ok()?.items.is_empty().then_some(())
     })
     .await;
