@@ -86,10 +86,12 @@ async fn a_lease_another_writer_publishes_is_left_alone_until_its_keys_are_remov
         ],
     )
     .await;
+    // One change at a time: two updates of one Node queued together are one sync (the queue dedups).
+    let done = wait_idle(&netcm, done + 1.0).await;
     let renewed = r#"{"VNI":1,"VtepMAC":"12:c6:65:8e:3a:03"}"#;
     annotate(&env, "vx-agent", &k("backend-data"), Some(renewed)).await;
     exp.backend_data = renewed.into();
-    wait_idle(&netcm, done + 2.0).await;
+    wait_idle(&netcm, done + 1.0).await;
     check_lease(&get(&env, "vx-agent").await, &exp, PREFIX)
         .expect("vx-agent keeps the lease its writer published");
     assert_eq!(
