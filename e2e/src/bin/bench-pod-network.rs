@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use netcm_e2e::flannel_daemonset::{self, Backend, Flannel};
-use netcm_e2e::multinode::{assignments, built_image, hold_the_cluster, in_node, script, Cluster};
+use netcm_e2e::multinode::{built_image, hold_the_cluster, in_node, script, Cluster};
 use netcm_e2e::probe;
 use tokio::process::{Child, Command};
 
@@ -33,68 +33,23 @@ struct Row {
     node_rtt: String,
 }
 
+/// A cluster of two nodes booted from zero with `cni` (`down` leaves no earlier run's state behind).
 fn fresh(cni: &str) -> Cluster {
     hold_the_cluster();
     script("hack/cluster.sh", &["down"], &[]);
-    let state = assignments(&script("hack/cluster.sh", &["env"], &[]))
-        .remove("STATE_DIR")
-        .unwrap();
-    // Earlier runs' CNI template and flannel state would mislead this one (see pod_network_flannel).
-    for dir in std::fs::read_dir(PathBuf::from(state).join("nodes"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let _ = std::fs::remove_file(dir.path().join("cni/template.json"));
-        let _ = std::fs::remove_dir_all(dir.path().join("flannel"));
-        let _ = std::fs::remove_dir_all(dir.path().join("cni/flannel"));
-    }
-    let out = script("hack/cluster.sh", &["up"], &[("NODES", "2"), ("CNI", cni)]);
-    Cluster {
-        kubeconfig: assignments(&out).remove("KUBECONFIG").unwrap().into(),
-        kubectl: script("hack/controlplane.sh", &["bin", "kubectl"], &[])
-            .trim()
-            .into(),
-        helm: script("hack/verify-chart.sh", &["helm"], &[]).trim().into(),
-        facts: assignments(&script("hack/cluster.sh", &["env"], &[])),
-    }
+    Cluster::up(2, &[("CNI", cni)])
 }
 
 async fn install(cluster: &Cluster, backend: Option<Backend>, images: &Images) {
     for (image, tar) in [&images.netcm, &images.probe, &images.flanneld] {
         cluster.load(tar, image);
     }
-    let (repository, tag) = images.netcm.0.rsplit_once(':').unwrap();
     let cidr = cluster.fact("CLUSTER_CIDR").to_string();
-    let mut values = vec![
-        format!("image.repository={repository}"),
-        format!("image.tag={tag}"),
-        "image.pullPolicy=Never".into(),
-        "hostNetwork=true".into(),
-        format!("allocator.clusterCIDR={}", cidr.replace(',', "\\,")),
-        "allocator.nodeCIDRMaskSizeIPv4=24".into(),
-        "allocator.nodeCIDRMaskSizeIPv6=64".into(),
-        format!(
-            "allocator.serviceClusterIPRange={}",
-            cluster.fact("SERVICE_CIDR")
-        ),
-    ];
-    match backend {
-        Some(b) => values.push(format!("annotationSyncer.backendType={}", b.name())),
-        None => values.push("daemonSet.enabled=true".into()),
-    }
-    let mut args = vec![
-        "install",
-        "netcm",
-        "charts/netcm",
-        "-n",
-        "kube-system",
-        "--wait",
-    ];
-    for v in &values {
-        args.extend(["--set", v.as_str()]);
-    }
-    cluster.helm(&args).await;
+    let extra = match backend {
+        Some(b) => format!("annotationSyncer.backendType={}", b.name()),
+        None => "daemonSet.enabled=true".to_string(),
+    };
+    cluster.install_netcm(&images.netcm.0, &[extra]).await;
     if let Some(backend) = backend {
         Flannel {
             image: images.flanneld.0.clone(),
