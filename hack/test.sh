@@ -26,6 +26,15 @@ report() {
 
 step "prerequisites"
 bash hack/install-prereqs.sh
+# One build from scratch gains nothing from incremental state, which would double target/'s size.
+export CARGO_INCREMENTAL=0
+# A full disk shows up as a linker killed by SIGBUS half an hour in; say it before starting.
+min_free_gb=${NETCM_MIN_FREE_GB:-15}
+free_gb=$(( $(df -Pk "$root" | awk 'NR == 2 { print $4 }') / 1024 / 1024 ))
+if [ "$free_gb" -lt "$min_free_gb" ]; then
+  echo "error: $free_gb GB free on the disk of $root; a full run writes about ${min_free_gb} GB (target/, images, the node's state). Free space or set NETCM_MIN_FREE_GB." >&2
+  exit 1
+fi
 
 step "control plane"
 # What it writes and runs, checked before it starts (hack/controlplane/render.py).
