@@ -125,6 +125,8 @@ cmd_build() {
     "${env[@]}" "${ports[@]}" "${labels[@]}"
   rm -rf "$rootfs"
   echo "$tag" >"$out/netcm.tag"
+  # Which commit the image is (hack/supply-chain.sh reproducible compares only an image of HEAD).
+  git -C "$root" rev-parse HEAD >"$out/netcm.commit"
   log "built $REPOSITORY:$tag ($(du -h "$out/netcm.tar" | cut -f1))"
   echo "IMAGE=$REPOSITORY:$tag"
   echo "TAR=$out/netcm.tar"

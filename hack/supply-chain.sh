@@ -84,6 +84,10 @@ cmd_reproducible() {
     git diff --quiet HEAD -- Cargo.toml Cargo.lock cmd pkg controllers hack/image.sh \
       || die "the checkout's sources differ from HEAD: its image is not HEAD's (commit them, or run without --against-checkout)"
     [ -f "$root/_out/image/netcm/index.json" ] || die "no image in _out/image: run hack/image.sh build first"
+    local built_from
+    built_from=$(cat "$root/_out/image/netcm.commit" 2>/dev/null || echo "an unrecorded commit")
+    [ "$built_from" = "$(git rev-parse HEAD)" ] \
+      || die "the image in _out/image was built from $built_from, not HEAD $(git rev-parse HEAD): run hack/image.sh build first"
     first=$(digest_of "$root/_out/image/netcm")
   else
     first=$(clean_build "$a")
