@@ -61,7 +61,7 @@ pub use pool::{
     ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
     MIN_PER_NODE_HOST_BITS,
 };
-pub use pools::Pools;
+pub use pools::{Pools, ReleaseHoldUse};
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
 pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, Term};
 pub use space::PoolSpace;

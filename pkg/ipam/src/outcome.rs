@@ -129,6 +129,8 @@ pub struct NodeAllocation {
     pub fresh: Vec<PoolTries>,
     /// The pool the CIDRs came from (empty if none contains them).
     pub pool: String,
+    /// Set when the CIDRs were in release hold: the Node's own, back, or another's, early.
+    pub release_hold: Option<crate::ReleaseHoldUse>,
 }
 
 /// Usage of one cluster CIDR, for metrics.
@@ -149,4 +151,6 @@ pub struct PoolStats {
     /// Blocks it can still hand out, as (prefix length, count), largest block first: one size (the
     /// node mask) for a fixed-size pool, none counted (0) while its pool is not active.
     pub free_blocks: Vec<(u8, u64)>,
+    /// Node CIDRs in release hold (`--cidr-release-hold`): released by deleted Nodes, not free yet.
+    pub release_hold: u64,
 }

@@ -73,6 +73,8 @@ pub struct Pools {
     /// How often a ClusterCIDR object made [`Pools::sync_objects`] search or check the pools: the
     /// bound its tests hold a pass's work to.
     pub(crate) object_scans: u64,
+    /// When each deleted Node's release hold ends ([`Pools::release_node_with_hold`]).
+    pub(crate) release_holds: ReleaseHolds,
 }
 
 impl Pools {
@@ -115,6 +117,7 @@ impl Pools {
             index: std::collections::HashMap::new(),
             epochs: Epochs::default(),
             object_scans: 0,
+            release_holds: ReleaseHolds::default(),
         })
     }
 
@@ -152,22 +155,38 @@ impl Pools {
                 cidrs: held.to_vec(),
                 fresh: Vec::new(),
                 pool: self.pool_of_cidrs(held).unwrap_or_default(),
+                release_hold: None,
             });
         }
         let candidates = self.candidates(node);
+        if let Some((cidrs, pool)) = self.reclaim_release_hold(owner, node.name, &candidates) {
+            return Ok(NodeAllocation {
+                cidrs,
+                fresh: Vec::new(),
+                pool,
+                release_hold: Some(ReleaseHoldUse {
+                    released_by: node.name.to_string(),
+                    early: false,
+                }),
+            });
+        }
         let mut last_full = None;
         for &p in &candidates {
             match self.allocate_from(p) {
-                Ok(fresh) => {
-                    let cidrs: Vec<IpNet> = fresh.iter().map(|t| t.cidr).collect();
-                    self.ledger.insert(owner, cidrs.clone());
-                    return Ok(NodeAllocation {
-                        cidrs,
-                        fresh,
-                        pool: self.pools[p].name.clone(),
-                    });
-                }
+                Ok(fresh) => return Ok(self.allocated(owner, p, fresh, None)),
                 Err(e) => last_full = Some(e),
+            }
+        }
+        // Every candidate is full but for what deleted Nodes released: the oldest release hold goes first.
+        for &p in &candidates {
+            while let Some(released_by) = self.end_oldest_release_hold_in(p) {
+                if let Ok(fresh) = self.allocate_from(p) {
+                    let used = ReleaseHoldUse {
+                        released_by,
+                        early: true,
+                    };
+                    return Ok(self.allocated(owner, p, fresh, Some(used)));
+                }
             }
         }
         match (candidates.len(), last_full) {
@@ -181,6 +200,24 @@ impl Pools {
                     .map(|&p| self.pools[p].name.clone())
                     .collect(),
             }),
+        }
+    }
+
+    /// Records `fresh` from pool `p` as `owner`'s.
+    fn allocated(
+        &mut self,
+        owner: &str,
+        p: usize,
+        fresh: Vec<PoolTries>,
+        release_hold: Option<ReleaseHoldUse>,
+    ) -> NodeAllocation {
+        let cidrs: Vec<IpNet> = fresh.iter().map(|t| t.cidr).collect();
+        self.ledger.insert(owner, cidrs.clone());
+        NodeAllocation {
+            cidrs,
+            fresh,
+            pool: self.pools[p].name.clone(),
+            release_hold,
         }
     }
 
@@ -416,22 +453,25 @@ impl Pools {
             .flat_map(|p| {
                 let active = p.state == PoolState::Active;
                 p.families.iter().flat_map(move |(_, r)| {
-                    self.sets[r.clone()].iter().map(move |s| PoolStats {
-                        pool: p.name.clone(),
-                        cluster_cidr: s.cluster().to_string(),
-                        family: s.family(),
-                        allocated: s.allocated(),
-                        max: s.max_cidrs(),
-                        usage: s.usage(),
-                        free_blocks: vec![(
-                            s.node_mask(),
-                            if active {
-                                s.free_blocks(s.node_mask())
-                            } else {
-                                0
-                            },
-                        )],
-                    })
+                    r.clone()
+                        .map(move |i| (i, &self.sets[i]))
+                        .map(move |(i, s)| PoolStats {
+                            pool: p.name.clone(),
+                            cluster_cidr: s.cluster().to_string(),
+                            family: s.family(),
+                            allocated: s.allocated(),
+                            max: s.max_cidrs(),
+                            usage: s.usage(),
+                            free_blocks: vec![(
+                                s.node_mask(),
+                                if active {
+                                    s.free_blocks(s.node_mask())
+                                } else {
+                                    0
+                                },
+                            )],
+                            release_hold: self.release_hold_count(i),
+                        })
                 })
             })
             .collect()
@@ -470,6 +510,11 @@ pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], 
 mod hold;
 #[path = "pools_objects.rs"]
 mod objects;
+#[path = "pools_release_hold.rs"]
+mod release_hold;
+
+pub use release_hold::ReleaseHoldUse;
+use release_hold::ReleaseHolds;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -29,6 +29,8 @@ impl Pools {
     /// Records that `node` holds `cidrs`, as [`Pools::hold`] does, without looking for problems.
     pub fn record(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
         let wanted = first_occurrences(cidrs.iter().map(IpNet::trunc));
+        // What a Node holds on the API wins over a release hold: the hold never makes a conflict.
+        self.end_release_holds_overlapping(&wanted);
         let change = match self.ledger.held_by(node) {
             Some(held) if held == wanted.as_slice() => HoldChange::Unchanged,
             None if wanted.is_empty() => HoldChange::Unchanged,

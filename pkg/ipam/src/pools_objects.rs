@@ -68,7 +68,11 @@ impl Pools {
     fn update(&mut self, i: usize, obj: &ObjectPool, report: &mut SyncReport) {
         let pool = &self.pools[i];
         match (&pool.state, obj.deleting) {
-            (PoolState::Active, true) => self.pools[i].state = PoolState::Draining,
+            (PoolState::Active, true) => {
+                self.pools[i].state = PoolState::Draining;
+                // A pool being deleted waits for its holders; release holds would only delay it.
+                while self.end_oldest_release_hold_in(i).is_some() {}
+            }
             (PoolState::Refused(why), false) => {
                 let stale = match why {
                     Refusal::Invalid(_) | Refusal::Modified => false,

@@ -121,6 +121,24 @@ fn a_deleted_pool_drains_gives_nothing_new_and_is_released_when_its_last_holder_
 }
 
 #[test]
+fn a_deleted_pool_ends_its_release_holds_so_only_its_nodes_keep_it_draining() {
+    let mut p = pools("10.244.0.0/16", "");
+    let big = labels(&[("big", "")]);
+    let mut o = obj("big", exists("big"), 8, "10.50.0.0/16", "");
+    p.sync_objects(std::slice::from_ref(&o));
+    alloc(&mut p, "a", &big).unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    p.release_node_with_hold("a", "node-a", until);
+    o.deleting = true;
+    p.sync_objects(std::slice::from_ref(&o));
+    assert!(
+        p.drained("big"),
+        "a release hold must not keep a deleted pool alive"
+    );
+    assert_eq!(p.next_release_hold_end(), None);
+}
+
+#[test]
 fn an_object_recreated_under_its_name_is_a_new_pool() {
     let mut p = pools("10.244.0.0/16", "");
     let mut o = obj("x", exists("x"), 8, "10.50.0.0/16", "");

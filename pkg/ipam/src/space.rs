@@ -15,8 +15,7 @@ pub struct PoolSpace {
     /// Free blocks as (prefix length, count), largest block first, one entry per size the pool hands
     /// out (one for a fixed-size pool), counts summed over its cluster CIDRs of this family.
     pub free_blocks: Vec<(u8, u64)>,
-    /// CIDRs released by deleted Nodes and not handed out again yet (`--cidr-release-hold`, issue 29):
-    /// always 0, as netcm has no release hold yet; the gauge exists so dashboards need not change.
+    /// CIDRs released by deleted Nodes and not handed out again yet (`--cidr-release-hold`).
     pub release_hold: u64,
 }
 
@@ -40,6 +39,7 @@ impl PoolSpace {
                     out.len() - 1
                 }
             };
+            out[i].release_hold += s.release_hold;
             let free = &mut out[i].free_blocks;
             for &(prefix, count) in &s.free_blocks {
                 match free.iter_mut().find(|(p, _)| *p == prefix) {
@@ -147,6 +147,7 @@ mod tests {
             max: 0,
             usage: 0.0,
             free_blocks: vec![(prefix, free)],
+            release_hold: 0,
         };
         let space = PoolSpace::of(&[
             stat("10.0.0.0/16", 27, 5),

@@ -1,0 +1,174 @@
+//! The release hold (`--cidr-release-hold`): CIDRs a deleted Node held stay out of allocation for a
+//! while, because routes, neighbour entries, conntrack and flannel leases elsewhere still point at their
+//! old owner. Held CIDRs stay in the ledger under an owner of their own (`release-hold:<node name>`), so
+//! every guarantee of the ledger covers them. A Node that comes back under the same name within the hold
+//! gets its CIDRs back (sticky re-join); a pool with nothing else free hands out held CIDRs, the oldest
+//! hold first, and says so ([`ReleaseHoldUse::early`]).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use ipnet::IpNet;
+
+use super::Pools;
+use crate::addr::Span;
+
+/// How the ledger owner of a release hold starts: no Node UID has this shape.
+const OWNER_PREFIX: &str = "release-hold:";
+
+/// The ledger owner of what the Node `name` left behind.
+pub(crate) fn release_hold_owner(name: &str) -> String {
+    format!("{OWNER_PREFIX}{name}")
+}
+
+/// When each Node's release hold ends, by Node name; the CIDRs are in the ledger.
+#[derive(Debug, Default)]
+pub(crate) struct ReleaseHolds {
+    ends: HashMap<String, Instant>,
+}
+
+/// How an allocation used a release hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseHoldUse {
+    /// The Node whose released CIDRs these were.
+    pub released_by: String,
+    /// The hold had not ended: the pool had nothing else free (another Node's CIDRs, given early).
+    /// False when a Node re-joining under its name got its own CIDRs back.
+    pub early: bool,
+}
+
+impl Pools {
+    /// Forgets `owner` (a Node's UID) as [`Pools::release_node`] does, but keeps its CIDRs out of
+    /// allocation until `until`, under the Node's `name`. A hold the name still had ends first.
+    pub fn release_node_with_hold(
+        &mut self,
+        owner: &str,
+        name: &str,
+        until: Instant,
+    ) -> Vec<IpNet> {
+        let Some(held) = self.ledger.held_by(owner).map(<[IpNet]>::to_vec) else {
+            return Vec::new();
+        };
+        self.release_node(&release_hold_owner(name));
+        self.release_node(owner);
+        self.record(&release_hold_owner(name), &held);
+        self.release_holds.ends.insert(name.to_string(), until);
+        held
+    }
+
+    /// Ends every release hold due by `now`; returns each Node name with the CIDRs now free.
+    pub fn end_release_holds(&mut self, now: Instant) -> Vec<(String, Vec<IpNet>)> {
+        let due: Vec<String> = self
+            .release_holds
+            .ends
+            .iter()
+            .filter(|(_, end)| **end <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        due.into_iter()
+            .map(|name| {
+                let freed = self.end_release_hold(&name);
+                (name, freed)
+            })
+            .collect()
+    }
+
+    /// When the next release hold ends, if any is running.
+    pub fn next_release_hold_end(&self) -> Option<Instant> {
+        self.release_holds.ends.values().min().copied()
+    }
+
+    /// The CIDRs in release hold, with the Node that released them.
+    pub fn release_holds(&self) -> impl Iterator<Item = (&str, &[IpNet])> {
+        self.release_holds.ends.keys().map(|name| {
+            let cidrs = self
+                .ledger
+                .held_by(&release_hold_owner(name))
+                .unwrap_or_default();
+            (name.as_str(), cidrs)
+        })
+    }
+
+    /// Ends every release hold overlapping `cidrs`.
+    pub(crate) fn end_release_holds_overlapping(&mut self, cidrs: &[IpNet]) {
+        if self.release_holds.ends.is_empty() {
+            return;
+        }
+        let names: Vec<String> = cidrs
+            .iter()
+            .flat_map(|c| self.ledger.overlapping(&Span::of(c)))
+            .filter_map(|h| h.node.strip_prefix(OWNER_PREFIX).map(str::to_string))
+            .collect();
+        for name in names {
+            self.end_release_hold(&name);
+        }
+    }
+
+    fn end_release_hold(&mut self, name: &str) -> Vec<IpNet> {
+        self.release_holds.ends.remove(name);
+        self.release_node(&release_hold_owner(name))
+    }
+
+    /// Gives `owner` what the Node `name` released, if that is still a valid allocation from a pool that
+    /// selects it today (`candidates`); a hold that is no longer valid ends here.
+    pub(crate) fn reclaim_release_hold(
+        &mut self,
+        owner: &str,
+        name: &str,
+        candidates: &[usize],
+    ) -> Option<(Vec<IpNet>, String)> {
+        if self.release_holds.ends.is_empty() {
+            return None;
+        }
+        let hold_owner = release_hold_owner(name);
+        let held = self.ledger.held_by(&hold_owner)?.to_vec();
+        let pool = candidates
+            .iter()
+            .find(|&&p| self.fits_pool(&self.pools[p], &hold_owner, &held))
+            .map(|&p| self.pools[p].name.clone());
+        let Some(pool) = pool else {
+            self.end_release_hold(name);
+            return None;
+        };
+        self.end_release_hold(name);
+        self.record(owner, &held);
+        Some((held, pool))
+    }
+
+    /// Ends the oldest release hold with CIDRs in pool `p`, for a pool that has nothing else free;
+    /// returns the Node that released them.
+    pub(crate) fn end_oldest_release_hold_in(&mut self, p: usize) -> Option<String> {
+        let pool_name = &self.pools[p].name;
+        let oldest = self
+            .release_holds
+            .ends
+            .iter()
+            .filter(|(name, _)| {
+                self.ledger
+                    .held_by(&release_hold_owner(name))
+                    .and_then(|cidrs| self.pool_of_cidrs(cidrs))
+                    .is_some_and(|pool| &pool == pool_name)
+            })
+            .min_by_key(|(name, end)| (**end, name.as_str()))
+            .map(|(name, _)| name.clone())?;
+        self.end_release_hold(&oldest);
+        Some(oldest)
+    }
+
+    /// CIDRs in release hold inside the cluster CIDR of set `s`.
+    pub(crate) fn release_hold_count(&self, s: usize) -> u64 {
+        if self.release_holds.ends.is_empty() {
+            return 0;
+        }
+        let set = &self.sets[s];
+        self.release_holds()
+            .flat_map(|(_, cidrs)| cidrs.iter())
+            .filter(|c| set.contains(**c))
+            .count() as u64
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+#[path = "pools_release_hold_tests.rs"]
+mod tests;

@@ -1,0 +1,177 @@
+//! Tests of the release hold: held CIDRs stay out of allocation, come back to their Node, go early only
+//! from a full pool, and end on time.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::test_fixtures::{net, nets, pools};
+use crate::NodeView;
+
+const HOLD: Duration = Duration::from_secs(60);
+
+fn view(name: &str) -> (String, std::collections::BTreeMap<String, String>) {
+    (name.to_string(), std::collections::BTreeMap::new())
+}
+
+fn allocate(p: &mut Pools, uid: &str, name: &str) -> crate::NodeAllocation {
+    let (name, labels) = view(name);
+    p.allocate_for(
+        uid,
+        &NodeView {
+            name: &name,
+            labels: &labels,
+        },
+    )
+    .unwrap()
+}
+
+/// Four /24s: a, b, c and d hold them in order.
+fn full_pool() -> Pools {
+    let mut p = pools("10.0.0.0/22", "");
+    for n in ["a", "b", "c", "d"] {
+        allocate(&mut p, &format!("uid-{n}"), n);
+    }
+    p
+}
+
+#[test]
+fn a_held_cidr_goes_to_no_other_node_while_another_is_free() {
+    let mut p = pools("10.0.0.0/22", "");
+    allocate(&mut p, "uid-a", "a");
+    let now = Instant::now();
+    assert_eq!(
+        p.release_node_with_hold("uid-a", "a", now + HOLD),
+        nets(&["10.0.0.0/24"])
+    );
+    for (uid, name) in [("uid-b", "b"), ("uid-c", "c"), ("uid-d", "d")] {
+        let got = allocate(&mut p, uid, name);
+        assert_ne!(got.cidrs, nets(&["10.0.0.0/24"]), "{name} got a held CIDR");
+        assert_eq!(got.release_hold, None);
+    }
+    assert_eq!(p.stats()[0].release_hold, 1);
+}
+
+#[test]
+fn a_node_that_comes_back_under_its_name_gets_its_cidr_again() {
+    let mut p = full_pool();
+    let now = Instant::now();
+    p.release_node_with_hold("uid-b", "b", now + HOLD);
+    p.release_node_with_hold("uid-c", "c", now + HOLD);
+    // Round-robin would give the re-joined c the first free CIDR, b's.
+    let back = allocate(&mut p, "uid-c2", "c");
+    assert_eq!(back.cidrs, nets(&["10.0.2.0/24"]));
+    assert_eq!(
+        back.release_hold,
+        Some(ReleaseHoldUse {
+            released_by: "c".into(),
+            early: false
+        })
+    );
+    assert!(back.fresh.is_empty());
+    assert_eq!(p.held_by("uid-c2"), Some(&nets(&["10.0.2.0/24"])[..]));
+    assert_eq!(p.stats()[0].release_hold, 1, "b's hold is still running");
+}
+
+#[test]
+fn a_full_pool_hands_out_the_oldest_held_cidr_early_and_says_so() {
+    let mut p = full_pool();
+    let now = Instant::now();
+    p.release_node_with_hold("uid-c", "c", now + HOLD + Duration::from_secs(1));
+    p.release_node_with_hold("uid-a", "a", now + HOLD);
+    let got = allocate(&mut p, "uid-e", "e");
+    assert_eq!(got.cidrs, nets(&["10.0.0.0/24"]), "a's hold ends first");
+    assert_eq!(
+        got.release_hold,
+        Some(ReleaseHoldUse {
+            released_by: "a".into(),
+            early: true
+        })
+    );
+    assert_eq!(allocate(&mut p, "uid-f", "f").cidrs, nets(&["10.0.2.0/24"]));
+    let (name, labels) = view("g");
+    let full = p.allocate_for(
+        "uid-g",
+        &NodeView {
+            name: &name,
+            labels: &labels,
+        },
+    );
+    assert!(matches!(full, Err(crate::Error::Full { .. })), "{full:?}");
+}
+
+#[test]
+fn a_hold_that_ends_frees_its_cidr_and_no_earlier() {
+    let mut p = full_pool();
+    let now = Instant::now();
+    p.release_node_with_hold("uid-b", "b", now + HOLD);
+    assert_eq!(p.next_release_hold_end(), Some(now + HOLD));
+    assert!(p
+        .end_release_holds(now + HOLD - Duration::from_millis(1))
+        .is_empty());
+    assert_eq!(
+        p.end_release_holds(now + HOLD),
+        vec![("b".to_string(), nets(&["10.0.1.0/24"]))]
+    );
+    assert_eq!(p.next_release_hold_end(), None);
+    assert_eq!(p.stats()[0].release_hold, 0);
+    let got = allocate(&mut p, "uid-e", "e");
+    assert_eq!(got.cidrs, nets(&["10.0.1.0/24"]));
+    assert_eq!(got.release_hold, None);
+    // A Node called b now is new: nothing of the old b's is left to give it.
+    assert!(p.held_by(&release_hold_owner("b")).is_none());
+}
+
+#[test]
+fn a_held_cidr_that_no_longer_fits_its_node_ends_its_hold_instead_of_coming_back() {
+    let mut p = pools("10.0.0.0/22", "");
+    allocate(&mut p, "uid-a", "a");
+    // As if a's CIDR was one the ledger recorded from the API, outside every cluster CIDR.
+    p.record("uid-x", &[net("192.168.7.0/24")]);
+    p.release_node_with_hold("uid-x", "x", Instant::now() + HOLD);
+    assert_eq!(
+        p.stats()[0].release_hold,
+        0,
+        "outside the pool's cluster CIDR"
+    );
+    let got = allocate(&mut p, "uid-x2", "x");
+    assert_eq!(got.cidrs, nets(&["10.0.1.0/24"]));
+    assert_eq!(got.release_hold, None);
+    assert!(p.release_holds().next().is_none());
+}
+
+#[test]
+fn a_node_deleted_twice_within_the_hold_keeps_only_its_latest_cidrs_held() {
+    let mut p = pools("10.0.0.0/22", "");
+    allocate(&mut p, "uid-a", "a");
+    let now = Instant::now();
+    p.release_node_with_hold("uid-a", "a", now + HOLD);
+    // a comes back, is given its CIDR, then moves (say, recorded from the API) and is deleted again.
+    allocate(&mut p, "uid-a2", "a");
+    p.release_node_with_hold("uid-a2", "a", now + 2 * HOLD);
+    let held: Vec<_> = p
+        .release_holds()
+        .map(|(n, c)| (n.to_string(), c.to_vec()))
+        .collect();
+    assert_eq!(held, vec![("a".to_string(), nets(&["10.0.0.0/24"]))]);
+    assert_eq!(p.next_release_hold_end(), Some(now + 2 * HOLD));
+}
+
+#[test]
+fn releasing_an_owner_that_holds_nothing_starts_no_hold() {
+    let mut p = pools("10.0.0.0/22", "");
+    assert!(p
+        .release_node_with_hold("uid-none", "n", Instant::now() + HOLD)
+        .is_empty());
+    assert_eq!(p.next_release_hold_end(), None);
+}
+
+#[test]
+fn a_node_recorded_from_the_api_with_a_held_cidr_ends_the_hold_instead_of_conflicting() {
+    let mut p = full_pool();
+    p.release_node_with_hold("uid-b", "b", Instant::now() + HOLD);
+    // b re-created from a backup that kept spec.podCIDR: what the API says wins.
+    let outcome = p.hold("uid-b2", &nets(&["10.0.1.0/24"]));
+    assert!(outcome.findings.is_empty(), "{:?}", outcome.findings);
+    assert!(p.release_holds().next().is_none());
+    assert_eq!(p.held_by("uid-b2"), Some(&nets(&["10.0.1.0/24"])[..]));
+}
