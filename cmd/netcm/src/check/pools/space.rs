@@ -1,6 +1,7 @@
-//! One `space` line per pool and family: the largest block it can still hand out, its free blocks per
-//! size and the CIDRs in release hold — netcm-ipam's `PoolSpace`, the same numbers as the allocator's
-//! `netcm_pool_*` gauges.
+//! One `space` line per pool and family: the largest block it can still hand out and its free blocks per
+//! size — netcm-ipam's `PoolSpace`, the same numbers as the allocator's `netcm_pool_*` gauges. The release
+//! hold (`--cidr-release-hold`) is not on it: it lives in the leader's memory, which the API does not
+//! show, so its CIDRs count as free here (`netcm_pool_release_hold_cidrs` has them).
 
 use netcm_ipam::{PoolSpace, PoolStats};
 
@@ -26,10 +27,9 @@ fn space_line(s: &PoolSpace) -> String {
         .map(|(prefix, n)| format!("{n} × /{prefix}"))
         .collect();
     format!(
-        "pool {} ({}): {largest}; free: {}; {} CIDRs in release hold",
+        "pool {} ({}): {largest}; free: {}",
         s.pool,
         s.family,
-        free.join(", "),
-        s.release_hold
+        free.join(", ")
     )
 }

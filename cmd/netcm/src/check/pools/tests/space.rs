@@ -23,8 +23,8 @@ fn every_pool_says_the_largest_block_it_can_hand_out_and_its_free_blocks() {
     assert_eq!(
         space_lines(&f),
         [
-            "pool default-cluster-cidr (IPv4): can hand out a /24 at most; free: 255 × /24; 0 CIDRs in release hold",
-            "pool rack-a (IPv4): can hand out a /24 at most; free: 15 × /24; 0 CIDRs in release hold",
+            "pool default-cluster-cidr (IPv4): can hand out a /24 at most; free: 255 × /24",
+            "pool rack-a (IPv4): can hand out a /24 at most; free: 15 × /24",
         ],
         "{f:#?}"
     );
@@ -46,6 +46,6 @@ fn a_full_pool_can_hand_out_no_block() {
     let f = run(&s);
     assert_eq!(
         space_lines(&f),
-        ["pool default-cluster-cidr (IPv4): can hand out no block (full, or draining); free: 0 × /24; 0 CIDRs in release hold"]
+        ["pool default-cluster-cidr (IPv4): can hand out no block (full, or draining); free: 0 × /24"]
     );
 }
