@@ -2,7 +2,9 @@
 //!
 //! The ledger (`netcm_ipam::Pools`) is keyed by Node UID, never by name: a Node deleted and re-created
 //! under its name — inside a watch gap, or while its key waited in a backlog — is a new Node, and what
-//! was recorded for the old one (held, pending or claimed) is released, not inherited.
+//! was recorded for the old one (held, pending or claimed) is released, not inherited; with
+//! `--cidr-release-hold` it is held for the name, and given back only if it is still a valid allocation
+//! for the new Node ([`crate::release_hold`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -114,6 +116,10 @@ pub struct Allocator {
     pub(crate) record_assigned: bool,
     /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
     pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
+    /// `--cidr-release-hold`: how long a deleted Node's CIDRs stay out of allocation (zero: not at all).
+    pub(crate) release_hold: std::time::Duration,
+    /// Wakes the task that ends release holds ([`crate::release_hold`]) when one starts.
+    pub(crate) release_hold_started: tokio::sync::Notify,
     /// Set once the CIDRs every cached Node held at the start are in the ledger: until then an empty
     /// pool says nothing (a new leader loads the pools *before* it records the Nodes).
     pub(crate) existing_recorded: std::sync::atomic::AtomicBool,
@@ -158,10 +164,34 @@ impl Allocator {
     /// Releases what the Node `name` with UID `uid` held or had pending and wakes the Nodes waiting for a
     /// CIDR. Its block stays claimed: the CIDRs go back to this leader's blocks.
     pub(crate) async fn release(&self, name: &str, uid: &str) -> Result<(), SyncError> {
+        self.release_until(name, uid, None).await
+    }
+
+    /// [`Allocator::release`], or with `held_until` the release hold: the CIDRs stay out of allocation
+    /// until then, except for a Node that comes back under `name` or a pool with nothing else free.
+    pub(crate) async fn release_until(
+        &self,
+        name: &str,
+        uid: &str,
+        held_until: Option<Instant>,
+    ) -> Result<(), SyncError> {
         let released = {
             let mut pools = self.pools.lock();
-            let released = pools.release_node(uid);
-            self.count_released(&pools, &released);
+            let released = match held_until {
+                Some(until) => {
+                    let held = pools.release_node_with_hold(uid, name, until);
+                    self.publish_usage(&pools);
+                    if !held.is_empty() {
+                        self.release_hold_started.notify_one();
+                        tracing::info!(controller = NAME, node = name, uid, cidrs = ?held.iter().map(ToString::to_string).collect::<Vec<_>>(), hold = ?self.release_hold, "holding the pod CIDRs of a deleted node before they are handed out again");
+                    }
+                    Vec::new()
+                }
+                None => pools.release_node(uid),
+            };
+            if held_until.is_none() {
+                self.count_released(&pools, &released);
+            }
             released
         };
         self.tracking.lock().forget(name, uid);
@@ -261,12 +291,12 @@ impl Allocator {
         }
         if let Some(previous) = &decision.release_previous {
             tracing::info!(controller = NAME, node = name, old_uid = %previous, "node was re-created under its name; releasing what the old node held");
-            self.release(name, previous).await?;
+            self.release_deleted(name, previous).await?;
         }
         match (decision.action, node, facts) {
             (Action::Release, _, _) => {
                 if let Some(uid) = &recorded.uid {
-                    self.release(name, uid).await?;
+                    self.release_deleted(name, uid).await?;
                 }
                 Ok(SyncOutcome::Done)
             }

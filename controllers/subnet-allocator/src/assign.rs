@@ -150,7 +150,13 @@ impl Allocator {
                 a.map(|a| (a, pools.owner(uid)))
             };
             let (allocation, owner) = match allocation {
-                Ok(a) => a,
+                Ok((a, owner)) => {
+                    if let Some(used) = &a.release_hold {
+                        self.report_release_hold_use(node, name, &a.pool, used)
+                            .await;
+                    }
+                    (a, owner)
+                }
                 // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
                 Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
                     if !voided && self.blocks.lock().waiting_nodes() > 0 =>

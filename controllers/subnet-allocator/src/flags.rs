@@ -2,6 +2,7 @@
 
 use clap::{ArgAction, Args};
 use netcm_ipam::{AllocatorConfig, AllocatorFlags, ConfigError};
+use netcm_manager::duration::{format_duration, parse_duration};
 use netcm_manager::flags::GenericFlags;
 use netcm_manager::{ControllerOptions, InitContext, InitResult};
 
@@ -47,6 +48,12 @@ pub struct Flags {
     /// as pools beside --cluster-cidr; if the CRD is not installed, allocation goes on from the flags alone.
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub cluster_cidr_objects: bool,
+
+    /// How long the pod CIDRs of a deleted Node stay out of allocation, while routes, neighbour entries and
+    /// flannel leases elsewhere still point at it; a Node re-created under the same name within it gets them
+    /// back, and a pool with nothing else free hands them out early with a Warning. 0s: released at once.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub cidr_release_hold: std::time::Duration,
 
     /// Number of Nodes the subnet-allocator syncs concurrently.
     #[arg(long, default_value_t = 32)]
@@ -102,6 +109,10 @@ impl ControllerOptions for Flags {
             (
                 "--cluster-cidr-objects",
                 self.cluster_cidr_objects.to_string(),
+            ),
+            (
+                "--cidr-release-hold",
+                format_duration(self.cidr_release_hold),
             ),
             (
                 "--concurrent-node-cidr-syncs",

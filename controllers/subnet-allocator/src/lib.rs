@@ -27,6 +27,7 @@ mod decision;
 pub mod flags;
 pub mod metrics;
 mod predecessor;
+mod release_hold;
 mod startup;
 mod tracking;
 
@@ -94,6 +95,8 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
             .cluster_cidr_objects
             .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone()))),
         existing_recorded: Default::default(),
+        release_hold: flags.cidr_release_hold,
+        release_hold_started: tokio::sync::Notify::new(),
     });
     let mut controller = Controller::new();
     // The first list of ClusterCIDRs is in the pools before any allocation: else a Node a pool selects
@@ -114,6 +117,11 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         let ahead = allocator.clone();
         controller = controller
             .task(move |shutdown| async move { claim_ahead::run(ahead, requests, shutdown).await });
+    }
+    if !flags.cidr_release_hold.is_zero() {
+        let holds = allocator.clone();
+        controller = controller
+            .task(move |shutdown| async move { release_hold::run(holds, shutdown).await });
     }
     let prepare = allocator.clone();
     let readiness = ctx.readiness.clone();

@@ -34,6 +34,8 @@ pub struct AllocatorMetrics {
     pub oversized: IntGauge,
     /// Nodes the quarantine of earlier leaders' blocks waits for.
     pub quarantine_nodes: IntGauge,
+    /// CIDRs handed out before their release hold ended, per pool.
+    release_hold_cut_short: IntCounterVec,
 }
 
 const SUBSYSTEM: &str = "node_ipam_controller";
@@ -120,6 +122,14 @@ impl AllocatorMetrics {
             "netcm_pod_cidr_quarantine_nodes",
             "Nodes without pod CIDRs that an earlier leader may still be writing to; while above 0, the free CIDRs of earlier leaders' claimed blocks are not handed out.",
         ))?;
+        let release_hold_cut_short = IntCounterVec::new(
+            Opts::new(
+                "netcm_pool_release_hold_cut_short_total",
+                "Allocations that took CIDRs a deleted Node released before their --cidr-release-hold ended, because the pool had nothing else free.",
+            ),
+            &["pool"],
+        )?;
+        registry.register(Box::new(release_hold_cut_short.clone()))?;
         registry.register(Box::new(quarantine_nodes.clone()))?;
         registry.register(Box::new(allocations.clone()))?;
         registry.register(Box::new(releases.clone()))?;
@@ -149,6 +159,7 @@ impl AllocatorMetrics {
             conflicts,
             oversized,
             quarantine_nodes,
+            release_hold_cut_short,
         })
     }
 
@@ -168,6 +179,11 @@ impl AllocatorMetrics {
                 .with_label_values(&[&label])
                 .observe((t.tries + 1) as f64);
         }
+    }
+
+    /// Counts an allocation that cut a release hold short in `pool`.
+    pub fn release_hold_cut_short(&self, pool: &str) {
+        self.release_hold_cut_short.with_label_values(&[pool]).inc();
     }
 
     /// Counts one released CIDR in its pool and cluster CIDR.
@@ -246,7 +262,7 @@ impl SpaceGauges {
         let release_hold = IntGaugeVec::new(
             Opts::new(
                 "netcm_pool_release_hold_cidrs",
-                "CIDRs of a pool released by deleted Nodes and not handed out again yet; 0 while netcm has no release hold (issue 29).",
+                "CIDRs of a pool released by deleted Nodes and kept out of allocation by --cidr-release-hold.",
             ),
             &["pool", "family"],
         )?;
@@ -318,6 +334,7 @@ mod tests {
             max: free,
             usage: 0.0,
             free_blocks: vec![(prefix, free)],
+            release_hold: 0,
         }
     }
 

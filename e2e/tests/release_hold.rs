@@ -1,0 +1,166 @@
+//! `--cidr-release-hold` on the real control plane: a deleted Node's pod CIDR goes to no other Node while
+//! the hold runs, comes back to a Node re-created under its name, is handed out early only by a full pool
+//! (with a Warning Event and a counter), and is free again once the hold ends.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams};
+use netcm_e2e::nodes::{
+    all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, wait_all_allocated,
+    NodeFixture,
+};
+use netcm_e2e::{wait_for, Netcm, TestEnv};
+
+const HELD: &str = r#"netcm_pool_release_hold_cidrs{family="IPv4",pool="default-cluster-cidr"}"#;
+const CUT_SHORT: &str = r#"netcm_pool_release_hold_cut_short_total{pool="default-cluster-cidr"}"#;
+
+/// A /28 of /30s: four pod CIDRs.
+fn args(hold: &str) -> Vec<String> {
+    [
+        "--controllers=subnet-allocator",
+        "--cluster-cidr=10.251.0.0/28",
+        "--node-cidr-mask-size=30",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([format!("--cidr-release-hold={hold}")])
+    .collect()
+}
+
+fn start(env: &TestEnv, label: &str, hold: &str) -> Netcm {
+    let args = args(hold);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Netcm::start(label, &env.cp.kubeconfig, &args)
+}
+
+/// Creates `names` and waits until every Node has its CIDR; returns them by name.
+async fn allocate_all(env: &TestEnv, names: &[&str]) -> BTreeMap<String, String> {
+    let fixtures = names.iter().map(|n| NodeFixture::named(*n)).collect();
+    create_nodes(&env.client, fixtures, names.len()).await;
+    wait_all_allocated(&env.client, names.len(), Duration::from_secs(30)).await;
+    all_nodes(&env.client)
+        .await
+        .iter()
+        .map(|n| {
+            let cidrs = pod_cidrs(n);
+            (n.metadata.name.clone().unwrap_or_default(), cidrs.join(","))
+        })
+        .collect()
+}
+
+async fn delete_and_wait_gone(env: &TestEnv, name: &str) {
+    let api: Api<Node> = Api::all(env.client.clone());
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete node");
+    wait_for("the node to be gone", Duration::from_secs(20), || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+async fn cidr_of(env: &TestEnv, name: &str) -> String {
+    let api: Api<Node> = Api::all(env.client.clone());
+    wait_for("the node's pod CIDR", Duration::from_secs(30), || async {
+        let node = api.get_opt(name).await.ok()??;
+        let cidrs = pod_cidrs(&node);
+        (!cidrs.is_empty()).then(|| cidrs.join(","))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_deleted_nodes_cidr_comes_back_to_its_name_and_goes_to_another_node_only_from_a_full_pool(
+) {
+    let env = TestEnv::new().await;
+    let n = start(&env, "release-hold", "1h");
+    let before = allocate_all(&env, &["hold-a", "hold-b", "hold-c", "hold-d"]).await;
+
+    // a first, then b: a's hold is the older one.
+    delete_and_wait_gone(&env, "hold-a").await;
+    delete_and_wait_gone(&env, "hold-b").await;
+    n.wait_metric(
+        HELD,
+        "two CIDRs in release hold",
+        |v| v == 2.0,
+        Duration::from_secs(20),
+    )
+    .await;
+
+    // Round-robin alone would give the next Node a's CIDR, the first free one after d's.
+    create_node(&env.client, &NodeFixture::named("hold-b")).await;
+    assert_eq!(
+        cidr_of(&env, "hold-b").await,
+        before["hold-b"],
+        "hold-b, re-created under its name, gets its own CIDR back, not hold-a's"
+    );
+    n.wait_metric(
+        HELD,
+        "one CIDR in release hold",
+        |v| v == 1.0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(n.metric(CUT_SHORT).await.unwrap_or(0.0), 0.0);
+
+    // Nothing else is free: the full pool hands out a's CIDR before its hold ends, and says so.
+    create_node(&env.client, &NodeFixture::named("newcomer")).await;
+    assert_eq!(cidr_of(&env, "newcomer").await, before["hold-a"]);
+    wait_for(
+        "a CIDRReleaseHoldCutShort Warning on the newcomer",
+        Duration::from_secs(20),
+        || async {
+            env.node_events("newcomer")
+                .await
+                .iter()
+                .any(|(t, reason, _)| t == "Warning" && reason == "CIDRReleaseHoldCutShort")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(n.metric(CUT_SHORT).await, Some(1.0));
+    assert_eq!(n.metric(HELD).await, Some(0.0));
+    assert_no_overlaps(&all_nodes(&env.client).await);
+    n.assert_running();
+}
+
+#[tokio::test]
+async fn a_cidr_is_free_for_any_node_once_its_release_hold_ends() {
+    let env = TestEnv::new().await;
+    let n = start(&env, "release-hold-ends", "3s");
+    let before = allocate_all(&env, &["end-a", "end-b", "end-c", "end-d"]).await;
+    let releases =
+        r#"node_ipam_controller_cidrset_cidrs_releases_total{clusterCIDR="10.251.0.0/28"}"#;
+    let released_before = n.metric(releases).await.unwrap_or(0.0);
+    delete_and_wait_gone(&env, "end-c").await;
+    n.wait_metric(
+        HELD,
+        "c's CIDR in release hold",
+        |v| v == 1.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    // Counted as released only when the hold ends.
+    assert_eq!(n.metric(releases).await.unwrap_or(0.0), released_before);
+    n.wait_metric(
+        HELD,
+        "the hold to end",
+        |v| v == 0.0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        n.metric(releases).await.unwrap_or(0.0),
+        released_before + 1.0
+    );
+    create_node(&env.client, &NodeFixture::named("after")).await;
+    assert_eq!(cidr_of(&env, "after").await, before["end-c"]);
+    assert_eq!(
+        n.metric(CUT_SHORT).await.unwrap_or(0.0),
+        0.0,
+        "the hold had ended: nothing was cut short"
+    );
+    assert_no_overlaps(&all_nodes(&env.client).await);
+}
