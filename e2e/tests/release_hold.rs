@@ -1,6 +1,7 @@
 //! `--cidr-release-hold` on the real control plane: a deleted Node's pod CIDR goes to no other Node while
 //! the hold runs, comes back to a Node re-created under its name, is handed out early only by a full pool
-//! (with a Warning Event and a counter), and is free again once the hold ends.
+//! (with a Warning Event and a counter), is free again once the hold ends, and survives a leader change
+//! (recorded on the block's PodCIDRClaim).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use netcm_e2e::nodes::{
     all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, wait_all_allocated,
     NodeFixture,
 };
-use netcm_e2e::{wait_for, Netcm, TestEnv};
+use netcm_e2e::{pod_cidr_claims, wait_for, Netcm, TestEnv};
 
 const HELD: &str = r#"netcm_pool_release_hold_cidrs{family="IPv4",pool="default-cluster-cidr"}"#;
 const CUT_SHORT: &str = r#"netcm_pool_release_hold_cut_short_total{pool="default-cluster-cidr"}"#;
@@ -162,5 +163,68 @@ async fn a_cidr_is_free_for_any_node_once_its_release_hold_ends() {
         0.0,
         "the hold had ended: nothing was cut short"
     );
+    assert_no_overlaps(&all_nodes(&env.client).await);
+}
+
+/// The release-hold records on every PodCIDRClaim.
+async fn hold_records(env: &TestEnv) -> usize {
+    let list = pod_cidr_claims(&env.client)
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list claims");
+    list.items
+        .iter()
+        .flat_map(|c| c.metadata.annotations.iter().flatten())
+        .filter(|(k, _)| k.starts_with("release-hold.ipam.netcm.io/"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_hold_survives_a_leader_change_and_its_node_still_gets_its_cidr_back() {
+    let env = TestEnv::new().await;
+    let mut first = start(&env, "release-hold-first", "1h");
+    let before = allocate_all(&env, &["lead-a", "lead-b", "lead-c", "lead-d"]).await;
+    delete_and_wait_gone(&env, "lead-a").await;
+    delete_and_wait_gone(&env, "lead-b").await;
+    first
+        .wait_metric(
+            HELD,
+            "two CIDRs in release hold",
+            |v| v == 2.0,
+            Duration::from_secs(20),
+        )
+        .await;
+    wait_for(
+        "both holds recorded on their claim",
+        Duration::from_secs(20),
+        || async { (hold_records(&env).await == 2).then_some(()) },
+    )
+    .await;
+    // A hand-over as a rolling update does it: SIGTERM, the lease released, a new process leads.
+    first.signal("TERM");
+    first.wait_exit(Duration::from_secs(30)).await;
+    let second = start(&env, "release-hold-second", "1h");
+    second
+        .wait_metric(
+            HELD,
+            "the new leader restored both holds",
+            |v| v == 2.0,
+            Duration::from_secs(60),
+        )
+        .await;
+    create_node(&env.client, &NodeFixture::named("lead-b")).await;
+    assert_eq!(
+        cidr_of(&env, "lead-b").await,
+        before["lead-b"],
+        "lead-b, back after the hand-over, gets its own CIDR, not lead-a's"
+    );
+    second
+        .wait_metric(
+            HELD,
+            "lead-a's hold still running",
+            |v| v == 1.0,
+            Duration::from_secs(20),
+        )
+        .await;
     assert_no_overlaps(&all_nodes(&env.client).await);
 }

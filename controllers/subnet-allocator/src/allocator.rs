@@ -175,11 +175,12 @@ impl Allocator {
         uid: &str,
         held_until: Option<Instant>,
     ) -> Result<(), SyncError> {
+        let mut held = Vec::new();
         let released = {
             let mut pools = self.pools.lock();
             let released = match held_until {
                 Some(until) => {
-                    let held = pools.release_node_with_hold(uid, name, until);
+                    held = pools.release_node_with_hold(uid, name, until);
                     self.publish_usage(&pools);
                     if !held.is_empty() {
                         self.release_hold_started.notify_one();
@@ -194,6 +195,9 @@ impl Allocator {
             }
             released
         };
+        if !held.is_empty() {
+            self.record_release_hold(name, &held).await;
+        }
         self.tracking.lock().forget(name, uid);
         self.forget_bad_data(name);
         self.waiting.lock().remove(name);
@@ -232,7 +236,7 @@ impl Allocator {
         let subject = Subject { name, uid };
         let assessed = {
             let mut pools = self.pools.lock();
-            pools.record(uid, &parsed);
+            pools.record_node(uid, &parsed);
             self.publish_usage(&pools);
             {
                 let mut tracking = self.tracking.lock();

@@ -29,6 +29,9 @@ pub const PLURAL: &str = "podcidrclaims";
 pub struct Claim {
     /// The claimed range (a block, or one node CIDR in claims of earlier versions).
     pub cidr: IpNet,
+    /// Its annotations: the release holds of deleted Nodes' CIDRs in the block are kept there
+    /// ([`crate::release_hold_record`]).
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// What creating a block's claim found.
@@ -147,6 +150,25 @@ impl Claims {
         }
     }
 
+    /// Sets (or with `None` removes) the annotation `key` on the claim of `block`: a JSON merge patch of
+    /// one key, so writers of other keys never conflict.
+    pub async fn annotate(
+        &self,
+        block: &IpNet,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<(), ClaimError> {
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+        netcm_manager::client::unread::patch_unread(
+            &self.api,
+            &claim_name(block),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(ClaimError::Api)
+    }
+
     /// Every claim.
     pub async fn list(&self) -> Result<Vec<Claim>, ClaimError> {
         let list = self
@@ -183,7 +205,10 @@ fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
             "its name is not the one netcm derives from spec.cidr",
         ));
     }
-    Ok(Claim { cidr: cidr.trunc() })
+    Ok(Claim {
+        cidr: cidr.trunc(),
+        annotations: obj.metadata.annotations.clone().unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]

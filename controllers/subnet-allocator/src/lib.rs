@@ -28,6 +28,7 @@ pub mod flags;
 pub mod metrics;
 mod predecessor;
 mod release_hold;
+mod release_hold_record;
 mod startup;
 mod tracking;
 

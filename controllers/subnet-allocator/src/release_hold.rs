@@ -3,17 +3,23 @@
 //! on time and wakes the Nodes waiting for a CIDR, and a CIDR handed out before its hold ended gets a
 //! Warning Event on the Node that received it.
 //!
-//! A hold lives in this leader's memory: a new leader starts without the holds of the one before it,
-//! and the CIDRs they kept are free to it at once, as without the flag.
+//! Holds outlive this leader: each is written on the PodCIDRClaim of its CIDRs' blocks
+//! ([`crate::release_hold_record`]) and a new leader with the flag on restores the ones still running
+//! before it hands anything out. Without claims (`--pod-cidr-claims=false`) holds live in memory only.
 
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use netcm_ipam::ReleaseHoldUse;
 use netcm_manager::{CachedNode, EventType};
 use tokio_util::sync::CancellationToken;
 
 use crate::allocator::{Allocator, SyncError, NAME};
+use crate::blocks::block_of;
+use crate::claims::Claim;
+use crate::release_hold_record::{self as record, ReleaseHoldRecord};
 
 impl Allocator {
     /// Releases what a deleted (or re-created) Node held: into the release hold when one is configured.
@@ -57,8 +63,108 @@ impl Allocator {
             .await;
     }
 
+    /// The block of each of `cidrs` (its claim carries the record).
+    fn blocks_of(&self, cidrs: &[IpNet]) -> Vec<(IpNet, IpNet)> {
+        let pools = self.pools.lock();
+        cidrs
+            .iter()
+            .map(|c| {
+                (
+                    *c,
+                    block_of(*c, pools.pool_of(*c).map(|(_, cluster)| cluster)),
+                )
+            })
+            .collect()
+    }
+
+    /// Writes the hold `name` just started for `cidrs` on their blocks' claims, so a new leader finds it.
+    /// A failed write is logged: the hold goes on in this leader's memory.
+    pub(crate) async fn record_release_hold(&self, name: &str, cidrs: &[IpNet]) {
+        let Some(claims) = &self.claims else {
+            return;
+        };
+        let Ok(until) = jiff::Timestamp::now().checked_add(self.release_hold) else {
+            return;
+        };
+        let value = record::value(&ReleaseHoldRecord {
+            node: name.to_string(),
+            until,
+            cidrs: cidrs.to_vec(),
+        });
+        for (cidr, block) in self.blocks_of(cidrs) {
+            let written = match self.guard.ensure_leader() {
+                Ok(()) => claims
+                    .annotate(&block, &record::key(&cidr), Some(&value))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(error) = written {
+                tracing::warn!(controller = NAME, node = name, cidr = %cidr, block = %block, %error, "could not record a release hold on its PodCIDRClaim: a new leader would not keep it");
+            }
+        }
+    }
+
+    /// Removes the records of holds that ended on time. Failures only leave a record a new leader
+    /// will find ended.
+    async fn forget_release_hold_records(&self, ended: &[(String, Vec<IpNet>)]) {
+        let Some(claims) = &self.claims else {
+            return;
+        };
+        for (name, cidrs) in ended {
+            for (cidr, block) in self.blocks_of(cidrs) {
+                if self.guard.ensure_leader().is_err() {
+                    return;
+                }
+                if let Err(error) = claims.annotate(&block, &record::key(&cidr), None).await {
+                    tracing::debug!(controller = NAME, node = %name, cidr = %cidr, %error, "could not remove an ended release hold's record; it is ignored once ended");
+                }
+            }
+        }
+    }
+
+    /// Restores the holds earlier leaders recorded on `claims` that have not ended, before anything is
+    /// handed out. Each is checked again ([`netcm_ipam::Pools::restore_release_hold`]).
+    pub(crate) fn restore_release_holds(&self, claims: &[Claim]) {
+        let now = jiff::Timestamp::now();
+        let mut seen = HashSet::new();
+        let mut restored = 0usize;
+        let mut pools = self.pools.lock();
+        for claim in claims {
+            let (records, unreadable) = record::parse(&claim.annotations);
+            for key in unreadable {
+                tracing::warn!(controller = NAME, claim = %claim.cidr, annotation = %key, "ignoring a release-hold annotation netcm cannot read");
+            }
+            for r in records {
+                if !seen.insert(r.node.clone()) {
+                    continue;
+                }
+                let left = now.duration_until(r.until);
+                let Ok(left) = Duration::try_from(left) else {
+                    continue;
+                };
+                if left.is_zero() {
+                    continue;
+                }
+                if pools.restore_release_hold(&r.node, &r.cidrs, Instant::now() + left) {
+                    restored += 1;
+                }
+            }
+        }
+        self.publish_usage(&pools);
+        drop(pools);
+        if restored > 0 {
+            tracing::info!(
+                controller = NAME,
+                holds = restored,
+                "restored the release holds earlier leaders recorded"
+            );
+            self.release_hold_started.notify_one();
+        }
+    }
+
     /// Ends the release holds that are due; wakes the Nodes waiting for a CIDR when any ended.
-    fn end_due_release_holds(&self) {
+    fn end_due_release_holds(&self) -> Vec<(String, Vec<IpNet>)> {
         let ended = {
             let mut pools = self.pools.lock();
             let ended = pools.end_release_holds(Instant::now());
@@ -69,7 +175,7 @@ impl Allocator {
             ended
         };
         if ended.is_empty() {
-            return;
+            return ended;
         }
         for (node, cidrs) in &ended {
             tracing::info!(controller = NAME, node = %node, cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "the release hold of a deleted node's pod CIDRs ended; they can be handed out again");
@@ -78,6 +184,7 @@ impl Allocator {
         if let Some(cc) = &self.cluster_cidrs {
             cc.changed.notify_one();
         }
+        ended
     }
 }
 
@@ -94,7 +201,10 @@ pub(crate) async fn run(allocator: Arc<Allocator>, shutdown: CancellationToken) 
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = allocator.release_hold_started.notified() => {}
-            _ = sleep => allocator.end_due_release_holds(),
+            _ = sleep => {
+                let ended = allocator.end_due_release_holds();
+                allocator.forget_release_hold_records(&ended).await;
+            }
         }
     }
 }

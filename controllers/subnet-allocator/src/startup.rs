@@ -52,6 +52,10 @@ impl Allocator {
             }
             delay = (delay * 2).min(Duration::from_secs(10));
         };
+        // Before the quarantine, which may cover the held CIDRs of earlier leaders' blocks.
+        if !self.release_hold.is_zero() {
+            self.restore_release_holds(&list);
+        }
         let ranges: Vec<IpNet> = list.iter().map(|c| c.cidr).collect();
         // Only with claims to protect: at a first start with a backlog every Node is waiting.
         let waiting: HashMap<Box<str>, Box<str>> = if ranges.is_empty() {

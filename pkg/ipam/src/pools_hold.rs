@@ -29,8 +29,6 @@ impl Pools {
     /// Records that `node` holds `cidrs`, as [`Pools::hold`] does, without looking for problems.
     pub fn record(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
         let wanted = first_occurrences(cidrs.iter().map(IpNet::trunc));
-        // What a Node holds on the API wins over a release hold: the hold never makes a conflict.
-        self.end_release_holds_overlapping(&wanted);
         let change = match self.ledger.held_by(node) {
             Some(held) if held == wanted.as_slice() => HoldChange::Unchanged,
             None if wanted.is_empty() => HoldChange::Unchanged,
@@ -47,6 +45,15 @@ impl Pools {
             self.ledger.insert(node, wanted);
         }
         change
+    }
+
+    /// [`Pools::record`] for a Node as the API shows it: what it holds there wins over a release hold,
+    /// which ends instead of making a conflict. (Reservations such as the quarantine use `record`: they
+    /// may cover held CIDRs.)
+    pub fn record_node(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
+        let wanted: Vec<IpNet> = cidrs.iter().map(IpNet::trunc).collect();
+        self.end_release_holds_overlapping(&wanted);
+        self.record(node, cidrs)
     }
 
     /// Every problem with what `node` holds, as [`Pools::hold`] reports it.

@@ -89,6 +89,20 @@ impl Pools {
         })
     }
 
+    /// Restores a hold an earlier leader recorded: `name` keeps `cidrs` out of allocation until `until`,
+    /// if it has no hold yet and they are free (no Node holds any of them) and still a valid allocation.
+    pub fn restore_release_hold(&mut self, name: &str, cidrs: &[IpNet], until: Instant) -> bool {
+        let hold_owner = release_hold_owner(name);
+        if self.release_holds.ends.contains_key(name)
+            || !self.is_valid_allocation(&hold_owner, cidrs)
+        {
+            return false;
+        }
+        self.record(&hold_owner, cidrs);
+        self.release_holds.ends.insert(name.to_string(), until);
+        true
+    }
+
     /// Ends every release hold overlapping `cidrs`.
     pub(crate) fn end_release_holds_overlapping(&mut self, cidrs: &[IpNet]) {
         if self.release_holds.ends.is_empty() {

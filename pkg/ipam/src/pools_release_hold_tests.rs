@@ -170,8 +170,40 @@ fn a_node_recorded_from_the_api_with_a_held_cidr_ends_the_hold_instead_of_confli
     let mut p = full_pool();
     p.release_node_with_hold("uid-b", "b", Instant::now() + HOLD);
     // b re-created from a backup that kept spec.podCIDR: what the API says wins.
-    let outcome = p.hold("uid-b2", &nets(&["10.0.1.0/24"]));
-    assert!(outcome.findings.is_empty(), "{:?}", outcome.findings);
+    p.record_node("uid-b2", &nets(&["10.0.1.0/24"]));
+    let findings = p.findings_of("uid-b2");
+    assert!(findings.is_empty(), "{findings:?}");
     assert!(p.release_holds().next().is_none());
     assert_eq!(p.held_by("uid-b2"), Some(&nets(&["10.0.1.0/24"])[..]));
+}
+
+#[test]
+fn a_restored_hold_keeps_its_cidr_and_comes_back_to_its_name_but_only_if_it_is_free() {
+    let mut p = pools("10.0.0.0/22", "");
+    allocate(&mut p, "uid-a", "a");
+    let until = Instant::now() + HOLD;
+    assert!(
+        !p.restore_release_hold("gone", &nets(&["10.0.0.0/24"]), until),
+        "a Node holds it: the record outlived its hold"
+    );
+    assert!(
+        !p.restore_release_hold("gone", &nets(&["10.0.0.0/25"]), until),
+        "not a node CIDR of any pool today"
+    );
+    assert!(p.restore_release_hold("b", &nets(&["10.0.1.0/24"]), until));
+    assert!(
+        !p.restore_release_hold("b", &nets(&["10.0.2.0/24"]), until),
+        "one hold per name"
+    );
+    assert_eq!(allocate(&mut p, "uid-c", "c").cidrs, nets(&["10.0.2.0/24"]));
+    assert_eq!(allocate(&mut p, "uid-b", "b").cidrs, nets(&["10.0.1.0/24"]));
+}
+
+#[test]
+fn a_reservation_over_a_held_cidr_keeps_the_hold() {
+    let mut p = full_pool();
+    p.release_node_with_hold("uid-b", "b", Instant::now() + HOLD);
+    // As the quarantine of earlier leaders' blocks does: it may cover held CIDRs.
+    p.hold("claim:quarantine", &nets(&["10.0.0.0/22"]));
+    assert_eq!(p.release_holds().count(), 1);
 }
