@@ -16,7 +16,7 @@ use crate::cidr_set::CidrSet;
 use crate::config::AllocatorConfig;
 use crate::error::Error;
 use crate::ledger::Ledger;
-use crate::outcome::{NodeAllocation, PoolStats, PoolTries};
+use crate::outcome::{NodeAllocation, PoolTries};
 use crate::pool::{ObjectPool, PoolState, DEFAULT_POOL};
 use crate::selector::{NodeSelector, NodeView};
 
@@ -444,38 +444,6 @@ impl Pools {
     pub fn sets(&self) -> &[CidrSet] {
         &self.sets
     }
-
-    /// Usage and free blocks of every cluster CIDR of every pool that has sets, the flag pool first
-    /// (primary family first); [`crate::PoolSpace::of`] sums them per pool and family.
-    pub fn stats(&self) -> Vec<PoolStats> {
-        self.pools
-            .iter()
-            .flat_map(|p| {
-                let active = p.state == PoolState::Active;
-                p.families.iter().flat_map(move |(_, r)| {
-                    r.clone()
-                        .map(move |i| (i, &self.sets[i]))
-                        .map(move |(i, s)| PoolStats {
-                            pool: p.name.clone(),
-                            cluster_cidr: s.cluster().to_string(),
-                            family: s.family(),
-                            allocated: s.allocated(),
-                            max: s.max_cidrs(),
-                            usage: s.usage(),
-                            free_blocks: vec![(
-                                s.node_mask(),
-                                if active {
-                                    s.free_blocks(s.node_mask())
-                                } else {
-                                    0
-                                },
-                            )],
-                            release_hold: self.release_hold_count(i),
-                        })
-                })
-            })
-            .collect()
-    }
 }
 
 /// Marks the blocks overlapping `span` in use in every set it touches.
@@ -512,6 +480,8 @@ mod hold;
 mod objects;
 #[path = "pools_release_hold.rs"]
 mod release_hold;
+#[path = "pools_stats.rs"]
+mod stats;
 
 pub use release_hold::ReleaseHoldUse;
 use release_hold::ReleaseHolds;

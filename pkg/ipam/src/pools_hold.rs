@@ -51,8 +51,7 @@ impl Pools {
     /// which ends instead of making a conflict. (Reservations such as the quarantine use `record`: they
     /// may cover held CIDRs.)
     pub fn record_node(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
-        let wanted: Vec<IpNet> = cidrs.iter().map(IpNet::trunc).collect();
-        self.end_release_holds_overlapping(&wanted);
+        self.end_release_holds_overlapping(cidrs);
         self.record(node, cidrs)
     }
 

@@ -110,7 +110,7 @@ impl Pools {
         }
         let names: Vec<String> = cidrs
             .iter()
-            .flat_map(|c| self.ledger.overlapping(&Span::of(c)))
+            .flat_map(|c| self.ledger.overlapping(&Span::of(&c.trunc())))
             .filter_map(|h| h.node.strip_prefix(OWNER_PREFIX).map(str::to_string))
             .collect();
         for name in names {
@@ -140,11 +140,9 @@ impl Pools {
             .iter()
             .find(|&&p| self.fits_pool(&self.pools[p], &hold_owner, &held))
             .map(|&p| self.pools[p].name.clone());
-        let Some(pool) = pool else {
-            self.end_release_hold(name);
-            return None;
-        };
+        // Given back or no longer valid, the hold ends either way.
         self.end_release_hold(name);
+        let pool = pool?;
         self.record(owner, &held);
         Some((held, pool))
     }
