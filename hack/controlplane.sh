@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane (etcd + kube-apiserver) on 127.0.0.1 for netcm's tests and local runs.
-# hack/node.sh starts one of its own, for a real node, with NETCM_NODE_MODE=1 (see Environment).
+# hack/cluster.sh starts one of its own, for its real nodes, with NETCM_NODE_MODE=1 (see Environment).
 #
 #   hack/controlplane.sh up                 build (if not cached) and start; last line: KUBECONFIG=<path>
 #   hack/controlplane.sh down               stop what `up` started

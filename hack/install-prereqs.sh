@@ -5,7 +5,7 @@
 set -euo pipefail
 
 need_pkgs=()
-# The real node (hack/node.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
+# The real nodes (hack/cluster.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
 # images without a registry, iptables and conntrack for kube-proxy, nft to remove the tables iptables-nft
 # makes once they are empty again; libfaketime to step one process's wall clock in the e2e fault tests;
 # musl-gcc for the static kubectl-netcm (hack/plugin.sh); yamllint for chart-testing's rules.

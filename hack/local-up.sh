@@ -3,26 +3,29 @@
 #
 #   hack/local-up.sh            (Ctrl-C stops netcm; the control plane keeps running: hack/controlplane.sh down)
 #   hack/local-up.sh --chart [HELM ARGS…]
-#                               netcm as it runs in a cluster: the real node of hack/node.sh (kubelet,
-#                               containerd, kube-proxy…), the image built by hack/image.sh, and
-#                               `helm upgrade --install` of charts/netcm into kube-system (HELM ARGS are
-#                               added, e.g. --set logging.format=json); then follows the leader's log
-#                               (Ctrl-C stops following; netcm keeps running: hack/node.sh down stops all)
-#   NODES=3 hack/local-up.sh    a pod network on netcm alone: the multi-node cluster of hack/cluster.sh
-#                               (NODES nodes, each a network namespace with kubelet, containerd, kube-proxy),
-#                               netcm's chart installed as README's "netcm as the source of your pod
-#                               network" says, and a probe pod on every node (hack/cluster.sh down stops all)
+#                               netcm as it runs in a cluster: the real nodes of hack/cluster.sh (NODES,
+#                               default 2: each a network namespace with kubelet, containerd, kube-proxy),
+#                               the image built by hack/image.sh and `helm upgrade --install` of
+#                               charts/netcm into kube-system as README's "netcm as the source of your pod
+#                               network" says (HELM ARGS are added, e.g. --set logging.format=json); then
+#                               follows the leader's log (Ctrl-C stops following; netcm keeps running:
+#                               hack/cluster.sh down stops all)
+#   NODES=3 hack/local-up.sh    the same cluster and chart, then a probe pod on every node: a pod network
+#                               on netcm alone (hack/cluster.sh down stops all)
 #
-# The route-controller is left off here: it programs kernel routes and needs NET_ADMIN on a gateway host
-# (see README); the e2e suite runs it inside network namespaces and, as a DaemonSet, on the real node.
+# Without a cluster the route-controller is left off: it programs kernel routes and needs NET_ADMIN (see
+# README); in the cluster it runs as the chart's DaemonSet, inside each node's namespace.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 bash hack/install-prereqs.sh >/dev/null
 
-if [ -n "${NODES:-}" ]; then
-  cluster_line=$(NODES=$NODES bash hack/cluster.sh up | tail -1)
+chart=0
+if [ "${1:-}" = --chart ]; then chart=1; shift; fi
+if [ "$chart" = 1 ] || [ -n "${NODES:-}" ]; then
+  nodes=${NODES:-2}
+  cluster_line=$(NODES=$nodes bash hack/cluster.sh up | tail -1)
   export KUBECONFIG=${cluster_line#KUBECONFIG=}
   eval "$(bash hack/cluster.sh env | grep -E '^(CLUSTER_CIDR|SERVICE_CIDR)=')"
   kubectl=$(bash hack/controlplane.sh bin kubectl)
@@ -30,18 +33,55 @@ if [ -n "${NODES:-}" ]; then
   built=$(bash hack/image.sh build)
   image=$(sed -n 's/^IMAGE=//p' <<<"$built")
   bash hack/cluster.sh load "$(sed -n 's/^TAR=//p' <<<"$built")" "$image"
-  probe=$(bash hack/image.sh probe)
-  probe_image=$(sed -n 's/^IMAGE=//p' <<<"$probe")
-  bash hack/cluster.sh load "$(sed -n 's/^TAR=//p' <<<"$probe")" "$probe_image"
   echo "the Nodes before netcm (no pod CIDRs, no CNI config: NotReady):"
   "$kubectl" get nodes -o wide
+  # On the host network two replicas need two Nodes (the same ports).
+  replicas=2
+  [ "$nodes" -ge 2 ] || replicas=1
   "$helm" upgrade --install netcm charts/netcm -n kube-system --wait --timeout 180s \
     --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
-    --set hostNetwork=true --set daemonSet.enabled=true \
+    --set hostNetwork=true --set daemonSet.enabled=true --set replicaCount="$replicas" \
     --set allocator.clusterCIDR="${CLUSTER_CIDR/,/\\,}" \
     --set allocator.nodeCIDRMaskSizeIPv4=24 --set allocator.nodeCIDRMaskSizeIPv6=64 \
     --set allocator.serviceClusterIPRange="$SERVICE_CIDR" "$@"
   "$kubectl" wait --for=condition=Ready --timeout=120s nodes --all
+  "$kubectl" get nodes -o custom-columns=NAME:.metadata.name,READY:.status.conditions[-1].status,POD-CIDRS:.spec.podCIDRs
+  if [ "$chart" = 1 ]; then
+    # The leader is the pod whose gauge says so: on the host network the Lease names the machine's
+    # hostname, which every node here shares.
+    leader=""
+    for _ in $(seq 1 150); do
+      for pod in $("$kubectl" -n kube-system get pods -l app.kubernetes.io/component=controller-manager \
+        -o jsonpath='{range .items[*]}{.metadata.name}={.status.podIP}{"\n"}{end}'); do
+        if curl -s --max-time 2 "http://${pod#*=}:10271/metrics" | grep -q '^leader_election_master_status{name="netcm"} 1'; then
+          leader=${pod%%=*}
+        fi
+      done
+      [ -z "$leader" ] || break
+      sleep 0.2
+    done
+    [ -n "$leader" ] || { echo "error: no pod of the release reported leading within 30 s" >&2; exit 1; }
+    "$kubectl" -n kube-system get pods -l app.kubernetes.io/instance=netcm -o wide
+    cat <<INFO
+
+netcm runs on $nodes real nodes through its chart and gave them their pod CIDRs; the leader is $leader.
+In another terminal:
+
+  export KUBECONFIG=$KUBECONFIG
+  alias kubectl=$kubectl helm=$helm
+  kubectl get nodes -o custom-columns=NAME:.metadata.name,POD-CIDRS:.spec.podCIDRs
+  kubectl -n kube-system get lease netcm -o jsonpath='{.spec.holderIdentity}'; echo
+  kubectl -n kube-system delete pod $leader          # fail over to the standby
+  helm upgrade netcm charts/netcm -n kube-system --reuse-values --set logging.verbosity=2
+
+'hack/cluster.sh down' stops the cluster and restores the machine. Following the leader's log:
+
+INFO
+    exec "$kubectl" -n kube-system logs -f "$leader"
+  fi
+  probe=$(bash hack/image.sh probe)
+  probe_image=$(sed -n 's/^IMAGE=//p' <<<"$probe")
+  bash hack/cluster.sh load "$(sed -n 's/^TAR=//p' <<<"$probe")" "$probe_image"
   cat <<YAML | "$kubectl" apply -f - >/dev/null
 apiVersion: apps/v1
 kind: DaemonSet
@@ -54,7 +94,6 @@ spec:
       containers: [{name: probe, image: $probe_image, imagePullPolicy: Never, args: [serve, "8080"]}]
 YAML
   "$kubectl" rollout status --timeout=120s daemonset/probe
-  "$kubectl" get nodes -o custom-columns=NAME:.metadata.name,READY:.status.conditions[-1].status,POD-CIDRS:.spec.podCIDRs
   "$kubectl" get pods -A -o wide
   cat <<INFO
 
@@ -72,45 +111,6 @@ INFO
   exit 0
 fi
 
-if [ "${1:-}" = --chart ]; then
-  shift
-  node_line=$(bash hack/node.sh up | tail -1)
-  export KUBECONFIG=${node_line#KUBECONFIG=}
-  eval "$(bash hack/node.sh env | grep -E '^(SERVICE_CIDR|FREE_CLUSTER_CIDR|NODE_NAME)=')"
-  kubectl=$(bash hack/controlplane.sh bin kubectl)
-  helm=$(bash hack/verify-chart.sh helm)
-  built=$(bash hack/image.sh build)
-  image=$(sed -n 's/^IMAGE=//p' <<<"$built")
-  bash hack/node.sh load "$(sed -n 's/^TAR=//p' <<<"$built")" "$image"
-  "$helm" upgrade --install netcm charts/netcm -n kube-system --wait --timeout 120s \
-    --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
-    --set allocator.clusterCIDR="$FREE_CLUSTER_CIDR" --set allocator.serviceClusterIPRange="$SERVICE_CIDR" "$@"
-  "$kubectl" -n kube-system get pods -l app.kubernetes.io/instance=netcm -o wide
-  # The holder must be one of this release's pods: a Lease left by an earlier install names a gone one.
-  leader=""
-  for _ in $(seq 1 150); do
-    leader=$("$kubectl" -n kube-system get lease netcm -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
-    [ -n "$leader" ] && "$kubectl" -n kube-system get pod "${leader%_*}" >/dev/null 2>&1 && break
-    leader=""
-    sleep 0.2
-  done
-  [ -n "$leader" ] || { echo "error: no pod of the release took the Lease kube-system/netcm within 30 s" >&2; exit 1; }
-  cat <<INFO
-
-netcm runs on the real node $NODE_NAME through its chart; the leader is ${leader%_*}. In another terminal:
-
-  export KUBECONFIG=$KUBECONFIG
-  alias kubectl=$kubectl helm=$helm
-  kubectl get nodes -o custom-columns=NAME:.metadata.name,POD-CIDRS:.spec.podCIDRs
-  kubectl -n kube-system get lease netcm -o jsonpath='{.spec.holderIdentity}'; echo
-  kubectl -n kube-system delete pod ${leader%_*}          # fail over to the standby
-  helm upgrade netcm charts/netcm -n kube-system --reuse-values --set logging.verbosity=2
-
-'hack/node.sh down' stops the node and restores the machine. Following the leader's log:
-
-INFO
-  exec "$kubectl" -n kube-system logs -f "${leader%_*}"
-fi
 kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
 export KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 kubectl=$(bash hack/controlplane.sh bin kubectl)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The one test command (CI runs exactly this): installs what it needs on a fresh machine, then
 # cargo fmt --check, clippy -D warnings, unit tests, the chart checks and the e2e suite against a real
-# kube-apiserver + etcd started by hack/controlplane.sh, and netcm's chart on the real node of
-# hack/node.sh (one per machine: a node another checkout holds fails this run), and a pod network on netcm
-# alone in the multi-node cluster of hack/cluster.sh. A missing prerequisite is
-# an error, never a skip. Each step's time is printed at the end.
+# kube-apiserver + etcd started by hack/controlplane.sh, and, on the real nodes of hack/cluster.sh (one
+# cluster per machine: a cluster another checkout holds fails this run), a pod network on netcm alone and
+# beside flannel, and netcm's chart installed, failed over, upgraded and removed. A missing prerequisite
+# is an error, never a skip. Each step's time is printed at the end.
 #
-#   hack/test.sh     (NETCM_KEEP_CONTROLPLANE=1 keeps the control plane and the node running afterwards)
+#   hack/test.sh     (NETCM_KEEP_CONTROLPLANE=1 keeps the control plane and the cluster running afterwards)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -46,7 +46,6 @@ cleanup() {
   [ -z "$step_name" ] || report >&2
   if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
     bash hack/cluster.sh down >&2 || true
-    bash hack/node.sh down >&2 || true
     bash hack/controlplane.sh down >/dev/null 2>&1 || true
   fi
 }
@@ -97,16 +96,13 @@ step "multi-node cluster: flannel host-gw and vxlan beside netcm (e2e/tests/pod_
 cargo test --locked -p netcm-e2e --test pod_network_flannel -- --test-threads=1
 [ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
-step "real node: kubelet, containerd, kube-proxy, scheduler, controller-manager (hack/node.sh up)"
-node_line=$(bash hack/node.sh up | tail -1)
-export NETCM_E2E_NODE_KUBECONFIG=${node_line#KUBECONFIG=}
-
-step "e2e tests (real kube-apiserver + etcd; the chart on the real node)"
+step "e2e tests (real kube-apiserver + etcd; the chart on real nodes of hack/cluster.sh)"
 cargo build --locked -p netcm
-# pod_network and pod_network_flannel ran in the multi-node steps (they need no real node and no shared
-# control plane).
+# pod_network and pod_network_flannel ran in the multi-node steps (they need no shared control plane).
+# The chart tests boot their own clusters (NODES=2, then NODES=1) and leave the last one up.
 cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip netcm_alone_brings_up \
   --skip beside_netcm_carries_pods_through_node_churn_and_leader_loss
+[ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
 step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 and every fault kind by hand)"
 # A fixed seed and the fault kinds whose every write the fence keeps inside its term. "path" is left to the

@@ -23,7 +23,6 @@ pub mod nodes;
 pub mod overlaps;
 pub mod pod_network;
 pub mod probe;
-pub mod realnode;
 pub mod route_lab;
 pub mod takeover;
 pub mod webhook;

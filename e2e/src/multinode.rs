@@ -214,22 +214,32 @@ impl Cluster {
 
     /// `kubectl apply -f -` of a manifest.
     pub async fn apply(&self, manifest: &str) {
+        self.kubectl_stdin(&["apply", "-f", "-"], manifest).await;
+    }
+
+    /// `kubectl ARGS` with `stdin`: stdout, or a panic with stderr.
+    pub async fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
         let mut child = Command::new(&self.kubectl)
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .args(["apply", "-f", "-"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("run kubectl apply");
+            .expect("run kubectl");
         use tokio::io::AsyncWriteExt;
         let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(manifest.as_bytes()).await.expect("write");
+        pipe.write_all(stdin.as_bytes()).await.expect("write");
         drop(pipe);
         crate::checked_stdout(
-            "kubectl apply",
+            &format!("kubectl {args:?}"),
             child.wait_with_output().await.expect("wait"),
-        );
+        )
+    }
+
+    /// The control plane's audit log (every request, as the API server saw it).
+    pub fn audit_log(&self) -> PathBuf {
+        PathBuf::from(self.fact("STATE_DIR")).join("controlplane/audit.log")
     }
 
     /// `kubectl get ARGS -o json` as JSON.
@@ -290,6 +300,33 @@ pub async fn in_node(node: &str, args: &[&str]) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
+}
+
+/// An HTTP(S) GET with curl, from the host or (`netns`) inside a node's network namespace, where its
+/// kube-proxy serves ClusterIPs: (status, body); status 0 when nothing answered.
+pub async fn curl(url: &str, bearer: Option<&str>, netns: Option<&str>) -> (u16, String) {
+    let mut cmd = match netns {
+        Some(node) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/run/netns/{node}"))
+                .args(["--", "curl"]);
+            c
+        }
+        None => Command::new("curl"),
+    };
+    cmd.args(["-sk", "--max-time", "5", "-w", "\n%{http_code}"]);
+    if let Some(t) = bearer {
+        cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+    }
+    let out = cmd
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run curl (hack/install-prereqs.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// Polls `check` until it gives a value, or panics with `what` after `timeout`.

@@ -1,11 +1,14 @@
-//! netcm as its users run it: installed by `helm install` from `charts/netcm` on a real node (kubelet,
-//! containerd, kube-proxy, kube-scheduler and kube-controller-manager from `hack/node.sh`), its image built
-//! here by `hack/image.sh` and used with `imagePullPolicy: Never`. What a user does, in order: install, read
-//! the logs, scrape the secure metrics port as Prometheus does, delete the leader, upgrade, uninstall; and
-//! the route controller's DaemonSet mode programming routes to peer Nodes in a table of its own.
+//! netcm as its users run it: installed by `helm install` from `charts/netcm` on real nodes (each a
+//! kubelet, containerd and kube-proxy in a network namespace of its own, from `hack/cluster.sh`, with
+//! kube-scheduler and kube-controller-manager), its image built here by `hack/image.sh` and used with
+//! `imagePullPolicy: Never`. The nodes' CNI config is rendered from the pod CIDRs netcm gives them, so
+//! netcm runs as README's "netcm as the source of your pod network" says: host network, on Nodes that
+//! are not Ready yet. What a user does, in order: install, read the logs, scrape the secure metrics port as
+//! Prometheus does, delete the leader, upgrade, uninstall; and the route controller's DaemonSet mode
+//! programming routes to peer Nodes in a table of its own, inside its node's namespace.
 //!
-//! The node's ranges come from `hack/node.sh env` (all in 198.18.0.0/15); the peers' network is a veth pair
-//! this test makes on the host and removes. Failover times are printed, not just checked.
+//! The ranges come from `hack/cluster.sh env` (all in 198.18.0.0/15). Failover times are printed, not
+//! just checked.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,8 +19,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, WatchEvent, WatchParams};
+use netcm_e2e::multinode::{built_image, curl, in_node, Cluster};
 use netcm_e2e::nodes::{create_node, NodeFixture};
-use netcm_e2e::realnode::{curl, netcm_image, real_node, RealNode};
 use netcm_e2e::{client_for, wait_for};
 use serde_json::Value;
 
@@ -43,45 +46,24 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over_upgrades_and_uninstalls_it(
 ) {
-    let node = real_node();
-    let _lock = lock_node(node).await;
-    let client = client_for(&node.kubeconfig).await;
-    let node_name = node.fact("NODE_NAME").to_string();
-    uninstall_leftovers(node, &client).await;
-    // A node reused from an earlier run already has its pod CIDR: give netcm a Node as it first joins.
+    // Two nodes, so the two replicas (host network: the same ports) each have one.
+    let (cluster, client, image) = fresh_cluster(2).await;
+    let first = cluster.nodes().remove(0);
+    let node_name = first.name.clone();
     let nodes: Api<Node> = Api::all(client.clone());
-    let joined = nodes.get(&node_name).await.expect("the real node's Node");
-    if joined.spec.and_then(|s| s.pod_cidr).is_some() {
-        node.reregister().await;
-    }
-    let audit_start = audit_mark(node);
+    let audit_start = audit_mark(&cluster);
     let (lease_log, lease_watch) = LeaseLog::start(&client);
 
-    // 1. helm install: both replicas Ready, exactly one leads.
+    // 1. helm install: both replicas Ready, exactly one leads, and it holds the Lease.
     let started = Instant::now();
-    let mut install = strings(&[
-        "install",
-        RELEASE,
-        "charts/netcm",
-        "-n",
-        NS,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
-    install.extend(install_values(node));
-    node.helm(&install).await;
+    cluster.install_netcm(&image, &[]).await;
     let replicas = ready_pods(&client, DEPLOYMENT_PODS, 2).await;
     eprintln!(
         "[real-node] helm install: 2 replicas Ready after {:?}",
         started.elapsed()
     );
     let holder = wait_for("the Lease to be held", TIMEOUT, || lease_holder(&client)).await;
-    let leader = holder_pod(&holder).to_string();
-    assert!(
-        replicas.iter().any(|p| name(p) == leader),
-        "the Lease holder {holder} is none of the replicas"
-    );
+    let leader = name(&leading_pod(&client, None).await);
     let statuses = wait_for(
         "both replicas to report leader_election_master_status",
         TIMEOUT,
@@ -99,17 +81,16 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
         1,
         "exactly one replica must lead: {statuses:?}"
     );
-    assert_eq!(
-        statuses[&leader], 1.0,
-        "the Lease holder must be the replica that says it leads"
+    assert!(
+        replicas
+            .iter()
+            .all(|p| p.spec.as_ref().and_then(|s| s.host_network) == Some(true)),
+        "netcm, the source of the pod network, must run on the host network"
     );
 
     // 2. The node gets its pod CIDR and its lease annotations from netcm in a pod, as the chart's
-    // ServiceAccount.
-    let cluster_cidr: ipnet::IpNet = node
-        .fact("FREE_CLUSTER_CIDR")
-        .parse()
-        .expect("cluster CIDR");
+    // ServiceAccount; then its CNI config, and it becomes Ready.
+    let cluster_cidr = cluster_cidr_v4(&cluster);
     let pod_cidr = wait_for("the node's pod CIDR", TIMEOUT, || async {
         nodes.get(&node_name).await.ok()?.spec?.pod_cidr
     })
@@ -121,7 +102,7 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
     );
     let annotations = wait_for("the node's lease annotations", TIMEOUT, || async {
         let a = nodes.get(&node_name).await.ok()?.metadata.annotations?;
-        (a.get("flannel.alpha.coreos.com/public-ip")? == node.fact("NODE_ADDRESS")).then_some(a)
+        (a.get("flannel.alpha.coreos.com/public-ip")? == &first.ipv4).then_some(a)
     })
     .await;
     for key in ["backend-type", "kube-subnet-manager", "backend-data"] {
@@ -130,26 +111,37 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
             "no {key} annotation: {annotations:?}"
         );
     }
-    let writes = sa_node_writes(node, audit_start);
+    wait_for("the node to be Ready", TIMEOUT, || async {
+        let n = nodes.get(&node_name).await.ok()?;
+        n.status?
+            .conditions?
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == "True")
+            .map(drop)
+    })
+    .await;
+    let writes = sa_node_writes(&cluster, audit_start);
     assert!(
         writes
             .iter()
             .any(|(verb, sub, n)| verb == "patch" && sub.is_empty() && *n == node_name),
         "the audit log shows no PATCH of {node_name} by {SA_USER}: {writes:?}"
     );
-    // `helm test`: `netcm check` in a pod, as the chart's ServiceAccount.
-    helm_test(node, &client).await;
+    // `helm test`: `netcm check` in a pod (on the pod network netcm made), as the chart's ServiceAccount.
+    helm_test(&cluster, &client).await;
 
     // 3. kubectl logs of the leader: the effective configuration, the leadership and the allocation,
     // one readable line each.
     let log = wait_for("the allocation in the leader's log", TIMEOUT, || async {
-        let log = kubectl_logs(node, &leader).await;
+        let log = kubectl_logs(&cluster, &leader).await;
         log.contains("assigned pod CIDRs").then_some(log)
     })
     .await;
     eprintln!(
         "[real-node] kubectl get pods -o wide:\n{}",
-        node.kubectl(&["-n", NS, "get", "pods", "-o", "wide"]).await
+        cluster
+            .kubectl(&["-n", NS, "get", "pods", "-o", "wide"])
+            .await
     );
     eprintln!(
         "[real-node] kubectl logs {leader} | head -20:\n{}",
@@ -167,7 +159,8 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
             "not a readable log line (timestamp, level, message): {line:?}"
         );
     }
-    let cluster_cidr_text = node.fact("FREE_CLUSTER_CIDR");
+    let cluster_cidr_text = cluster.fact("CLUSTER_CIDR").replace(',', " ");
+    let cluster_cidr_text = cluster_cidr_text.split(' ').next().unwrap_or_default();
     one_line(
         &log,
         "the effective configuration",
@@ -202,9 +195,10 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
 
     // 4. A scrape of the secure metrics port as Prometheus does it in-cluster: a ServiceAccount token bound
     // to the chart's metrics-reader ClusterRole; without a token, 401.
-    node.kubectl_stdin(
-        &["apply", "-f", "-"],
-        r#"
+    cluster
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            r#"
 apiVersion: v1
 kind: Namespace
 metadata: {name: netcm-e2e-monitoring}
@@ -219,9 +213,9 @@ metadata: {name: netcm-e2e-prometheus-metrics}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: netcm-metrics-reader}
 subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitoring}]
 "#,
-    )
-    .await;
-    let token = node
+        )
+        .await;
+    let token = cluster
         .kubectl(&[
             "-n",
             "netcm-e2e-monitoring",
@@ -262,18 +256,22 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         (targets.len() == 2).then_some(targets)
     })
     .await;
-    for target in endpoints
+    // The endpoints from the host (on the nodes' bridge); the ClusterIP from a node, whose kube-proxy
+    // serves it.
+    let service = format!("{cluster_ip}:10270");
+    for (target, netns) in endpoints
         .iter()
-        .chain(std::iter::once(&format!("{cluster_ip}:10270")))
+        .map(|e| (e, None))
+        .chain(std::iter::once((&service, Some(node_name.as_str()))))
     {
         let url = format!("https://{target}/metrics");
-        let (code, body) = curl(&url, Some(&token)).await;
+        let (code, body) = curl(&url, Some(&token), netns).await;
         assert_eq!(code, 200, "{url} with the metrics-reader token: {body}");
         assert!(
             body.contains("leader_election_master_status"),
             "{url} returned no netcm metrics:\n{body}"
         );
-        let (code, body) = curl(&url, None).await;
+        let (code, body) = curl(&url, None, netns).await;
         assert_eq!(code, 401, "{url} without a token: {body}");
     }
     eprintln!("[real-node] scraped {endpoints:?} and the Service {cluster_ip}:10270 with a metrics-reader token; 401 without");
@@ -289,18 +287,19 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         .find(|n| *n != leader)
         .expect("a standby");
     let deleted = Instant::now();
-    node.kubectl(&["-n", NS, "delete", "pod", &leader, "--wait=false"])
+    cluster
+        .kubectl(&["-n", NS, "delete", "pod", &leader, "--wait=false"])
         .await;
     let new_holder = wait_for("another replica to take the Lease", TIMEOUT, || async {
         lease_log
             .entries()
             .iter()
-            .find(|(t, h)| *t >= deleted && !h.is_empty() && holder_pod(h) != leader)
+            .find(|(t, h)| *t >= deleted && !h.is_empty() && *h != holder)
             .map(|(t, h)| (*t, h.clone()))
     })
     .await;
     let failover = new_holder.0 - deleted;
-    let new_leader = holder_pod(&new_holder.1).to_string();
+    let new_leader = name(&leading_pod(&client, Some(&leader)).await);
     let which = if new_leader == standby {
         "the standby"
     } else {
@@ -333,7 +332,7 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         "the pod that does not lead to stand by",
         TIMEOUT,
         || async {
-            let log = kubectl_logs(node, &other).await;
+            let log = kubectl_logs(&cluster, &other).await;
             log.contains("standing by").then_some(log)
         },
     )
@@ -363,33 +362,34 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = sample_leaders(&client, stop.clone());
     let before: Vec<String> = after.iter().map(name).collect();
-    let mut upgrade = strings(&[
-        "upgrade",
-        RELEASE,
-        "charts/netcm",
-        "-n",
-        NS,
-        "--reuse-values",
-        "--set",
-        "logging.format=json",
-        "--wait",
-        "--timeout",
-        "180s",
-    ]);
-    upgrade.extend(install_values(node));
     let upgraded = Instant::now();
-    node.helm(&upgrade).await;
-    node.kubectl(&[
-        "-n",
-        NS,
-        "rollout",
-        "status",
-        "deployment/netcm",
-        "--timeout=120s",
-    ])
-    .await;
+    cluster
+        .helm(&[
+            "upgrade",
+            RELEASE,
+            "charts/netcm",
+            "-n",
+            NS,
+            "--reuse-values",
+            "--set",
+            "logging.format=json",
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
+        .await;
+    cluster
+        .kubectl(&[
+            "-n",
+            NS,
+            "rollout",
+            "status",
+            "deployment/netcm",
+            "--timeout=120s",
+        ])
+        .await;
     let rolled = ready_pods(&client, DEPLOYMENT_PODS, 2).await;
-    let holder_after = wait_for("the Lease to be held after the upgrade", TIMEOUT, || {
+    wait_for("the Lease to be held after the upgrade", TIMEOUT, || {
         lease_holder(&client)
     })
     .await;
@@ -400,7 +400,7 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         "[real-node] helm upgrade rolled {before:?} -> {:?} in {:?}; Lease: {:?}; {samples} samples of every pod's gauge, at most {most_leaders} leader(s) at once",
         rolled.iter().map(name).collect::<Vec<_>>(),
         upgraded.elapsed(),
-        lease_log.entries().iter().map(|(_, h)| holder_pod(h).to_string()).collect::<Vec<_>>()
+        lease_log.entries().iter().map(|(_, h)| h.clone()).collect::<Vec<_>>()
     );
     assert!(
         rolled.iter().all(|p| !before.contains(&name(p))),
@@ -412,14 +412,14 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         "the Lease went from one leader to another without a release: {:?}",
         lease_log.takeovers()
     );
-    let refused = refused_writes(node, audit_start);
+    let refused = refused_writes(&cluster, audit_start);
     assert!(refused.is_empty(), "writes refused with 403: {refused:?}");
-    let json_leader = holder_pod(&holder_after).to_string();
+    let json_leader = name(&leading_pod(&client, None).await);
     let json_log = wait_for(
         "the new leader's allocation or sync in JSON",
         TIMEOUT,
         || async {
-            let log = kubectl_logs(node, &json_leader).await;
+            let log = kubectl_logs(&cluster, &json_leader).await;
             log.contains("successfully acquired lease").then_some(log)
         },
     )
@@ -430,7 +430,7 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         assert!(v.is_object(), "not a JSON object: {line:?}");
     }
     for p in &rolled {
-        let log = kubectl_logs(node, &name(p)).await;
+        let log = kubectl_logs(&cluster, &name(p)).await;
         assert!(
             !log.to_lowercase().contains("forbidden"),
             "{} logged a refusal:\n{log}",
@@ -439,19 +439,18 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
     }
 
     // 8. helm uninstall removes everything the chart created.
-    let manifest = node
-        .helm(&strings(&["get", "manifest", RELEASE, "-n", NS]))
-        .await;
-    let created = node
+    let manifest = cluster.helm(&["get", "manifest", RELEASE, "-n", NS]).await;
+    let created = cluster
         .kubectl_stdin(&["get", "-f", "-", "-o", "name"], &manifest)
         .await;
     assert!(
         created.lines().count() >= 9,
         "the release made fewer objects than the chart renders:\n{created}"
     );
-    node.helm(&strings(&["uninstall", RELEASE, "-n", NS, "--wait"]))
+    cluster
+        .helm(&["uninstall", RELEASE, "-n", NS, "--wait"])
         .await;
-    let left = node
+    let left = cluster
         .kubectl_stdin(
             &["get", "-f", "-", "-o", "name", "--ignore-not-found"],
             &manifest,
@@ -469,18 +468,20 @@ subjects: [{kind: ServiceAccount, name: prometheus, namespace: netcm-e2e-monitor
         "[real-node] helm uninstall removed {} objects:\n{created}",
         created.lines().count()
     );
-    node.kubectl(&[
-        "delete",
-        "namespace",
-        "netcm-e2e-monitoring",
-        "--wait=false",
-    ])
-    .await;
-    node.kubectl(&[
-        "delete",
-        "clusterrolebinding",
-        "netcm-e2e-prometheus-metrics",
-    ])
-    .await;
+    cluster
+        .kubectl(&[
+            "delete",
+            "namespace",
+            "netcm-e2e-monitoring",
+            "--wait=false",
+        ])
+        .await;
+    cluster
+        .kubectl(&[
+            "delete",
+            "clusterrolebinding",
+            "netcm-e2e-prometheus-metrics",
+        ])
+        .await;
     lease_watch.abort();
 }

@@ -7,7 +7,7 @@ What `up` starts, all from the cached v1.36.3 binaries and Debian's containerd/r
   - NODES (default 3) nodes ncm-n1…: each containerd + kubelet + kube-proxy in the network namespace
     /run/netns/ncm-nX, started with `nsenter --net` (not `ip netns exec`, which remounts /sys).
 
-Addresses (all in 198.18.0.0/15, never routed off the machine; none shared with hack/node.sh):
+Addresses (all in 198.18.0.0/15, never routed off the machine):
   bridge ncm-nodes0       198.19.254.1/24, fd00:198:19:254::1/64 (API_HOST; the nodes' default gateway)
   node ncm-nX             198.19.254.(10+X), fd00:198:19:254::(10+X) on eth0 (veth ncm-nXh on the bridge)
   CLUSTER_CIDR            198.19.128.0/18 (/24 per node, 64 nodes; clear of the node bridge 198.19.254.0/24),

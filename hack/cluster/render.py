@@ -90,7 +90,7 @@ def cni_template(name, s):
 
 
 def kubelet_config(node, s, ca):
-    """KubeletConfiguration of one node: node.sh's plus what must differ per node on one machine."""
+    """KubeletConfiguration of one node, with what must differ per node on one machine."""
     return f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false

@@ -1,67 +1,17 @@
-//! The route controller's DaemonSet mode on the real node: routes to peer Nodes in a table of its own.
+//! The route controller's DaemonSet mode on a real node: routes to peer Nodes in a table of its own, in
+//! the node's network namespace.
 
 use super::*;
 
-/// The fake peers' network: a veth pair on the host with an on-link subnet, removed on drop (which also
-/// removes every route through it).
-struct PeerNetwork {
-    link: &'static str,
-}
-
-impl PeerNetwork {
-    fn create(address: &str) -> PeerNetwork {
-        let link = "ncm-peers0";
-        let ip = |args: &[&str]| {
-            let out = std::process::Command::new("ip")
-                .args(args)
-                .output()
-                .expect("run ip");
-            assert!(
-                out.status.success(),
-                "ip {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", link])
-            .output();
-        ip(&[
-            "link",
-            "add",
-            link,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "ncm-peers1",
-        ]);
-        ip(&["addr", "add", address, "dev", link]);
-        ip(&["link", "set", link, "up"]);
-        ip(&["link", "set", "ncm-peers1", "up"]);
-        PeerNetwork { link }
-    }
-}
-
-impl Drop for PeerNetwork {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", self.link])
-            .output();
-    }
-}
-
-/// IPv4 routes of a table (with a protocol, if given), as `DST via GW dev DEV …` lines.
-fn routes(table: &str, protocol: Option<&str>) -> Vec<String> {
-    let mut args = vec!["-4", "route", "show", "table", table];
+/// IPv4 routes of a table in the node's namespace (with a protocol, if given), as `DST via GW dev DEV …`
+/// lines; none while the table does not exist (`ip` then fails: "FIB table does not exist").
+async fn routes(node: &str, table: &str, protocol: Option<&str>) -> Vec<String> {
+    let mut args = vec!["ip", "-4", "route", "show", "table", table];
     if let Some(p) = protocol {
         args.extend(["proto", p]);
     }
-    let out = std::process::Command::new("ip")
-        .args(&args)
-        .output()
-        .expect("run ip route");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    let (_, out) = in_node(node, &args).await;
+    out.lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|l| !l.is_empty())
         .collect()
@@ -76,55 +26,49 @@ fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_route_controllers_daemonset_routes_to_peer_nodes_in_a_table_of_its_own_with_host_network_and_net_admin(
 ) {
-    let node = real_node();
-    let _lock = lock_node(node).await;
-    let client = client_for(&node.kubeconfig).await;
-    let node_name = node.fact("NODE_NAME").to_string();
-    uninstall_leftovers(node, &client).await;
-    let audit_start = audit_mark(node);
-    // Peers on a network of the test's own (198.19.254.0/24, inside the node's 198.18.0.0/15 block).
-    let _network = PeerNetwork::create("198.19.254.1/24");
+    // One node (`NODES=1`): one replica, and the DaemonSet's pod beside it.
+    let (cluster, client, image) = fresh_cluster(1).await;
+    let node = cluster.nodes().remove(0);
+    let node_name = node.name.clone();
+    let audit_start = audit_mark(&cluster);
+    // Peers without a kubelet, at addresses on the nodes' bridge network (on-link from the node, which
+    // cluster.sh numbers from .11 up), both families as the cluster is dual-stack.
     let peers = [
-        ("netcm-peer-1", "198.19.254.11"),
-        ("netcm-peer-2", "198.19.254.12"),
-        ("netcm-peer-3", "198.19.254.13"),
+        ("netcm-peer-1", "198.19.254.201"),
+        ("netcm-peer-2", "198.19.254.202"),
+        ("netcm-peer-3", "198.19.254.203"),
     ];
+    let ipv6 = |ip: &str| ip.replace("198.19.254.", "fd00:198:19:254::");
     let nodes: Api<Node> = Api::all(client.clone());
     for (n, _) in peers {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
     for (n, ip) in peers {
-        create_node(&client, &NodeFixture::named(n).internal_ip(ip)).await;
+        create_node(
+            &client,
+            &NodeFixture::named(n).internal_ip(ip).internal_ip(&ipv6(ip)),
+        )
+        .await;
     }
     // A table nobody uses: the chart's value, read back below from what the chart rendered.
     let table_value = "4242";
     assert!(
-        routes(table_value, None).is_empty(),
-        "table {table_value} is in use on this machine"
+        routes(&node_name, table_value, None).await.is_empty(),
+        "table {table_value} is in use in {node_name}"
     );
 
-    let mut install = strings(&[
-        "install",
-        RELEASE,
-        "charts/netcm",
-        "-n",
-        NS,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
-    install.extend(install_values(node));
-    install.extend(strings(&[
-        "--set",
-        "daemonSet.enabled=true",
-        "--set",
-        &format!("daemonSet.bindAddress={}", node.fact("NODE_ADDRESS")),
-        "--set",
-        &format!("daemonSet.nodeSelector.kubernetes\\.io/hostname={node_name}"),
-        "--set",
-        &format!("routeController.table={table_value}"),
-    ]));
-    node.helm(&install).await;
+    cluster
+        .install_netcm(
+            &image,
+            &[
+                "replicaCount=1".to_string(),
+                "daemonSet.enabled=true".to_string(),
+                format!("daemonSet.bindAddress={}", node.ipv4),
+                format!("daemonSet.nodeSelector.kubernetes\\.io/hostname={node_name}"),
+                format!("routeController.table={table_value}"),
+            ],
+        )
+        .await;
 
     // What the chart rendered for the DaemonSet's pod, as it runs.
     let ds_pod = ready_pods(&client, DAEMONSET_PODS, 1).await.remove(0);
@@ -180,11 +124,11 @@ async fn the_route_controllers_daemonset_routes_to_peer_nodes_in_a_table_of_its_
         &format!("routes to {want:?} in table {table}"),
         TIMEOUT,
         || async {
-            let have = routes(table, Some(protocol));
+            let have = routes(&node_name, table, Some(protocol)).await;
             want.iter()
                 .all(|(cidr, gw)| {
                     have.iter()
-                        .any(|r| r.starts_with(&format!("{cidr} via {gw} dev ncm-peers0")))
+                        .any(|r| r.starts_with(&format!("{cidr} via {gw} dev eth0")))
                 })
                 .then_some(have)
         },
@@ -207,7 +151,7 @@ async fn the_route_controllers_daemonset_routes_to_peer_nodes_in_a_table_of_its_
             .all(|r| !r.starts_with(&format!("{own_cidr} "))),
         "a route to the node's own pod CIDR {own_cidr}: {programmed:?}"
     );
-    let in_main = routes("main", Some(protocol));
+    let in_main = routes(&node_name, "main", Some(protocol)).await;
     assert!(
         in_main.is_empty(),
         "netcm routes in the main table: {in_main:?}"
@@ -222,20 +166,21 @@ async fn the_route_controllers_daemonset_routes_to_peer_nodes_in_a_table_of_its_
             .map(drop)
     })
     .await;
-    let log = kubectl_logs(node, &name(&ds_pod)).await;
+    let log = kubectl_logs(&cluster, &name(&ds_pod)).await;
     assert!(
         !log.to_lowercase().contains("forbidden"),
         "the DaemonSet's pod logged a refusal:\n{log}"
     );
-    let refused = refused_writes(node, audit_start);
+    let refused = refused_writes(&cluster, audit_start);
     assert!(refused.is_empty(), "writes refused with 403: {refused:?}");
 
-    let uninstalling = audit_mark(node);
-    node.helm(&strings(&["uninstall", RELEASE, "-n", NS, "--wait"]))
+    let uninstalling = audit_mark(&cluster);
+    cluster
+        .helm(&["uninstall", RELEASE, "-n", NS, "--wait"])
         .await;
     // helm deletes the RBAC right after the DaemonSet, while its pod is still terminating: what that pod
     // writes meanwhile is refused. Shown, not failed: it is how helm orders an uninstall.
-    let refused = refused_writes(node, uninstalling);
+    let refused = refused_writes(&cluster, uninstalling);
     if !refused.is_empty() {
         eprintln!(
             "[real-node] during helm uninstall, {} writes of terminating pods were refused: {:?}",
@@ -243,11 +188,8 @@ async fn the_route_controllers_daemonset_routes_to_peer_nodes_in_a_table_of_its_
             refused.first()
         );
     }
+    // Nothing to clean on the host: the routes lived in the node's namespace, which `down` removes.
     for (n, _) in peers {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
-    drop(_network);
-    let _ = std::process::Command::new("ip")
-        .args(["route", "flush", "table", table, "proto", protocol])
-        .output();
 }

@@ -1,78 +1,33 @@
-//! What the real-node tests share: the node lock, install values, pods, the Lease and its log, the audit
-//! log, `kubectl logs`.
+//! What the chart tests share: the cluster and netcm's image in it, pods, the leader by its gauge, the
+//! Lease and its log, the audit log, `kubectl logs`.
 
 use super::*;
 
-/// One test at a time on the node (the release name and the Lease are shared), across test binaries.
-pub(super) async fn lock_node(node: &RealNode) -> std::fs::File {
-    let path = std::path::Path::new(node.fact("STATE_DIR")).join("e2e.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    tokio::task::spawn_blocking(move || {
-        file.lock().expect("lock the node");
-        file
-    })
-    .await
-    .expect("lock task")
+/// A new cluster of `nodes` real nodes (`hack/cluster.sh`), none with a pod CIDR yet, with netcm's image
+/// (`hack/image.sh build`, or `NETCM_E2E_IMAGE` from `hack/test.sh`) imported into every node.
+pub(super) async fn fresh_cluster(nodes: usize) -> (Cluster, kube::Client, String) {
+    let cluster = Cluster::fresh(nodes);
+    let (image, tar) = built_image("build");
+    cluster.load(&tar, &image);
+    let client = client_for(&cluster.kubeconfig).await;
+    (cluster, client, image)
 }
 
-/// `helm install`'s values for this node: the local image, never pulled, and the node's free ranges.
-pub(super) fn install_values(node: &RealNode) -> Vec<String> {
-    let (repository, tag) = netcm_image();
-    [
-        format!("image.repository={repository}"),
-        format!("image.tag={tag}"),
-        "image.pullPolicy=Never".to_string(),
-        format!("allocator.clusterCIDR={}", node.fact("FREE_CLUSTER_CIDR")),
-        format!(
-            "allocator.serviceClusterIPRange={}",
-            node.fact("SERVICE_CIDR")
-        ),
-    ]
-    .into_iter()
-    .flat_map(|v| ["--set".to_string(), v])
-    .collect()
-}
-
-pub(super) fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
-/// A release left by an earlier, failed run is removed first, with what it made.
-pub(super) async fn uninstall_leftovers(node: &RealNode, client: &kube::Client) {
-    let releases = node.helm(&strings(&["list", "-n", NS, "-q"])).await;
-    if releases.lines().any(|r| r.trim() == RELEASE) {
-        node.helm(&strings(&["uninstall", RELEASE, "-n", NS, "--wait"]))
-            .await;
-    }
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
-    let _ = leases.delete(LEASE, &DeleteParams::default()).await;
-    delete_test_pods(client).await;
-    wait_for("no netcm pods", TIMEOUT, || async {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-        let lp = ListParams::default().labels("app.kubernetes.io/instance=netcm");
-        pods.list(&lp).await.ok()?.items.is_empty().then_some(())
-    })
-    .await;
+/// The cluster's IPv4 cluster CIDR (its first).
+pub(super) fn cluster_cidr_v4(cluster: &Cluster) -> ipnet::IpNet {
+    cluster
+        .fact("CLUSTER_CIDR")
+        .split(',')
+        .next()
+        .and_then(|c| c.parse().ok())
+        .expect("CLUSTER_CIDR")
 }
 
 /// `helm test --logs`: helm fails unless the test pod (`netcm check`) exits 0; every check must be ✓ (or
 /// not applicable), none ✗. The Completed pod is deleted afterwards.
-pub(super) async fn helm_test(node: &RealNode, client: &kube::Client) {
-    let tested = node
-        .helm(&strings(&[
-            "test",
-            RELEASE,
-            "-n",
-            NS,
-            "--logs",
-            "--timeout",
-            "120s",
-        ]))
+pub(super) async fn helm_test(cluster: &Cluster, client: &kube::Client) {
+    let tested = cluster
+        .helm(&["test", RELEASE, "-n", NS, "--logs", "--timeout", "120s"])
         .await;
     eprintln!("[real-node] helm test:\n{tested}");
     assert!(
@@ -142,14 +97,34 @@ pub(super) async fn lease_holder(client: &kube::Client) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// The pod a Lease holder identity (`<pod>_<uuid>`) names.
-pub(super) fn holder_pod(holder: &str) -> &str {
-    holder.rsplit_once('_').map_or(holder, |(pod, _)| pod)
+/// The one pod of `pods` whose gauge says it leads, once exactly one does: the Lease's holder identity
+/// (`<hostname>_<uuid>`) cannot name it, since hostNetwork pods have their node's hostname, and every node
+/// of this one-machine cluster has the machine's.
+pub(super) async fn leading_pod(client: &kube::Client, but_not: Option<&str>) -> Pod {
+    wait_for(
+        "exactly one netcm pod that reports leading",
+        TIMEOUT,
+        || async {
+            let running: Vec<Pod> = pods(client, DEPLOYMENT_PODS)
+                .await
+                .into_iter()
+                .filter(|p| ready(p) && Some(name(p).as_str()) != but_not)
+                .collect();
+            let mut leaders = Vec::new();
+            for p in running {
+                if master_status(&pod_ip(&p)?).await == Some(1.0) {
+                    leaders.push(p);
+                }
+            }
+            (leaders.len() == 1).then(|| leaders.remove(0))
+        },
+    )
+    .await
 }
 
 /// `leader_election_master_status{name="netcm"}` of a pod, from its plain metrics port.
 pub(super) async fn master_status(ip: &str) -> Option<f64> {
-    let (code, body) = curl(&format!("http://{ip}:10271/metrics"), None).await;
+    let (code, body) = curl(&format!("http://{ip}:10271/metrics"), None, None).await;
     if code != 200 {
         return None;
     }
@@ -267,13 +242,13 @@ pub(super) fn sample_leaders(
 }
 
 /// Where the audit log ends now: entries after it are this test's (the log outlives runs and tests).
-pub(super) fn audit_mark(node: &RealNode) -> u64 {
-    std::fs::metadata(&node.audit_log).map_or(0, |m| m.len())
+pub(super) fn audit_mark(cluster: &Cluster) -> u64 {
+    std::fs::metadata(cluster.audit_log()).map_or(0, |m| m.len())
 }
 
 /// Audit entries written after `mark`.
-pub(super) fn audit_since(node: &RealNode, mark: u64) -> Vec<Value> {
-    let log = std::fs::read(&node.audit_log).unwrap_or_default();
+pub(super) fn audit_since(cluster: &Cluster, mark: u64) -> Vec<Value> {
+    let log = std::fs::read(cluster.audit_log()).unwrap_or_default();
     let from = usize::try_from(mark).unwrap_or(0).min(log.len());
     String::from_utf8_lossy(&log[from..])
         .lines()
@@ -283,8 +258,8 @@ pub(super) fn audit_since(node: &RealNode, mark: u64) -> Vec<Value> {
 
 /// Writes of the chart's ServiceAccount since `mark` that the API server refused with 403 (the audit
 /// log records every write to nodes, leases, events and PodCIDRClaims).
-pub(super) fn refused_writes(node: &RealNode, mark: u64) -> Vec<String> {
-    audit_since(node, mark)
+pub(super) fn refused_writes(cluster: &Cluster, mark: u64) -> Vec<String> {
+    audit_since(cluster, mark)
         .into_iter()
         .filter(|e| e["user"]["username"] == SA_USER && e["responseStatus"]["code"] == 403)
         .map(|e| {
@@ -301,8 +276,8 @@ pub(super) fn refused_writes(node: &RealNode, mark: u64) -> Vec<String> {
 
 /// Node writes the chart's ServiceAccount made since `mark` that succeeded: (verb, subresource-or-"",
 /// name).
-pub(super) fn sa_node_writes(node: &RealNode, mark: u64) -> Vec<(String, String, String)> {
-    audit_since(node, mark)
+pub(super) fn sa_node_writes(cluster: &Cluster, mark: u64) -> Vec<(String, String, String)> {
+    audit_since(cluster, mark)
         .into_iter()
         .filter(|e| {
             e["user"]["username"] == SA_USER
@@ -323,8 +298,8 @@ pub(super) fn sa_node_writes(node: &RealNode, mark: u64) -> Vec<(String, String,
 }
 
 /// The pod's log through `kubectl logs` (the API server asks the kubelet), as a user reads it.
-pub(super) async fn kubectl_logs(node: &RealNode, pod: &str) -> String {
-    node.kubectl(&["-n", NS, "logs", pod]).await
+pub(super) async fn kubectl_logs(cluster: &Cluster, pod: &str) -> String {
+    cluster.kubectl(&["-n", NS, "logs", pod]).await
 }
 
 /// The one line of a log that contains all of `parts`; fails naming what was looked for.
