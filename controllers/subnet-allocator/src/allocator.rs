@@ -114,8 +114,10 @@ pub struct Allocator {
     /// `netcm_node_cidr_oversized`), and when their Events were published.
     pub(crate) bad_data: Mutex<BadData>,
     pub(crate) record_assigned: bool,
-    /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
-    pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
+    /// Wakes the ClusterCIDR pool reconciler, unless `--cluster-cidr-objects=false`: a Node release may
+    /// have drained a deleted pool. A bare signal, so this module needs nothing of `cluster_cidrs`, which
+    /// builds on it.
+    pub(crate) pools_changed: Option<Arc<tokio::sync::Notify>>,
     /// `--cidr-release-hold`: how long a deleted Node's CIDRs stay out of allocation (zero: not at all).
     pub(crate) release_hold: std::time::Duration,
     /// Wakes the task that ends release holds ([`crate::release_hold`]) when one starts.
@@ -207,8 +209,8 @@ impl Allocator {
         tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released the pod CIDRs of a deleted node");
         self.wake_waiting();
         // A draining ClusterCIDR may have lost its last holder: its finalizer can go now.
-        if let Some(cc) = &self.cluster_cidrs {
-            cc.changed.notify_one();
+        if let Some(changed) = &self.pools_changed {
+            changed.notify_one();
         }
         Ok(())
     }

@@ -100,8 +100,8 @@ impl kube::Resource for ClusterCidr {
 pub(crate) struct ClusterCidrs {
     api: Api<DynamicObject>,
     store: Mutex<Store>,
-    /// Wakes the reconciler (a Node released its CIDRs).
-    pub(crate) changed: Notify,
+    /// Wakes the reconciler (a Node released its CIDRs); shared with [`Allocator::pools_changed`].
+    pub(crate) changed: Arc<Notify>,
     /// False once a status write found no status subresource (node-ipam-controller's CRD).
     status_supported: AtomicBool,
     /// False once a status write came back without its conditions: the installed CRD predates them and
@@ -118,7 +118,7 @@ impl ClusterCidrs {
         Self {
             api: Api::all_with(client, &api_resource()),
             store: Mutex::new(Store::default()),
-            changed: Notify::new(),
+            changed: Arc::new(Notify::new()),
             status_supported: AtomicBool::new(true),
             conditions_supported: AtomicBool::new(true),
             seen: Mutex::new(Seen::default()),

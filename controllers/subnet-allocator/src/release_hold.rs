@@ -181,8 +181,8 @@ impl Allocator {
             tracing::info!(controller = NAME, node = %node, cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "the release hold of a deleted node's pod CIDRs ended; they can be handed out again");
         }
         self.wake_waiting();
-        if let Some(cc) = &self.cluster_cidrs {
-            cc.changed.notify_one();
+        if let Some(changed) = &self.pools_changed {
+            changed.notify_one();
         }
         ended
     }
