@@ -30,9 +30,9 @@ mod predecessor;
 mod release_hold;
 mod release_hold_record;
 mod startup;
+mod state;
 mod tracking;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::api::Api;
@@ -78,7 +78,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let allocator = Arc::new(Allocator {
         nodes: ctx.nodes.clone(),
         api: Api::all(ctx.client.clone()),
-        pools: Mutex::new(pools),
+        state: Mutex::new(state::State::new(pools)),
         queue: queue.clone(),
         recorder: ctx.recorder.clone(),
         guard: ctx.leader.clone(),
@@ -86,14 +86,9 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         claims: flags
             .pod_cidr_claims
             .then(|| claims::Claims::new(ctx.client.clone())),
-        blocks: Mutex::new(blocks::Blocks::default()),
         block_create: tokio::sync::Mutex::new(()),
         claim_ahead,
         voiding: tokio::sync::Mutex::new(()),
-        tracking: Mutex::new(tracking::Tracking::default()),
-        waiting: Mutex::new(BTreeSet::new()),
-        waiting_labels: Mutex::new(std::collections::HashMap::new()),
-        bad_data: Mutex::new(bad_data::BadData::default()),
         record_assigned: flags.record_cidr_assigned_events,
         pools_changed: cluster_cidrs.as_ref().map(|cc| cc.changed.clone()),
         existing_recorded: Default::default(),
