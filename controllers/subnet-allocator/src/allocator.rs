@@ -6,7 +6,6 @@
 //! `--cidr-release-hold` it is held for the name, and given back only if it is still a valid allocation
 //! for the new Node ([`crate::release_hold`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,11 +24,10 @@ use netcm_workqueue::Queue;
 use parking_lot::Mutex;
 
 use crate::bad_data::{assess, name_nodes, BadData, Subject};
-use crate::blocks::Blocks;
 use crate::claims::{ClaimError, Claims};
 use crate::decision::{decide, Action, NodeFacts};
 use crate::metrics::AllocatorMetrics;
-use crate::tracking::Tracking;
+use crate::state::State;
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "subnet-allocator";
@@ -86,36 +84,37 @@ impl netcm_manager::SyncError for SyncError {
 }
 
 /// The allocator's shared state.
+///
+/// Locks, the one rule: the data that changes is one `State` (`state.rs`) behind one lock, `state`, a
+/// parking_lot mutex held for a few steps of bookkeeping — never across an `.await` (its guard is not
+/// `Send`, so the spawned futures would not compile) and never while calling a method of `Allocator`
+/// that takes it again (it is not reentrant). The two tokio mutexes guard no data: each makes one
+/// sequence of API calls run once at a time — `block_create` a block's claim create, `voiding` a pass
+/// touching the quarantine's Nodes — so `state` is taken inside them, never they inside `state`. Locks
+/// of other parts taken while `state` is held (the ClusterCIDR store's, the Node cache's, the
+/// metrics') are leaves: nothing takes `state` while holding one of them.
 pub struct Allocator {
     pub(crate) nodes: SharedInformer<CachedNode>,
     pub(crate) api: Api<Node>,
-    pub(crate) pools: Mutex<Pools>,
+    /// The ledger, the blocks, the tracked, waiting and bad-data Nodes: see the rule above.
+    pub(crate) state: Mutex<State>,
     pub(crate) queue: Queue<Key>,
     pub(crate) recorder: EventRecorder,
     pub(crate) guard: LeaderGuard,
     pub(crate) metrics: AllocatorMetrics,
     /// PodCIDRClaims, unless `--pod-cidr-claims=false`.
     pub(crate) claims: Option<Claims>,
-    /// The blocks this leader may hand CIDRs out of, and the quarantine on earlier leaders' blocks.
-    pub(crate) blocks: Mutex<Blocks>,
     /// Held while a block's claim is created, so two workers never race to create one block.
     pub(crate) block_create: tokio::sync::Mutex<()>,
     /// Requests to the claim-ahead task (`claim_ahead.rs`), unless `--pod-cidr-claims=false`.
     pub(crate) claim_ahead: Option<tokio::sync::mpsc::Sender<ipnet::IpNet>>,
     /// Held while the Nodes of the quarantine are touched, so one pass runs at a time.
     pub(crate) voiding: tokio::sync::Mutex<()>,
-    pub(crate) tracking: Mutex<Tracking>,
-    /// Nodes waiting for a CIDR to be released; requeued at once when one is.
-    pub(crate) waiting: Mutex<BTreeSet<String>>,
-    /// The labels of waiting Nodes, as read when they were allocated, while a pool selects by label
-    /// (for the ClusterCIDR status's count of waiting Nodes per pool).
-    pub(crate) waiting_labels: Mutex<std::collections::HashMap<String, BTreeMap<String, String>>>,
-    /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts` and
-    /// `netcm_node_cidr_oversized`), and when their Events were published.
-    pub(crate) bad_data: Mutex<BadData>,
     pub(crate) record_assigned: bool,
-    /// ClusterCIDR pools, unless `--cluster-cidr-objects=false`.
-    pub(crate) cluster_cidrs: Option<Arc<crate::cluster_cidrs::ClusterCidrs>>,
+    /// Wakes the ClusterCIDR pool reconciler, unless `--cluster-cidr-objects=false`: a Node release may
+    /// have drained a deleted pool. A bare signal, so this module needs nothing of `cluster_cidrs`, which
+    /// builds on it.
+    pub(crate) pools_changed: Option<Arc<tokio::sync::Notify>>,
     /// `--cidr-release-hold`: how long a deleted Node's CIDRs stay out of allocation (zero: not at all).
     pub(crate) release_hold: std::time::Duration,
     /// Wakes the task that ends release holds ([`crate::release_hold`]) when one starts.
@@ -137,13 +136,6 @@ pub(crate) fn facts(node: &CachedNode) -> NodeFacts {
 impl Allocator {
     pub(crate) fn publish_usage(&self, pools: &Pools) {
         self.metrics.publish(&pools.stats());
-    }
-
-    /// Forgets the bad data of the Node `name`.
-    fn forget_bad_data(&self, name: &str) {
-        let mut bad_data = self.bad_data.lock();
-        bad_data.forget(name);
-        self.publish_bad_data(&bad_data);
     }
 
     fn publish_bad_data(&self, bad_data: &BadData) {
@@ -177,11 +169,12 @@ impl Allocator {
     ) -> Result<(), SyncError> {
         let mut held = Vec::new();
         let released = {
-            let mut pools = self.pools.lock();
+            let mut state = self.state.lock();
+            let pools = &mut state.pools;
             let released = match held_until {
                 Some(until) => {
                     held = pools.release_node_with_hold(uid, name, until);
-                    self.publish_usage(&pools);
+                    self.publish_usage(pools);
                     if !held.is_empty() {
                         self.release_hold_started.notify_one();
                         tracing::info!(controller = NAME, node = name, uid, cidrs = ?held.iter().map(ToString::to_string).collect::<Vec<_>>(), hold = ?self.release_hold, "holding the pod CIDRs of a deleted node before they are handed out again");
@@ -191,31 +184,35 @@ impl Allocator {
                 None => pools.release_node(uid),
             };
             if held_until.is_none() {
-                self.count_released(&pools, &released);
+                self.count_released(pools, &released);
             }
             released
         };
         if !held.is_empty() {
             self.record_release_hold(name, &held).await;
         }
-        self.tracking.lock().forget(name, uid);
-        self.forget_bad_data(name);
-        self.waiting.lock().remove(name);
+        {
+            let mut state = self.state.lock();
+            state.tracking.forget(name, uid);
+            state.bad_data.forget(name);
+            self.publish_bad_data(&state.bad_data);
+            state.waiting.remove(name);
+        }
         if released.is_empty() {
             return Ok(());
         }
         tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released the pod CIDRs of a deleted node");
         self.wake_waiting();
         // A draining ClusterCIDR may have lost its last holder: its finalizer can go now.
-        if let Some(cc) = &self.cluster_cidrs {
-            cc.changed.notify_one();
+        if let Some(changed) = &self.pools_changed {
+            changed.notify_one();
         }
         Ok(())
     }
 
     /// Requeues every Node waiting for a CIDR.
     pub(crate) fn wake_waiting(&self) {
-        let waiting: Vec<String> = self.waiting.lock().iter().cloned().collect();
+        let waiting: Vec<String> = self.state.lock().waiting.iter().cloned().collect();
         for w in waiting {
             self.queue.add(w.into());
         }
@@ -235,27 +232,36 @@ impl Allocator {
         } = PodCidrs::parse(raw);
         let subject = Subject { name, uid };
         let assessed = {
-            let mut pools = self.pools.lock();
-            pools.record_node(uid, &parsed);
-            self.publish_usage(&pools);
-            {
-                let mut tracking = self.tracking.lock();
-                tracking.track(name, pools.owner(uid).unwrap_or_else(|| uid.into()));
-                tracking.shown(name);
-            }
-            let mut bad_data = self.bad_data.lock();
-            let assessed = assess(&pools, &mut bad_data, subject, &unparsable, Instant::now());
-            self.publish_bad_data(&bad_data);
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            state.pools.record_node(uid, &parsed);
+            self.publish_usage(&state.pools);
+            let owner = state.pools.owner(uid).unwrap_or_else(|| uid.into());
+            state.tracking.track(name, owner);
+            state.tracking.shown(name);
+            let assessed = assess(
+                &state.pools,
+                &mut state.bad_data,
+                subject,
+                &unparsable,
+                Instant::now(),
+            );
+            self.publish_bad_data(&state.bad_data);
             assessed
         };
-        let plan = name_nodes(
-            assessed,
-            &self.tracking.lock(),
-            &self.bad_data.lock(),
-            subject,
-            &unparsable,
-        );
-        self.waiting.lock().remove(name);
+        // A turn of its own: when Events are due, naming the Nodes scans every tracked one.
+        let plan = {
+            let mut state = self.state.lock();
+            let plan = name_nodes(
+                assessed,
+                &state.tracking,
+                &state.bad_data,
+                subject,
+                &unparsable,
+            );
+            state.waiting.remove(name);
+            plan
+        };
         if plan.bad && plan.events.is_empty() {
             tracing::debug!(
                 controller = NAME,
@@ -286,7 +292,7 @@ impl Allocator {
     pub async fn sync_node(&self, name: &str) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(name);
         let facts = node.as_deref().map(facts);
-        let recorded = self.tracking.lock().recorded(name);
+        let recorded = self.state.lock().tracking.recorded(name);
         let decision = decide(facts.as_ref(), &recorded);
         // A Node of the quarantine that holds CIDRs is settled only once they are recorded (below):
         // settled first, the last one would free the quarantine's ranges with its CIDR in them.
@@ -319,7 +325,7 @@ impl Allocator {
 
     /// Marks the Node's successful write, so a sync before the cache shows it does not write again.
     pub(crate) fn mark_written(&self, name: &str, uid: &str) {
-        self.tracking.lock().mark_written(name, uid);
+        self.state.lock().tracking.mark_written(name, uid);
     }
 
     /// Marks every CIDR any cached Node holds before the first allocation.
@@ -337,7 +343,7 @@ impl Allocator {
         }
         self.existing_recorded
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let stats = self.pools.lock().stats();
+        let stats = self.state.lock().pools.stats();
         for s in &stats {
             tracing::info!(controller = NAME, cluster_cidr = %s.cluster_cidr, allocated = s.allocated, max = s.max, "cluster CIDR usage after recording existing nodes");
         }
@@ -355,11 +361,12 @@ impl Allocator {
         name: &str,
         e: IpamError,
     ) -> SyncError {
-        self.waiting.lock().insert(name.to_string());
+        self.state.lock().waiting.insert(name.to_string());
         tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
         // A pool may be full because a Node holds a pod CIDR wider than a node CIDR: name it here too.
         let blocking = {
-            let bad_data = self.bad_data.lock();
+            let state = self.state.lock();
+            let bad_data = &state.bad_data;
             let (named, all) = (bad_data.oversized_nodes(3), bad_data.oversized());
             if named.is_empty() {
                 String::new()

@@ -104,7 +104,7 @@ impl Allocator {
         name: &str,
         uid: &str,
     ) -> Result<PoolLabels, SyncError> {
-        if !self.pools.lock().selects_by_label() {
+        if !self.state.lock().pools.selects_by_label() {
             return Ok(PoolLabels::NotNeeded);
         }
         let live = self
@@ -137,7 +137,8 @@ impl Allocator {
         let mut voided = false;
         let cidrs = loop {
             let allocation = {
-                let mut pools = self.pools.lock();
+                let mut state = self.state.lock();
+                let pools = &mut state.pools;
                 let view = netcm_ipam::NodeView {
                     name,
                     labels: labels.as_ref().unwrap_or(&no_labels),
@@ -145,7 +146,7 @@ impl Allocator {
                 let a = pools.allocate_for(uid, &view);
                 if let Ok(a) = &a {
                     self.metrics.allocated(&a.pool, &a.fresh);
-                    self.publish_usage(&pools);
+                    self.publish_usage(pools);
                 }
                 a.map(|a| (a, pools.owner(uid)))
             };
@@ -159,7 +160,7 @@ impl Allocator {
                 }
                 // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
                 Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
-                    if !voided && self.blocks.lock().waiting_nodes() > 0 =>
+                    if !voided && self.state.lock().blocks.waiting_nodes() > 0 =>
                 {
                     let was_waiting = self.quarantine_waits_for(name);
                     self.void_late_writes().await?;
@@ -178,16 +179,18 @@ impl Allocator {
                     | netcm_ipam::Error::NoPool { .. }),
                 ) => {
                     if let Some(labels) = &labels {
-                        self.waiting_labels
+                        self.state
                             .lock()
+                            .waiting_labels
                             .insert(name.to_string(), labels.clone());
                     }
                     return Err(self.wait_for_cidr(node, name, e).await);
                 }
                 Err(e) => return Err(SyncError::NoCidrAvailable(e)),
             };
-            self.tracking
+            self.state
                 .lock()
+                .tracking
                 .track(name, owner.unwrap_or_else(|| uid.into()));
             let Some(claims) = &self.claims else {
                 break allocation.cidrs;
@@ -218,7 +221,8 @@ impl Allocator {
         cidrs: &[IpNet],
     ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
-            let block = block_of(*cidr, self.pools.lock().pool_of(*cidr).map(|(_, c)| c));
+            let cluster = self.state.lock().pools.pool_of(*cidr).map(|(_, c)| c);
+            let block = block_of(*cidr, cluster);
             if let Some(quarantined) = self.claim_block(claims, block).await? {
                 return Ok(Some(quarantined));
             }
@@ -234,26 +238,26 @@ impl Allocator {
         claims: &Claims,
         block: IpNet,
     ) -> Result<Option<IpNet>, SyncError> {
-        if self.blocks.lock().is_usable(&block) {
+        if self.state.lock().blocks.is_usable(&block) {
             return Ok(None);
         }
         // One create per block: a second worker's create of the same block would find it existing.
         let _creating = self.block_create.lock().await;
-        if self.blocks.lock().is_usable(&block) {
+        if self.state.lock().blocks.is_usable(&block) {
             return Ok(None);
         }
         self.guard.ensure_leader()?;
         match claims.claim_block(&block).await? {
             BlockClaim::Created => {
-                self.blocks.lock().created(block);
+                self.state.lock().blocks.created(block);
                 tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
             }
             BlockClaim::Existed => {
-                let mut blocks = self.blocks.lock();
-                if let Some(quarantined) = blocks.found_existing(block) {
-                    let mut pools = self.pools.lock();
-                    pools.hold(QUARANTINE_OWNER, quarantined);
-                    self.publish_usage(&pools);
+                let mut guard = self.state.lock();
+                let state = &mut *guard;
+                if let Some(quarantined) = state.blocks.found_existing(block) {
+                    state.pools.hold(QUARANTINE_OWNER, quarantined);
+                    self.publish_usage(&state.pools);
                     return Ok(Some(block));
                 }
             }

@@ -1,8 +1,8 @@
 //! Bad data on a Node — pod CIDRs that do not parse, lie outside every pool, overlap the service range
 //! or another Node's, or are wider than a node CIDR — as Warning Events and the
 //! `netcm_node_cidr_conflicts` and `netcm_node_cidr_oversized` gauges. Pure: [`plan`] decides from the
-//! pools and the tracked names what to publish and which Nodes to sync again ([`assess`] under the
-//! pools lock, [`name_nodes`] without it); the allocator does it.
+//! pools and the tracked names what to publish and which Nodes to sync again ([`assess`] and
+//! [`name_nodes`], each in its own turn of the allocator's state lock); the allocator does it.
 //!
 //! Bounded, because a kubelet can write such data and make its Node sync at will: every sync costs
 //! what the Node itself holds ([`Pools::has_problems`]); only when its Events are due — once per Node
@@ -153,7 +153,7 @@ pub(crate) fn plan(
     name_nodes(assessed, tracking, state, node, unparsable)
 }
 
-/// The first step of a plan, under the pools lock: whether `node` has bad data (flagged in `state`),
+/// The first step of a plan, in the turn that records the Node: whether `node` has bad data (flagged in `state`),
 /// and, if its Events are due at `now`, its problems. Costs what the Node holds, but for the bounded
 /// [`Pools::problems`] once per window.
 pub(crate) fn assess(
@@ -194,7 +194,7 @@ pub(crate) struct Assessed {
     due: Option<Problems>,
 }
 
-/// The second step of a plan, without the pools lock: the Events, naming the Nodes involved (one scan
+/// The second step of a plan, in a turn of its own: the Events, naming the Nodes involved (one scan
 /// of the tracked Nodes, when Events are due), and the Nodes to sync again.
 pub(crate) fn name_nodes(
     assessed: Assessed,

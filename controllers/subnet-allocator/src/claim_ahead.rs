@@ -27,13 +27,13 @@ impl Allocator {
             return;
         };
         for cidr in cidrs {
-            let Some(cluster) = self.pools.lock().pool_of(*cidr).map(|(_, c)| c) else {
+            let Some(cluster) = self.state.lock().pools.pool_of(*cidr).map(|(_, c)| c) else {
                 continue;
             };
             let Some(next) = claim_ahead_block(*cidr, cluster) else {
                 continue;
             };
-            if !self.blocks.lock().is_usable(&next) {
+            if !self.state.lock().blocks.is_usable(&next) {
                 // Full means requests are pending already; this one comes again with the next allocation.
                 let _ = requests.try_send(next);
             }

@@ -10,7 +10,8 @@
 //!
 //! The store keeps each object read once (`store.rs`), and a pass looks only at what changed since the
 //! last one (`pass.rs`): with thousands of objects, a pass that cloned and re-checked every one held the
-//! pools lock, which every allocation waits on, for a third of a second each second.
+//! allocator's state lock (then the pools lock), which every allocation waits on, for a third of a
+//! second each second.
 
 mod convert;
 mod pass;
@@ -100,8 +101,8 @@ impl kube::Resource for ClusterCidr {
 pub(crate) struct ClusterCidrs {
     api: Api<DynamicObject>,
     store: Mutex<Store>,
-    /// Wakes the reconciler (a Node released its CIDRs).
-    pub(crate) changed: Notify,
+    /// Wakes the reconciler (a Node released its CIDRs); shared with [`Allocator::pools_changed`].
+    pub(crate) changed: Arc<Notify>,
     /// False once a status write found no status subresource (node-ipam-controller's CRD).
     status_supported: AtomicBool,
     /// False once a status write came back without its conditions: the installed CRD predates them and
@@ -118,7 +119,7 @@ impl ClusterCidrs {
         Self {
             api: Api::all_with(client, &api_resource()),
             store: Mutex::new(Store::default()),
-            changed: Notify::new(),
+            changed: Arc::new(Notify::new()),
             status_supported: AtomicBool::new(true),
             conditions_supported: AtomicBool::new(true),
             seen: Mutex::new(Seen::default()),
@@ -212,7 +213,7 @@ impl Allocator {
 
     /// Brings the pools in line with the store and writes finalizers, Events and status.
     ///
-    /// Runs every second, so what it does under the pools lock is bounded by what changed: the pools
+    /// Runs every second, so what it does under the state lock is bounded by what changed: the pools
     /// are synced only when an object's pool or the pools' refusal epoch changed (else nothing but two
     /// numbers is read), and reports are made only of the pools it looks at — objects put since the
     /// last pass, live pools (their counts move with the Nodes) and refusals whose Event is due.
@@ -220,14 +221,15 @@ impl Allocator {
         let snap = cc.store.lock().snapshot();
         let now = Instant::now();
         let report = {
-            let mut pools = self.pools.lock();
+            let mut state = self.state.lock();
+            let pools = &mut state.pools;
             let must_sync = cc
                 .seen
                 .lock()
                 .must_sync(snap.pools_version, pools.refusal_epoch());
             must_sync.then(|| {
                 let report = pools.sync_objects(&snap.pools);
-                self.publish_usage(&pools);
+                self.publish_usage(pools);
                 cc.seen
                     .lock()
                     .synced(snap.pools_version, pools.refusal_epoch());
@@ -263,7 +265,8 @@ impl Allocator {
             entries
         };
         let reports: HashMap<&str, PoolReport> = {
-            let pools = self.pools.lock();
+            let state = self.state.lock();
+            let pools = &state.pools;
             entries
                 .iter()
                 .filter_map(|e| Some((e.name.as_str(), pools.report(&e.name)?)))
@@ -316,7 +319,7 @@ impl Allocator {
             // finalizer while Nodes still hold its CIDRs, and the status would count nothing. Look again.
             return false;
         }
-        if obj.deleting && has && self.pools.lock().drained(name) {
+        if obj.deleting && has && self.state.lock().pools.drained(name) {
             let f: Vec<String> = obj
                 .finalizers
                 .iter()
@@ -364,16 +367,17 @@ impl Allocator {
 
     /// How many waiting Nodes each pool selects.
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
-        let names: Vec<String> = self.waiting.lock().iter().cloned().collect();
-        // Drop the labels of Nodes no longer waiting. Held while `pools` is locked below; nothing takes
-        // this lock while holding `pools`, so the order cannot deadlock.
-        let mut labels = self.waiting_labels.lock();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let names: Vec<String> = state.waiting.iter().cloned().collect();
+        // Drop the labels of Nodes no longer waiting.
+        let labels = &mut state.waiting_labels;
         {
             let still_waiting: HashSet<&str> = names.iter().map(String::as_str).collect();
             labels.retain(|name, _| still_waiting.contains(name.as_str()));
         }
         let no_labels = BTreeMap::new();
-        let pools = self.pools.lock();
+        let pools = &state.pools;
         let mut out: HashMap<String, usize> = HashMap::new();
         for name in names {
             if self.nodes.get(&name).is_none() {

@@ -30,9 +30,9 @@ mod predecessor;
 mod release_hold;
 mod release_hold_record;
 mod startup;
+mod state;
 mod tracking;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::api::Api;
@@ -72,10 +72,13 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     } else {
         (None, None)
     };
+    let cluster_cidrs = flags
+        .cluster_cidr_objects
+        .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone())));
     let allocator = Arc::new(Allocator {
         nodes: ctx.nodes.clone(),
         api: Api::all(ctx.client.clone()),
-        pools: Mutex::new(pools),
+        state: Mutex::new(state::State::new(pools)),
         queue: queue.clone(),
         recorder: ctx.recorder.clone(),
         guard: ctx.leader.clone(),
@@ -83,18 +86,11 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         claims: flags
             .pod_cidr_claims
             .then(|| claims::Claims::new(ctx.client.clone())),
-        blocks: Mutex::new(blocks::Blocks::default()),
         block_create: tokio::sync::Mutex::new(()),
         claim_ahead,
         voiding: tokio::sync::Mutex::new(()),
-        tracking: Mutex::new(tracking::Tracking::default()),
-        waiting: Mutex::new(BTreeSet::new()),
-        waiting_labels: Mutex::new(std::collections::HashMap::new()),
-        bad_data: Mutex::new(bad_data::BadData::default()),
         record_assigned: flags.record_cidr_assigned_events,
-        cluster_cidrs: flags
-            .cluster_cidr_objects
-            .then(|| Arc::new(cluster_cidrs::ClusterCidrs::new(ctx.client.clone()))),
+        pools_changed: cluster_cidrs.as_ref().map(|cc| cc.changed.clone()),
         existing_recorded: Default::default(),
         release_hold: flags.cidr_release_hold,
         release_hold_started: tokio::sync::Notify::new(),
@@ -103,7 +99,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     // The first list of ClusterCIDRs is in the pools before any allocation: else a Node a pool selects
     // could get a CIDR from the flag pool.
     let mut pools_listed = None;
-    if let Some(cc) = allocator.cluster_cidrs.clone() {
+    if let Some(cc) = cluster_cidrs.clone() {
         let (listed, is_listed) = tokio::sync::watch::channel(false);
         pools_listed = Some(is_listed);
         let reconcile = allocator.clone();
@@ -129,7 +125,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     Ok(Some(
         controller
             .prepare(|shutdown| async move {
-                if let (Some(mut listed), Some(cc)) = (pools_listed, &prepare.cluster_cidrs) {
+                if let (Some(mut listed), Some(cc)) = (pools_listed, &cluster_cidrs) {
                     tokio::select! {
                         _ = shutdown.cancelled() => return Prepared::ShutDown,
                         _ = listed.wait_for(|l| *l) => {}

@@ -65,13 +65,13 @@ impl Allocator {
 
     /// The block of each of `cidrs` (its claim carries the record).
     fn blocks_of(&self, cidrs: &[IpNet]) -> Vec<(IpNet, IpNet)> {
-        let pools = self.pools.lock();
+        let state = self.state.lock();
         cidrs
             .iter()
             .map(|c| {
                 (
                     *c,
-                    block_of(*c, pools.pool_of(*c).map(|(_, cluster)| cluster)),
+                    block_of(*c, state.pools.pool_of(*c).map(|(_, cluster)| cluster)),
                 )
             })
             .collect()
@@ -129,7 +129,8 @@ impl Allocator {
         let now = jiff::Timestamp::now();
         let mut seen = HashSet::new();
         let mut restored = 0usize;
-        let mut pools = self.pools.lock();
+        let mut state = self.state.lock();
+        let pools = &mut state.pools;
         for claim in claims {
             let (records, unreadable) = record::parse(&claim.annotations);
             for key in unreadable {
@@ -151,8 +152,8 @@ impl Allocator {
                 }
             }
         }
-        self.publish_usage(&pools);
-        drop(pools);
+        self.publish_usage(pools);
+        drop(state);
         if restored > 0 {
             tracing::info!(
                 controller = NAME,
@@ -166,12 +167,13 @@ impl Allocator {
     /// Ends the release holds that are due; wakes the Nodes waiting for a CIDR when any ended.
     fn end_due_release_holds(&self) -> Vec<(String, Vec<IpNet>)> {
         let ended = {
-            let mut pools = self.pools.lock();
+            let mut state = self.state.lock();
+            let pools = &mut state.pools;
             let ended = pools.end_release_holds(Instant::now());
             for (_, cidrs) in &ended {
-                self.count_released(&pools, cidrs);
+                self.count_released(pools, cidrs);
             }
-            self.publish_usage(&pools);
+            self.publish_usage(pools);
             ended
         };
         if ended.is_empty() {
@@ -181,8 +183,8 @@ impl Allocator {
             tracing::info!(controller = NAME, node = %node, cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "the release hold of a deleted node's pod CIDRs ended; they can be handed out again");
         }
         self.wake_waiting();
-        if let Some(cc) = &self.cluster_cidrs {
-            cc.changed.notify_one();
+        if let Some(changed) = &self.pools_changed {
+            changed.notify_one();
         }
         ended
     }
@@ -191,7 +193,7 @@ impl Allocator {
 /// The task ending release holds on time, until `shutdown`.
 pub(crate) async fn run(allocator: Arc<Allocator>, shutdown: CancellationToken) {
     loop {
-        let next = allocator.pools.lock().next_release_hold_end();
+        let next = allocator.state.lock().pools.next_release_hold_end();
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(at.into()).await,

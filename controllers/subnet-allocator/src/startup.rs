@@ -71,14 +71,14 @@ impl Allocator {
         let blocks = Blocks::start(ranges, waiting);
         let waiting_nodes = blocks.waiting_nodes();
         {
-            let mut pools = self.pools.lock();
+            let mut state = self.state.lock();
             let quarantined = blocks.quarantined_ranges();
             if !quarantined.is_empty() {
-                pools.hold(QUARANTINE_OWNER, quarantined);
+                state.pools.hold(QUARANTINE_OWNER, quarantined);
             }
-            self.publish_usage(&pools);
+            self.publish_usage(&state.pools);
+            state.blocks = blocks;
         }
-        *self.blocks.lock() = blocks;
         self.metrics.quarantine_nodes.set(waiting_nodes as i64);
         if waiting_nodes > 0 {
             tracing::info!(
@@ -106,11 +106,11 @@ impl Allocator {
     /// Every sync calls it: without a quarantine it only takes the lock.
     pub(crate) fn settle_quarantine(&self, name: &str, uid: Option<&str>, has_cidrs: bool) {
         let ended = {
-            let mut blocks = self.blocks.lock();
-            if blocks.waiting_nodes() == 0 {
+            let mut state = self.state.lock();
+            if state.blocks.waiting_nodes() == 0 {
                 return;
             }
-            blocks.settle(name, uid, has_cidrs)
+            state.blocks.settle(name, uid, has_cidrs)
         };
         self.after_settling(ended);
     }
@@ -118,7 +118,12 @@ impl Allocator {
     /// Whether the quarantine still waits for Node `name` (a scan: only a sync that found no free CIDR
     /// outside the quarantine asks).
     pub(crate) fn quarantine_waits_for(&self, name: &str) -> bool {
-        self.blocks.lock().waiting().iter().any(|(n, _)| n == name)
+        self.state
+            .lock()
+            .blocks
+            .waiting()
+            .iter()
+            .any(|(n, _)| n == name)
     }
 
     /// Touches every Node the quarantine waits for, so no earlier leader's PATCH can land on it any more
@@ -132,7 +137,7 @@ impl Allocator {
     /// pod CIDRs is not voided: the quarantine keeps waiting for it (it gets CIDRs or goes).
     pub(crate) async fn void_late_writes(&self) -> Result<(), SyncError> {
         let _one_pass = self.voiding.lock().await;
-        let waiting = self.blocks.lock().waiting();
+        let waiting = self.state.lock().blocks.waiting();
         if waiting.is_empty() {
             return Ok(());
         }
@@ -152,7 +157,7 @@ impl Allocator {
                     continue;
                 }
             }
-            let ended = self.blocks.lock().voided(&name);
+            let ended = self.state.lock().blocks.voided(&name);
             self.after_settling(ended);
         }
         Ok(())
@@ -231,14 +236,14 @@ impl Allocator {
     fn after_settling(&self, ended: Option<Vec<IpNet>>) {
         self.metrics
             .quarantine_nodes
-            .set(self.blocks.lock().waiting_nodes() as i64);
+            .set(self.state.lock().blocks.waiting_nodes() as i64);
         let Some(ranges) = ended else {
             return;
         };
         {
-            let mut pools = self.pools.lock();
-            pools.release_node(QUARANTINE_OWNER);
-            self.publish_usage(&pools);
+            let mut state = self.state.lock();
+            state.pools.release_node(QUARANTINE_OWNER);
+            self.publish_usage(&state.pools);
         }
         tracing::info!(
             controller = NAME,
