@@ -28,6 +28,7 @@ pub mod flags;
 pub mod holder;
 pub mod metrics;
 pub mod netlink;
+pub mod options;
 pub mod ownership;
 pub mod protocols;
 pub mod standby;
@@ -48,7 +49,8 @@ use crate::flags::FlagError;
 use crate::ownership::Ownership;
 use crate::table::RouteSyncer;
 
-pub use flags::{Config, Flags, Options, RouteMode};
+pub use flags::{Config, Flags, RouteMode};
+pub use options::Options;
 pub use standby::StartupSweep;
 
 /// The controller's canonical name: its workqueue, metrics label and log field.
