@@ -94,9 +94,10 @@ impl NodeSync {
     }
 }
 
-/// The Node a destination is programmed (or tried) for, and the gateway it wants.
+/// The Node netcm routes a destination for (or tries to), and the gateway that Node wants: the
+/// `routed_for` of [`holder`].
 #[derive(Debug, Clone)]
-struct Claim {
+struct RoutedFor {
     node: String,
     gateway: IpAddr,
 }
@@ -106,7 +107,7 @@ struct State {
     /// netcm's routes in the table as far as netcm knows: destination → gateway.
     programmed: HashMap<IpNet, IpAddr>,
     /// Who each destination is programmed (or tried) for.
-    claims: HashMap<IpNet, Claim>,
+    routed_for: HashMap<IpNet, RoutedFor>,
     /// The destinations each Node asked for at its last sync or the last full reconcile, and those it
     /// no longer asks for whose route's delete failed.
     owned: HashMap<String, Vec<IpNet>>,
@@ -150,7 +151,7 @@ impl NotRouted {
     }
 }
 
-/// netcm's routes: the view, who claims what, what is netcm's, and the backend.
+/// netcm's routes: the view, whom each is routed for, what is netcm's, and the backend.
 pub struct RouteSyncer {
     backend: Arc<dyn Routes>,
     keys: Keys,
@@ -247,10 +248,10 @@ impl RouteSyncer {
         st.contenders.enter(name, wanted);
         let mut stale = Vec::new();
         for dst in before.into_iter().filter(|d| !wanted_dsts.contains(d)) {
-            if st.claims.get(&dst).map(|c| c.node.as_str()) != Some(name) {
+            if st.routed_for.get(&dst).map(|c| c.node.as_str()) != Some(name) {
                 continue;
             }
-            st.claims.remove(&dst);
+            st.routed_for.remove(&dst);
             if let Some(gw) = st.programmed.get(&dst) {
                 stale.push(Route {
                     destination: dst,
@@ -283,11 +284,11 @@ impl RouteSyncer {
                 }
                 Err(e) => {
                     self.metrics.error(Operation::Delete);
-                    // Keep the claim so the next sync tries again.
+                    // The route stays the Node's so the next sync tries again.
                     let mut st = self.state();
-                    st.claims.insert(
+                    st.routed_for.insert(
                         route.destination,
-                        Claim {
+                        RoutedFor {
                             node: name.to_string(),
                             gateway: route.gateway,
                         },
@@ -356,7 +357,7 @@ impl RouteSyncer {
             let dst = route.destination;
             let held_by_other = holder(
                 st.contenders.of(&dst),
-                st.claims.get(&dst).map(|c| c.node.as_str()),
+                st.routed_for.get(&dst).map(|c| c.node.as_str()),
                 st.programmed.get(&dst).copied(),
             )
             .filter(|h| h.node != name)
@@ -369,9 +370,9 @@ impl RouteSyncer {
             match held_by_other {
                 Some(reason) => Step::Conflict(reason),
                 None => {
-                    st.claims.insert(
+                    st.routed_for.insert(
                         route.destination,
-                        Claim {
+                        RoutedFor {
                             node: name.to_string(),
                             gateway: route.gateway,
                         },

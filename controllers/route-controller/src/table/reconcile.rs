@@ -154,8 +154,8 @@ impl RouteSyncer {
     /// destination is routed to once that Node no longer asks for it (its holder is decided afresh).
     fn record_wants(&self, owned: HashMap<String, Vec<IpNet>>, contenders: Contenders) {
         let mut st = self.state();
-        st.claims
-            .retain(|d, claim| contenders.contends(&claim.node, d));
+        st.routed_for
+            .retain(|d, routed| contenders.contends(&routed.node, d));
         st.owned = owned;
         st.contenders = contenders;
     }
