@@ -259,56 +259,11 @@ pub fn why_waiting(
         )
         .about([n]);
     }
-    if let Some(Ok(a)) = analysis {
-        if let Some(fam) = a.full.first() {
-            let full: Vec<&PoolStats> = a.stats.iter().filter(|p| p.family == *fam).collect();
-            let sizes: Vec<String> = full
-                .iter()
-                .map(|p| format!("{} is full ({}/{})", p.cluster_cidr, p.allocated, p.max))
-                .collect();
-            let fix = cluster_cidr_fix(s, &full);
-            let flag_pool: Vec<&PoolStats> = full
-                .iter()
-                .copied()
-                .filter(|p| p.pool == DEFAULT_POOL)
-                .collect();
-            let (blame, fix) = match oversized::blame(a, &flag_pool) {
-                Some(b) => {
-                    let fix = b.before(&fix);
-                    (b.text, fix)
-                }
-                None => (String::new(), fix),
-            };
-            return Finding::fail(
-                "waiting",
-                format!(
-                    "Node {n} has no pod CIDR: {} cluster CIDR {}{blame}",
-                    fam,
-                    sizes.join(", ")
-                ),
-                fix,
-            )
-            .about([n]);
-        }
+    if let Some(full) = full_pool_finding(s, analysis, &n) {
+        return full;
     }
-    let warning = s
-        .events_about(&n)
-        .into_iter()
-        .find(|e| e.type_.as_deref() == Some("Warning"));
-    if let Some(e) = warning {
-        let when = event_time(e)
-            .map(|t| format!(" {} ago", ago(s.now, t)))
-            .unwrap_or_default();
-        return Finding::fail(
-            "waiting",
-            format!(
-                "Node {n} has no pod CIDR: netcm recorded {}{when}: {}",
-                e.reason.as_deref().unwrap_or("?"),
-                e.note.as_deref().unwrap_or("")
-            ),
-            format!("act on the Event's message; then kubectl get events.events.k8s.io -A --field-selector regarding.name={n}"),
-        )
-        .about([n]);
+    if let Some(warning) = warning_event_finding(s, &n) {
+        return warning;
     }
     let age = node
         .metadata
@@ -336,6 +291,72 @@ pub fn why_waiting(
         ),
     )
     .about([n])
+}
+
+/// Node `n` waits on full cluster CIDRs (the first full family's): which are full, who is to blame if an
+/// oversized pod CIDR filled the flag's pool, and how to make room; `None` when no pool is full.
+fn full_pool_finding(
+    s: &Snapshot,
+    analysis: Option<&Result<Analysis, String>>,
+    n: &str,
+) -> Option<Finding> {
+    let Some(Ok(a)) = analysis else {
+        return None;
+    };
+    let fam = a.full.first()?;
+    let full: Vec<&PoolStats> = a.stats.iter().filter(|p| p.family == *fam).collect();
+    let sizes: Vec<String> = full
+        .iter()
+        .map(|p| format!("{} is full ({}/{})", p.cluster_cidr, p.allocated, p.max))
+        .collect();
+    let fix = cluster_cidr_fix(s, &full);
+    let flag_pool: Vec<&PoolStats> = full
+        .iter()
+        .copied()
+        .filter(|p| p.pool == DEFAULT_POOL)
+        .collect();
+    let (blame, fix) = match oversized::blame(a, &flag_pool) {
+        Some(b) => {
+            let fix = b.before(&fix);
+            (b.text, fix)
+        }
+        None => (String::new(), fix),
+    };
+    Some(
+        Finding::fail(
+            "waiting",
+            format!(
+                "Node {n} has no pod CIDR: {} cluster CIDR {}{blame}",
+                fam,
+                sizes.join(", ")
+            ),
+            fix,
+        )
+        .about([n]),
+    )
+}
+
+/// The first Warning Event netcm recorded about Node `n`, which says why it has no pod CIDR.
+fn warning_event_finding(s: &Snapshot, n: &str) -> Option<Finding> {
+    let e = s
+        .events_about(n)
+        .into_iter()
+        .find(|e| e.type_.as_deref() == Some("Warning"))?;
+    let when = event_time(e)
+        .map(|t| format!(" {} ago", ago(s.now, t)))
+        .unwrap_or_default();
+    Some(
+        Finding::fail(
+            "waiting",
+            format!(
+                "Node {n} has no pod CIDR: netcm recorded {}{when}: {}",
+                e.reason.as_deref().unwrap_or("?"),
+                e.note.as_deref().unwrap_or("")
+            ),
+            format!("act on the Event's message; then kubectl get events.events.k8s.io -A --field-selector regarding.name={n}"),
+        )
+        .about([n]),
+    )
 }
 
 /// Every Node without a pod CIDR, with why; one ✓ line when there is none.
