@@ -144,42 +144,7 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
     let mut findings: Vec<Finding> = a
         .stats
         .iter()
-        .map(|p| {
-            let pct = p.usage * 100.0;
-            let (line, fix) = if p.pool == DEFAULT_POOL {
-                let line = format!(
-                    "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
-                    p.cluster_cidr, p.family, p.allocated, p.max
-                );
-                (line, cluster_cidr_fix(s, &[p]))
-            } else {
-                let line = format!(
-                    "ClusterCIDR {}: {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
-                    p.pool, p.cluster_cidr, p.family, p.allocated, p.max
-                );
-                let fix = format!(
-                    "create another ClusterCIDR with an unused range for the Nodes that {} selects (kubectl get clustercidr {} -o yaml), or delete the Nodes that are gone",
-                    p.pool, p.pool
-                );
-                (line, fix)
-            };
-            let how = if p.allocated >= p.max {
-                "full"
-            } else if p.usage > NEARLY_FULL {
-                "over 90 %"
-            } else {
-                return Finding::ok("pool", line);
-            };
-            let (line, fix, nodes) = match oversized::blame(a, &[p]) {
-                Some(b) => (format!("{line}: {how}{}", b.text), b.before(&fix), b.nodes),
-                None => (format!("{line}: {how}"), fix, Vec::new()),
-            };
-            if p.allocated >= p.max {
-                Finding::fail("pool", line, fix).about(nodes)
-            } else {
-                Finding::warn("pool", line, fix).about(nodes)
-            }
-        })
+        .map(|p| usage_finding(s, a, from, p))
         .collect();
     findings.extend(space_findings(&a.stats));
     for (pool, why) in &a.refused {
@@ -204,6 +169,45 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
         ));
     }
     findings
+}
+
+/// One pool's usage, `from` saying where its cluster CIDR came from: Ok, over 90 % (warn) or full
+/// (fail), with the oversized pod CIDRs to blame and how to make room.
+fn usage_finding(s: &Snapshot, a: &Analysis, from: &str, p: &PoolStats) -> Finding {
+    let pct = p.usage * 100.0;
+    let (line, fix) = if p.pool == DEFAULT_POOL {
+        let line = format!(
+            "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
+            p.cluster_cidr, p.family, p.allocated, p.max
+        );
+        (line, cluster_cidr_fix(s, &[p]))
+    } else {
+        let line = format!(
+            "ClusterCIDR {}: {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
+            p.pool, p.cluster_cidr, p.family, p.allocated, p.max
+        );
+        let fix = format!(
+            "create another ClusterCIDR with an unused range for the Nodes that {} selects (kubectl get clustercidr {} -o yaml), or delete the Nodes that are gone",
+            p.pool, p.pool
+        );
+        (line, fix)
+    };
+    let how = if p.allocated >= p.max {
+        "full"
+    } else if p.usage > NEARLY_FULL {
+        "over 90 %"
+    } else {
+        return Finding::ok("pool", line);
+    };
+    let (line, fix, nodes) = match oversized::blame(a, &[p]) {
+        Some(b) => (format!("{line}: {how}{}", b.text), b.before(&fix), b.nodes),
+        None => (format!("{line}: {how}"), fix, Vec::new()),
+    };
+    if p.allocated >= p.max {
+        Finding::fail("pool", line, fix).about(nodes)
+    } else {
+        Finding::warn("pool", line, fix).about(nodes)
+    }
 }
 
 /// Whether a ClusterCIDR's `status` is one netcm wrote (it has a phase) without conditions: the
