@@ -28,6 +28,7 @@ pub mod flags;
 pub mod holder;
 pub mod metrics;
 pub mod netlink;
+pub mod options;
 pub mod ownership;
 pub mod protocols;
 pub mod standby;
@@ -48,7 +49,8 @@ use crate::flags::FlagError;
 use crate::ownership::Ownership;
 use crate::table::RouteSyncer;
 
-pub use flags::{Config, Flags, Options, RouteMode};
+pub use flags::{Config, Flags, RouteMode};
+pub use options::Options;
 pub use standby::StartupSweep;
 
 /// The controller's canonical name: its workqueue, metrics label and log field.
@@ -113,13 +115,44 @@ pub fn descriptor(
 /// synced it stops the standby's sweep and reconciles the whole table before the first Node sync, so
 /// syncs change only what differs.
 fn init(options: &Options, ctx: &InitContext) -> InitResult {
+    let config = checked_config(options, ctx)?;
+    let (backend, connection) =
+        netlink::NetlinkRoutes::open(config.table, config.protocol).map_err(InitError::new)?;
+    let (mut controller, changes) =
+        with_table_changes(Controller::new().service(connection), &config);
+    let routes = route_reconciler(ctx, &config, backend)?;
+    let (first, sweep) = (routes.clone(), options.sweep.clone());
+    controller = controller
+        .prepare(|_| async move {
+            // A standby's sweep must not delete anything once this process programs routes.
+            sweep.finish().await;
+            first.reconcile().await;
+            Prepared::Ready
+        })
+        .reconciler(routes.clone(), routes.queue.clone(), ctx.workers);
+    if let Some(writer) = routes.conditions.clone() {
+        let queue = writer.queue.clone();
+        controller = controller.reconciler(writer, queue, CONDITION_WORKERS);
+    }
+    let period = config.period;
+    let periodic = routes.clone();
+    controller = controller.task(move |shutdown| worker::periodic(periodic, period, shutdown));
+    if let Some(changes) = changes {
+        controller =
+            controller.task(move |shutdown| worker::watch_table(routes, changes, shutdown));
+    }
+    Ok(Some(controller))
+}
+
+/// The flags checked under `--leader-elect`, and the mode checked against what the process knows: a
+/// Node to report in node mode. Warns of the setups that run but are rarely meant.
+fn checked_config(options: &Options, ctx: &InitContext) -> Result<Config, InitError> {
     let config = options
         .flags
         .config(options.context(ctx.leader_elected))
         .map_err(|e| InitError::new(StartError::from(e)))?;
-    let own_node = ctx.node_name.clone();
     match config.mode {
-        RouteMode::Node if own_node.is_none() => {
+        RouteMode::Node if ctx.node_name.is_none() => {
             return Err(InitError::new(StartError::NoNodeName));
         }
         RouteMode::Node if config.cluster_cidrs.is_empty() => tracing::warn!(
@@ -134,23 +167,36 @@ fn init(options: &Options, ctx: &InitContext) -> InitResult {
         ),
         _ => {}
     }
-    let (backend, connection) =
-        netlink::NetlinkRoutes::open(config.table, config.protocol).map_err(InitError::new)?;
-    let mut controller = Controller::new().service(connection);
-    // Without notifications routes are still repaired, at the next full reconcile.
-    let changes: Option<BoxStream<'static, backend::TableChange>> = match netlink::watch(
-        config.table,
-        config.protocol,
-    ) {
-        Ok((changes, watch_connection)) => {
-            controller = controller.service(watch_connection);
-            Some(Box::pin(changes))
-        }
+    Ok(config)
+}
+
+/// `controller` with the kernel's notifications of changes to the table as a service, and their stream;
+/// no stream when they cannot be had.
+fn with_table_changes(
+    controller: Controller,
+    config: &Config,
+) -> (Controller, Option<BoxStream<'static, backend::TableChange>>) {
+    match netlink::watch(config.table, config.protocol) {
+        Ok((changes, watch_connection)) => (
+            controller.service(watch_connection),
+            Some(Box::pin(changes)),
+        ),
         Err(e) => {
+            // Without notifications routes are still repaired, at the next full reconcile.
             tracing::warn!(controller = NAME, error = %e, "no route notifications; routes changed by others are repaired at the next reconcile");
-            None
+            (controller, None)
         }
-    };
+    }
+}
+
+/// The Node syncs over `backend`, with the Node queue and, under `--set-node-network-unavailable`, the
+/// condition writer.
+fn route_reconciler(
+    ctx: &InitContext,
+    config: &Config,
+    backend: netlink::NetlinkRoutes,
+) -> Result<Arc<worker::RouteReconciler>, InitError> {
+    let own_node = ctx.node_name.clone();
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
@@ -173,35 +219,14 @@ fn init(options: &Options, ctx: &InitContext) -> InitResult {
         RouteMode::Gateway => worker::Reports::EveryNode,
         RouteMode::Node => worker::Reports::OwnNode(own_node.unwrap_or_default()),
     };
-    let routes = Arc::new(worker::RouteReconciler {
+    Ok(Arc::new(worker::RouteReconciler {
         syncer,
         nodes: ctx.nodes.clone(),
-        queue: queue.clone(),
-        conditions: conditions.clone(),
+        queue,
+        conditions,
         recorder: ctx.recorder.clone(),
         reports,
         resync: Arc::new(tokio::sync::Notify::new()),
         lease_prefix: config.keys.prefix.clone(),
-    });
-    let (first, sweep) = (routes.clone(), options.sweep.clone());
-    controller = controller
-        .prepare(|_| async move {
-            // A standby's sweep must not delete anything once this process programs routes.
-            sweep.finish().await;
-            first.reconcile().await;
-            Prepared::Ready
-        })
-        .reconciler(routes.clone(), queue, ctx.workers);
-    if let Some(writer) = conditions {
-        let queue = writer.queue.clone();
-        controller = controller.reconciler(writer, queue, CONDITION_WORKERS);
-    }
-    let period = config.period;
-    let periodic = routes.clone();
-    controller = controller.task(move |shutdown| worker::periodic(periodic, period, shutdown));
-    if let Some(changes) = changes {
-        controller =
-            controller.task(move |shutdown| worker::watch_table(routes, changes, shutdown));
-    }
-    Ok(Some(controller))
+    }))
 }

@@ -62,6 +62,21 @@ pub enum NodeOutcome {
     Failed(Vec<Failure>),
 }
 
+impl NodeOutcome {
+    /// How a Node that asks for `wanted` stands with `failures` left after its sync.
+    fn of(wanted: &NodeRoutes, failures: Vec<Failure>) -> Self {
+        if !wanted.wants_routes() {
+            Self::NotApplicable
+        } else if !failures.is_empty() {
+            Self::Failed(failures)
+        } else if !wanted.waiting.is_empty() {
+            Self::Waiting
+        } else {
+            Self::Routed
+        }
+    }
+}
+
 /// The result of one Node sync.
 #[derive(Debug)]
 pub struct NodeSync {
@@ -79,9 +94,10 @@ impl NodeSync {
     }
 }
 
-/// The Node a destination is programmed (or tried) for, and the gateway it wants.
+/// The Node netcm routes a destination for (or tries to), and the gateway that Node wants: the
+/// `routed_for` of [`holder`].
 #[derive(Debug, Clone)]
-struct Claim {
+struct RoutedFor {
     node: String,
     gateway: IpAddr,
 }
@@ -91,7 +107,7 @@ struct State {
     /// netcm's routes in the table as far as netcm knows: destination → gateway.
     programmed: HashMap<IpNet, IpAddr>,
     /// Who each destination is programmed (or tried) for.
-    claims: HashMap<IpNet, Claim>,
+    routed_for: HashMap<IpNet, RoutedFor>,
     /// The destinations each Node asked for at its last sync or the last full reconcile, and those it
     /// no longer asks for whose route's delete failed.
     owned: HashMap<String, Vec<IpNet>>,
@@ -135,7 +151,7 @@ impl NotRouted {
     }
 }
 
-/// netcm's routes: the view, who claims what, what is netcm's, and the backend.
+/// netcm's routes: the view, whom each is routed for, what is netcm's, and the backend.
 pub struct RouteSyncer {
     backend: Arc<dyn Routes>,
     keys: Keys,
@@ -211,32 +227,50 @@ impl RouteSyncer {
     ) -> Result<NodeSync, Fenced> {
         let _shared = self.table.read().await;
         let wanted = self.wanted(name, node);
-        let wanted_dsts: Vec<IpNet> = wanted.destinations().collect();
-
-        // Routes the Node asked for before and no longer does (or that netcm now refuses).
-        let stale: Vec<Route> = {
-            let mut st = self.state();
-            let before = st.owned.remove(name).unwrap_or_default();
-            st.contenders.withdraw(name, &before);
-            st.contenders.enter(name, &wanted);
-            let mut stale = Vec::new();
-            for dst in before.into_iter().filter(|d| !wanted_dsts.contains(d)) {
-                if st.claims.get(&dst).map(|c| c.node.as_str()) != Some(name) {
-                    continue;
-                }
-                st.claims.remove(&dst);
-                if let Some(gw) = st.programmed.get(&dst) {
-                    stale.push(Route {
-                        destination: dst,
-                        gateway: *gw,
-                    });
-                }
-            }
-            if !wanted_dsts.is_empty() {
-                st.owned.insert(name.to_string(), wanted_dsts.clone());
-            }
-            stale
+        let stale = self.record_node_wants(name, &wanted);
+        let delete_errors = self.delete_stale(name, stale).await?;
+        let failures = self.program_wanted(name, &wanted).await?;
+        let sync = NodeSync {
+            outcome: NodeOutcome::of(&wanted, failures),
+            delete_errors,
         };
+        self.record_sync(name, &sync);
+        Ok(sync)
+    }
+
+    /// Records what the Node asks for now and returns the routes it asked for before and no longer does
+    /// (or that netcm now refuses), among those netcm routes for it.
+    fn record_node_wants(&self, name: &str, wanted: &NodeRoutes) -> Vec<Route> {
+        let wanted_dsts: Vec<IpNet> = wanted.destinations().collect();
+        let mut st = self.state();
+        let before = st.owned.remove(name).unwrap_or_default();
+        st.contenders.withdraw(name, &before);
+        st.contenders.enter(name, wanted);
+        let mut stale = Vec::new();
+        for dst in before.into_iter().filter(|d| !wanted_dsts.contains(d)) {
+            if st.routed_for.get(&dst).map(|c| c.node.as_str()) != Some(name) {
+                continue;
+            }
+            st.routed_for.remove(&dst);
+            if let Some(gw) = st.programmed.get(&dst) {
+                stale.push(Route {
+                    destination: dst,
+                    gateway: *gw,
+                });
+            }
+        }
+        if !wanted_dsts.is_empty() {
+            st.owned.insert(name.to_string(), wanted_dsts);
+        }
+        stale
+    }
+
+    /// Deletes the Node's stale routes; the deletes that failed, whose routes stay the Node's.
+    async fn delete_stale(
+        &self,
+        name: &str,
+        stale: Vec<Route>,
+    ) -> Result<Vec<BackendError>, Fenced> {
         let mut delete_errors = Vec::new();
         for route in stale {
             self.guard.ensure_leader()?;
@@ -250,11 +284,11 @@ impl RouteSyncer {
                 }
                 Err(e) => {
                     self.metrics.error(Operation::Delete);
-                    // Keep the claim so the next sync tries again.
+                    // The route stays the Node's so the next sync tries again.
                     let mut st = self.state();
-                    st.claims.insert(
+                    st.routed_for.insert(
                         route.destination,
-                        Claim {
+                        RoutedFor {
                             node: name.to_string(),
                             gateway: route.gateway,
                         },
@@ -267,7 +301,16 @@ impl RouteSyncer {
                 }
             }
         }
+        Ok(delete_errors)
+    }
 
+    /// Programs every route the Node wants; the pod CIDRs left without a route, refused and unroutable
+    /// ones first.
+    async fn program_wanted(
+        &self,
+        name: &str,
+        wanted: &NodeRoutes,
+    ) -> Result<Vec<Failure>, Fenced> {
         let mut failures: Vec<Failure> = wanted
             .refused
             .iter()
@@ -289,20 +332,11 @@ impl RouteSyncer {
                 });
             }
         }
+        Ok(failures)
+    }
 
-        let outcome = if !wanted.wants_routes() {
-            NodeOutcome::NotApplicable
-        } else if !failures.is_empty() {
-            NodeOutcome::Failed(failures)
-        } else if !wanted.waiting.is_empty() {
-            NodeOutcome::Waiting
-        } else {
-            NodeOutcome::Routed
-        };
-        let sync = NodeSync {
-            outcome,
-            delete_errors,
-        };
+    /// Counts the sync's result in the failing Nodes, this host's faults and the gauges.
+    fn record_sync(&self, name: &str, sync: &NodeSync) {
         let mut st = self.state();
         if matches!(sync.outcome, NodeOutcome::Failed(_)) {
             st.failing.insert(name.to_string());
@@ -313,7 +347,6 @@ impl RouteSyncer {
             st.host_faults += 1;
         }
         self.publish_gauges(&st);
-        Ok(sync)
     }
 
     /// Makes one wanted route true in the table, if the Node holds its destination. The inner `Err` is
@@ -324,7 +357,7 @@ impl RouteSyncer {
             let dst = route.destination;
             let held_by_other = holder(
                 st.contenders.of(&dst),
-                st.claims.get(&dst).map(|c| c.node.as_str()),
+                st.routed_for.get(&dst).map(|c| c.node.as_str()),
                 st.programmed.get(&dst).copied(),
             )
             .filter(|h| h.node != name)
@@ -337,9 +370,9 @@ impl RouteSyncer {
             match held_by_other {
                 Some(reason) => Step::Conflict(reason),
                 None => {
-                    st.claims.insert(
+                    st.routed_for.insert(
                         route.destination,
-                        Claim {
+                        RoutedFor {
                             node: name.to_string(),
                             gateway: route.gateway,
                         },

@@ -70,6 +70,37 @@ fn user_agent() -> String {
 
 /// Reads everything the checks need.
 pub async fn gather(t: &Target) -> Gathered {
+    let (config, client, api) = match connect(t).await {
+        Ok(connected) => connected,
+        Err(api) => return Gathered::unreachable(api),
+    };
+    let server = config.cluster_url.to_string();
+    let snapshot = match read_snapshot(t, &client, &server).await {
+        Ok(s) => s,
+        Err(api) => return Gathered::unreachable(api),
+    };
+    let rbac = review_rbac(t, &client, config, &snapshot).await;
+    Gathered {
+        api,
+        snapshot: Some(snapshot),
+        rbac,
+    }
+}
+
+impl Gathered {
+    /// Only the API finding: the failure that stopped the reading.
+    fn unreachable(api: Finding) -> Self {
+        Self {
+            api,
+            snapshot: None,
+            rbac: Vec::new(),
+        }
+    }
+}
+
+/// A client with `t`'s timeouts, its configuration, and the API finding of a server that answered its
+/// version; `Err` is the failing API finding.
+async fn connect(t: &Target) -> Result<(kube::Config, kube::Client, Finding), Finding> {
     let opts = ClientOptions {
         kubeconfig: t.kubeconfig.clone(),
         master: t.master.clone(),
@@ -77,64 +108,47 @@ pub async fn gather(t: &Target) -> Gathered {
         burst: 100,
         user_agent: user_agent(),
     };
-    let mut config = match load_config(&opts).await {
-        Ok(c) => c,
-        Err(e) => {
-            return Gathered {
-                api: Finding::fail(
-                    "api",
-                    format!("no usable client configuration: {e}"),
-                    "pass --kubeconfig=<file> or --master=<url>, or set KUBECONFIG",
-                ),
-                snapshot: None,
-                rbac: Vec::new(),
-            }
-        }
-    };
+    let mut config = load_config(&opts).await.map_err(|e| {
+        Finding::fail(
+            "api",
+            format!("no usable client configuration: {e}"),
+            "pass --kubeconfig=<file> or --master=<url>, or set KUBECONFIG",
+        )
+    })?;
     config.connect_timeout = Some(t.timeout);
     config.read_timeout = Some(t.timeout);
     config.write_timeout = Some(t.timeout);
     let server = config.cluster_url.to_string();
-    let client = match client_for(config.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            return Gathered {
-                api: Finding::fail(
-                    "api",
-                    format!("cannot build a client for {server}: {e}"),
-                    unreachable_fix(&server, &e.to_string()),
-                ),
-                snapshot: None,
-                rbac: Vec::new(),
-            }
-        }
-    };
-    let version = match client.apiserver_version().await {
-        Ok(v) => v,
-        Err(e) => {
-            let msg = error_text(&e);
-            return Gathered {
-                api: Finding::fail(
-                    "api",
-                    format!("API server {server} unreachable: {msg}"),
-                    unreachable_fix(&server, &msg),
-                ),
-                snapshot: None,
-                rbac: Vec::new(),
-            };
-        }
-    };
+    let client = client_for(config.clone()).map_err(|e| {
+        Finding::fail(
+            "api",
+            format!("cannot build a client for {server}: {e}"),
+            unreachable_fix(&server, &e.to_string()),
+        )
+    })?;
+    let version = client.apiserver_version().await.map_err(|e| {
+        let msg = error_text(&e);
+        Finding::fail(
+            "api",
+            format!("API server {server} unreachable: {msg}"),
+            unreachable_fix(&server, &msg),
+        )
+    })?;
     let api = Finding::ok(
         "api",
         format!("API server {server} reachable ({})", version.git_version),
     );
+    Ok((config, client, api))
+}
 
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &t.lease_namespace);
-    let lease = match leases.get_opt(&t.lease_name).await {
-        Ok(Some(l)) => LeaseState::Found(Box::new(l)),
-        Ok(None) => LeaseState::NotFound,
-        Err(e) => LeaseState::Unreadable(error_text(&e)),
-    };
+/// The state the checks diagnose; `Err` is the failing API finding when the Nodes cannot be listed,
+/// without which no check can say anything.
+async fn read_snapshot(
+    t: &Target,
+    client: &kube::Client,
+    server: &str,
+) -> Result<Snapshot, Finding> {
+    let lease = read_lease(t, client).await;
     let published = match &lease {
         LeaseState::Found(l) => EffectiveConfiguration::from_lease(l),
         _ => None,
@@ -142,36 +156,20 @@ pub async fn gather(t: &Target) -> Gathered {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map(|l| l.items);
-    let nodes = match nodes {
-        Ok(n) => n,
-        Err(e) => {
+        .map(|l| l.items)
+        .map_err(|e| {
             let msg = error_text(&e);
-            return Gathered {
-                api: Finding::fail(
-                    "api",
-                    format!("cannot list Nodes on {server}: {msg}"),
-                    "run netcm check as a user who may list nodes (kubectl auth can-i list nodes)",
-                ),
-                snapshot: None,
-                rbac: Vec::new(),
-            };
-        }
-    };
-    let claims = read_claims(&client).await;
-    let (object_pools, pools_without_conditions) = read_object_pools(&client).await;
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter(|e| e.reporting_controller.as_deref() == Some("netcm"))
-                .collect()
-        })
-        .unwrap_or_default();
+            Finding::fail(
+                "api",
+                format!("cannot list Nodes on {server}: {msg}"),
+                "run netcm check as a user who may list nodes (kubectl auth can-i list nodes)",
+            )
+        })?;
+    let claims = read_claims(client).await;
+    let (object_pools, pools_without_conditions) = read_object_pools(client).await;
+    let events = read_events(client).await;
     let settings = Settings::resolve(&t.given, published.as_ref());
-    let snapshot = Snapshot {
+    Ok(Snapshot {
         now: jiff::Timestamp::now(),
         lease_namespace: t.lease_namespace.clone(),
         lease_name: t.lease_name.clone(),
@@ -182,13 +180,31 @@ pub async fn gather(t: &Target) -> Gathered {
         pools_without_conditions,
         events,
         settings,
-    };
-    let rbac = review_rbac(t, &client, config, &snapshot).await;
-    Gathered {
-        api,
-        snapshot: Some(snapshot),
-        rbac,
+    })
+}
+
+/// The leader election Lease.
+async fn read_lease(t: &Target, client: &kube::Client) -> LeaseState {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &t.lease_namespace);
+    match leases.get_opt(&t.lease_name).await {
+        Ok(Some(l)) => LeaseState::Found(Box::new(l)),
+        Ok(None) => LeaseState::NotFound,
+        Err(e) => LeaseState::Unreadable(error_text(&e)),
     }
+}
+
+/// netcm's Events in `default` (where Node Events go); none when they cannot be listed.
+async fn read_events(client: &kube::Client) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.reporting_controller.as_deref() == Some("netcm"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn client_for(config: kube::Config) -> Result<kube::Client, kube::Error> {

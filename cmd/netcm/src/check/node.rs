@@ -1,9 +1,14 @@
 //! `netcm check node NAME`: everything about one Node (its CIDRs and who wrote them, its claims, its
 //! flannel lease, its route condition, the Events netcm recorded on it) and the verdict in one sentence.
 
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+
 use super::pools::Analysis;
 use super::report::{Finding, Status};
-use super::snapshot::{ago, event_time, name, pod_cidrs, ClaimsState, Snapshot};
+use super::snapshot::{
+    ago, annotations, event_time, name, pod_cidrs, ClaimRecord, ClaimsState, Snapshot,
+};
 use super::{allocators, flannel, pools};
 
 /// The findings and the verdict for the Node `node_name`.
@@ -20,14 +25,104 @@ pub fn check(
         );
         return (vec![f], format!("no such Node: {node_name} does not exist"));
     };
-    let mut out = Vec::new();
+    let mut report = NodeReport::default();
     let (good, bad) = pod_cidrs(node);
     let cidrs: Vec<String> = good
         .iter()
         .map(ToString::to_string)
         .chain(bad.iter().cloned())
         .collect();
+    if cidrs.is_empty() {
+        report.problem(pools::why_waiting(s, analysis, node), "no pod CIDR");
+    } else {
+        pod_cidr_findings(&mut report, s, analysis, node, node_name, &cidrs, &good);
+    }
+    if let ClaimsState::Listed(claims) = &s.claims {
+        report.findings.push(claims_finding(claims, node));
+    }
+    lease_findings(&mut report, s, node, !good.is_empty());
+    route_findings(&mut report, s, node, node_name);
+    report.findings.extend(event_findings(s, node_name));
+    let verdict = report.verdict.unwrap_or_else(|| healthy(s, node, &cidrs));
+    (report.findings, verdict)
+}
+
+/// The findings about one Node so far, and its verdict: the first problem found, in the order the
+/// sections run.
+#[derive(Default)]
+struct NodeReport {
+    findings: Vec<Finding>,
+    verdict: Option<String>,
+}
+
+impl NodeReport {
+    /// A finding that is the verdict, as `what`, unless an earlier problem is.
+    fn problem(&mut self, f: Finding, what: &str) {
+        self.blame(&f, what);
+        self.findings.push(f);
+    }
+
+    /// The verdict is `f`, as `what`, unless an earlier problem is.
+    fn blame(&mut self, f: &Finding, what: &str) {
+        self.verdict.get_or_insert_with(|| sentence(f, what));
+    }
+}
+
+/// What the Node's pod CIDRs are and who wrote them; whether they are bad data, from its side or from a
+/// Node whose CIDR overlaps it; and whether an allocator other than netcm wrote them.
+fn pod_cidr_findings(
+    report: &mut NodeReport,
+    s: &Snapshot,
+    analysis: Option<&Result<Analysis, String>>,
+    node: &Node,
+    node_name: &str,
+    cidrs: &[String],
+    good: &[IpNet],
+) {
     let writers = allocators::pod_cidr_writers(node);
+    report
+        .findings
+        .push(held_finding(s, node, node_name, cidrs, &writers));
+    let bad_data = bad_data_findings(s, analysis, node_name);
+    let others = overlaps_from_others(s, analysis, node_name);
+    if let Some(first) = bad_data
+        .iter()
+        .chain(others.iter())
+        .find(|f| f.status == Status::Fail)
+    {
+        report.blame(first, "bad pod CIDR");
+    }
+    report.findings.extend(bad_data);
+    report.findings.extend(others);
+    // Inside another Node's oversized CIDR: that Node is to blame, not this one.
+    if let Some(Ok(a)) = analysis {
+        report.findings.extend(pools::inside_of(a, node_name, good));
+    }
+    if let Some(foreign) = writers
+        .iter()
+        .find(|w| w.manager != allocators::NETCM_MANAGER)
+    {
+        let f = Finding::fail(
+            "allocators",
+            format!(
+                "Node {node_name}'s pod CIDRs were written by field manager {:?}, not netcm",
+                foreign.manager
+            ),
+            allocators::how_to_stop(&foreign.manager),
+        )
+        .about([node_name]);
+        report.problem(f, "another allocator");
+    }
+}
+
+/// The Node, its age and its pod CIDRs with the field managers that wrote them.
+fn held_finding(
+    s: &Snapshot,
+    node: &Node,
+    node_name: &str,
+    cidrs: &[String],
+    writers: &[allocators::Writer],
+) -> Finding {
     let written_by: Vec<String> = writers
         .iter()
         .map(|w| match w.time {
@@ -42,121 +137,103 @@ pub fn check(
         .as_ref()
         .map(|t| ago(s.now, t.0))
         .unwrap_or_else(|| "?".into());
-    let mut verdict: Option<String> = None;
-
-    if cidrs.is_empty() {
-        let why = pools::why_waiting(s, analysis, node);
-        verdict = Some(sentence(&why, "no pod CIDR"));
-        out.push(why);
-    } else {
-        out.push(Finding::ok(
-            "node",
-            format!(
-                "Node {node_name} (UID {uid}, {age} old) has pod CIDR(s) {}{}",
-                cidrs.join(","),
-                if written_by.is_empty() {
-                    String::new()
-                } else {
-                    format!(", written by {}", written_by.join(", "))
-                }
-            ),
-        ));
-        let bad_data: Vec<Finding> = match analysis {
-            Some(Ok(a)) => a
-                .oversized
-                .get(node_name)
-                .map(|o| pools::oversized_finding(node_name, o))
-                .into_iter()
-                .chain(
-                    a.bad
-                        .iter()
-                        .filter(|(n, _)| n.as_str() == node_name)
-                        .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f)),
-                )
-                .collect(),
-            _ => pools::check_bad_data(s, analysis)
-                .into_iter()
-                .filter(|f| f.status != Status::Ok && f.nodes.iter().any(|n| n == node_name))
-                .collect(),
-        };
-        // Overlaps found from the other Node's side name this Node too.
-        let others: Vec<Finding> = match analysis {
-            Some(Ok(a)) => a
-                .bad
-                .iter()
-                .filter(|(n, _)| n.as_str() != node_name)
-                .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f))
-                .filter(|f| f.nodes.iter().any(|n| n == node_name))
-                .collect(),
-            _ => Vec::new(),
-        };
-        if let Some(first) = bad_data
-            .iter()
-            .chain(others.iter())
-            .find(|f| f.status == Status::Fail)
-        {
-            verdict.get_or_insert_with(|| sentence(first, "bad pod CIDR"));
-        }
-        out.extend(bad_data);
-        out.extend(others);
-        // Inside another Node's oversized CIDR: that Node is to blame, not this one.
-        if let Some(Ok(a)) = analysis {
-            out.extend(pools::inside_of(a, node_name, &good));
-        }
-        if let Some(foreign) = writers
-            .iter()
-            .find(|w| w.manager != allocators::NETCM_MANAGER)
-        {
-            let f = Finding::fail(
-                "allocators",
-                format!(
-                    "Node {node_name}'s pod CIDRs were written by field manager {:?}, not netcm",
-                    foreign.manager
-                ),
-                allocators::how_to_stop(&foreign.manager),
-            )
-            .about([node_name]);
-            verdict.get_or_insert_with(|| sentence(&f, "another allocator"));
-            out.push(f);
-        }
-    }
-    if let ClaimsState::Listed(claims) = &s.claims {
-        let held = super::snapshot::pod_cidrs(node).0;
-        let covering: Vec<String> = claims
-            .iter()
-            .filter(|c| {
-                c.cidr
-                    .parse::<ipnet::IpNet>()
-                    .is_ok_and(|block| held.iter().any(|h| block.contains(h)))
-            })
-            .map(|c| format!("{} ({})", c.name, c.cidr))
-            .collect();
-        out.push(Finding::ok(
-            "claims",
-            if covering.is_empty() {
-                "no PodCIDRClaim covers this Node's pod CIDRs".to_string()
+    Finding::ok(
+        "node",
+        format!(
+            "Node {node_name} (UID {uid}, {age} old) has pod CIDR(s) {}{}",
+            cidrs.join(","),
+            if written_by.is_empty() {
+                String::new()
             } else {
-                format!(
-                    "its pod CIDRs lie in PodCIDRClaim(s): {}",
-                    covering.join(", ")
-                )
-            },
-        ));
+                format!(", written by {}", written_by.join(", "))
+            }
+        ),
+    )
+}
+
+/// The bad data found on the Node's own pod CIDRs: from the analysis when there is one, else every
+/// bad-data check that is not Ok and names the Node.
+fn bad_data_findings(
+    s: &Snapshot,
+    analysis: Option<&Result<Analysis, String>>,
+    node_name: &str,
+) -> Vec<Finding> {
+    match analysis {
+        Some(Ok(a)) => a
+            .oversized
+            .get(node_name)
+            .map(|o| pools::oversized_finding(node_name, o))
+            .into_iter()
+            .chain(
+                a.bad
+                    .iter()
+                    .filter(|(n, _)| n.as_str() == node_name)
+                    .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f)),
+            )
+            .collect(),
+        _ => pools::check_bad_data(s, analysis)
+            .into_iter()
+            .filter(|f| f.status != Status::Ok && f.nodes.iter().any(|n| n == node_name))
+            .collect(),
     }
+}
+
+/// Overlaps found from the other Node's side, which name this Node too.
+fn overlaps_from_others(
+    s: &Snapshot,
+    analysis: Option<&Result<Analysis, String>>,
+    node_name: &str,
+) -> Vec<Finding> {
+    match analysis {
+        Some(Ok(a)) => a
+            .bad
+            .iter()
+            .filter(|(n, _)| n.as_str() != node_name)
+            .flat_map(|(n, (u, f))| pools::bad_data_finding(s, n, u, f))
+            .filter(|f| f.nodes.iter().any(|n| n == node_name))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The PodCIDRClaims whose blocks hold the Node's pod CIDRs.
+fn claims_finding(claims: &[ClaimRecord], node: &Node) -> Finding {
+    let held = pod_cidrs(node).0;
+    let covering: Vec<String> = claims
+        .iter()
+        .filter(|c| {
+            c.cidr
+                .parse::<IpNet>()
+                .is_ok_and(|block| held.iter().any(|h| block.contains(h)))
+        })
+        .map(|c| format!("{} ({})", c.name, c.cidr))
+        .collect();
+    Finding::ok(
+        "claims",
+        if covering.is_empty() {
+            "no PodCIDRClaim covers this Node's pod CIDRs".to_string()
+        } else {
+            format!(
+                "its pod CIDRs lie in PodCIDRClaim(s): {}",
+                covering.join(", ")
+            )
+        },
+    )
+}
+
+/// The Node's flannel lease: its problem, or, for a Node with pod CIDRs, the public IPs it publishes.
+fn lease_findings(report: &mut NodeReport, s: &Snapshot, node: &Node, has_pod_cidrs: bool) {
     match flannel::lease_problem(s, node) {
-        Some(f) => {
-            verdict.get_or_insert_with(|| sentence(&f, "lease"));
-            out.push(f);
-        }
-        None if !good.is_empty() => {
+        Some(f) => report.problem(f, "lease"),
+        None if has_pod_cidrs => {
             if let Ok(cfg) = &s.settings.syncer {
-                let a = super::snapshot::annotations(node);
+                let a = annotations(node);
                 let ips: Vec<&str> = [&cfg.keys.public_ip, &cfg.keys.public_ipv6]
                     .iter()
                     .filter_map(|k| a.get(*k).map(String::as_str))
                     .collect();
                 if !ips.is_empty() {
-                    out.push(Finding::ok(
+                    report.findings.push(Finding::ok(
                         "leases",
                         format!("flannel lease current, public IP {}", ips.join(", ")),
                     ));
@@ -165,51 +242,64 @@ pub fn check(
         }
         None => {}
     }
-    if let Some((status, reason, message)) = flannel::network_condition(node) {
-        if status == "True" && reason == "NoRouteCreated" {
-            let f = flannel::check_routes(s)
-                .into_iter()
-                .find(|f| f.nodes.iter().any(|n| n == node_name));
-            if let Some(f) = f {
-                verdict.get_or_insert_with(|| sentence(&f, "no route"));
-                out.push(f);
-            }
-        } else {
-            out.push(Finding::ok(
-                "routes",
-                format!("NetworkUnavailable={status} ({reason}: {message})"),
-            ));
+}
+
+/// The Node's NetworkUnavailable condition, and the route check that explains NoRouteCreated.
+fn route_findings(report: &mut NodeReport, s: &Snapshot, node: &Node, node_name: &str) {
+    let Some((status, reason, message)) = flannel::network_condition(node) else {
+        return;
+    };
+    if status == "True" && reason == "NoRouteCreated" {
+        let f = flannel::check_routes(s)
+            .into_iter()
+            .find(|f| f.nodes.iter().any(|n| n == node_name));
+        if let Some(f) = f {
+            report.problem(f, "no route");
         }
+    } else {
+        report.findings.push(Finding::ok(
+            "routes",
+            format!("NetworkUnavailable={status} ({reason}: {message})"),
+        ));
     }
-    for e in s.events_about(node_name).into_iter().take(5) {
-        let when = event_time(e)
-            .map(|t| format!("{} ago", ago(s.now, t)))
-            .unwrap_or_default();
-        let line = format!(
-            "Event {} {} {when}: {}",
-            e.type_.as_deref().unwrap_or("?"),
-            e.reason.as_deref().unwrap_or("?"),
-            e.note.as_deref().unwrap_or("")
-        );
-        out.push(if e.type_.as_deref() == Some("Warning") {
-            Finding::warn("events", line, format!("kubectl get events.events.k8s.io -A --field-selector regarding.name={node_name}"))
-        } else {
-            Finding::ok("events", line)
-        });
-    }
-    let verdict = verdict.unwrap_or_else(|| {
-        format!(
-            "healthy: Node {} holds {}{}",
-            name(node),
-            cidrs.join(","),
-            if s.has_leader() {
-                ""
+}
+
+/// The latest Events netcm recorded about the Node, a Warning with the command that lists them all.
+fn event_findings(s: &Snapshot, node_name: &str) -> Vec<Finding> {
+    s.events_about(node_name)
+        .into_iter()
+        .take(5)
+        .map(|e| {
+            let when = event_time(e)
+                .map(|t| format!("{} ago", ago(s.now, t)))
+                .unwrap_or_default();
+            let line = format!(
+                "Event {} {} {when}: {}",
+                e.type_.as_deref().unwrap_or("?"),
+                e.reason.as_deref().unwrap_or("?"),
+                e.note.as_deref().unwrap_or("")
+            );
+            if e.type_.as_deref() == Some("Warning") {
+                Finding::warn("events", line, format!("kubectl get events.events.k8s.io -A --field-selector regarding.name={node_name}"))
             } else {
-                " (but no netcm leads: see netcm check)"
+                Finding::ok("events", line)
             }
-        )
-    });
-    (out, verdict)
+        })
+        .collect()
+}
+
+/// The verdict of a Node with no problem.
+fn healthy(s: &Snapshot, node: &Node, cidrs: &[String]) -> String {
+    format!(
+        "healthy: Node {} holds {}{}",
+        name(node),
+        cidrs.join(","),
+        if s.has_leader() {
+            ""
+        } else {
+            " (but no netcm leads: see netcm check)"
+        }
+    )
 }
 
 /// "what: message; fix" as one sentence.

@@ -144,42 +144,7 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
     let mut findings: Vec<Finding> = a
         .stats
         .iter()
-        .map(|p| {
-            let pct = p.usage * 100.0;
-            let (line, fix) = if p.pool == DEFAULT_POOL {
-                let line = format!(
-                    "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
-                    p.cluster_cidr, p.family, p.allocated, p.max
-                );
-                (line, cluster_cidr_fix(s, &[p]))
-            } else {
-                let line = format!(
-                    "ClusterCIDR {}: {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
-                    p.pool, p.cluster_cidr, p.family, p.allocated, p.max
-                );
-                let fix = format!(
-                    "create another ClusterCIDR with an unused range for the Nodes that {} selects (kubectl get clustercidr {} -o yaml), or delete the Nodes that are gone",
-                    p.pool, p.pool
-                );
-                (line, fix)
-            };
-            let how = if p.allocated >= p.max {
-                "full"
-            } else if p.usage > NEARLY_FULL {
-                "over 90 %"
-            } else {
-                return Finding::ok("pool", line);
-            };
-            let (line, fix, nodes) = match oversized::blame(a, &[p]) {
-                Some(b) => (format!("{line}: {how}{}", b.text), b.before(&fix), b.nodes),
-                None => (format!("{line}: {how}"), fix, Vec::new()),
-            };
-            if p.allocated >= p.max {
-                Finding::fail("pool", line, fix).about(nodes)
-            } else {
-                Finding::warn("pool", line, fix).about(nodes)
-            }
-        })
+        .map(|p| usage_finding(s, a, from, p))
         .collect();
     findings.extend(space_findings(&a.stats));
     for (pool, why) in &a.refused {
@@ -204,6 +169,45 @@ pub fn check_pools(s: &Snapshot, analysis: Option<&Result<Analysis, String>>) ->
         ));
     }
     findings
+}
+
+/// One pool's usage, `from` saying where its cluster CIDR came from: Ok, over 90 % (warn) or full
+/// (fail), with the oversized pod CIDRs to blame and how to make room.
+fn usage_finding(s: &Snapshot, a: &Analysis, from: &str, p: &PoolStats) -> Finding {
+    let pct = p.usage * 100.0;
+    let (line, fix) = if p.pool == DEFAULT_POOL {
+        let line = format!(
+            "{from} cluster CIDR {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
+            p.cluster_cidr, p.family, p.allocated, p.max
+        );
+        (line, cluster_cidr_fix(s, &[p]))
+    } else {
+        let line = format!(
+            "ClusterCIDR {}: {} ({}): {}/{} node CIDRs in use ({pct:.0} %)",
+            p.pool, p.cluster_cidr, p.family, p.allocated, p.max
+        );
+        let fix = format!(
+            "create another ClusterCIDR with an unused range for the Nodes that {} selects (kubectl get clustercidr {} -o yaml), or delete the Nodes that are gone",
+            p.pool, p.pool
+        );
+        (line, fix)
+    };
+    let how = if p.allocated >= p.max {
+        "full"
+    } else if p.usage > NEARLY_FULL {
+        "over 90 %"
+    } else {
+        return Finding::ok("pool", line);
+    };
+    let (line, fix, nodes) = match oversized::blame(a, &[p]) {
+        Some(b) => (format!("{line}: {how}{}", b.text), b.before(&fix), b.nodes),
+        None => (format!("{line}: {how}"), fix, Vec::new()),
+    };
+    if p.allocated >= p.max {
+        Finding::fail("pool", line, fix).about(nodes)
+    } else {
+        Finding::warn("pool", line, fix).about(nodes)
+    }
 }
 
 /// Whether a ClusterCIDR's `status` is one netcm wrote (it has a phase) without conditions: the
@@ -259,56 +263,11 @@ pub fn why_waiting(
         )
         .about([n]);
     }
-    if let Some(Ok(a)) = analysis {
-        if let Some(fam) = a.full.first() {
-            let full: Vec<&PoolStats> = a.stats.iter().filter(|p| p.family == *fam).collect();
-            let sizes: Vec<String> = full
-                .iter()
-                .map(|p| format!("{} is full ({}/{})", p.cluster_cidr, p.allocated, p.max))
-                .collect();
-            let fix = cluster_cidr_fix(s, &full);
-            let flag_pool: Vec<&PoolStats> = full
-                .iter()
-                .copied()
-                .filter(|p| p.pool == DEFAULT_POOL)
-                .collect();
-            let (blame, fix) = match oversized::blame(a, &flag_pool) {
-                Some(b) => {
-                    let fix = b.before(&fix);
-                    (b.text, fix)
-                }
-                None => (String::new(), fix),
-            };
-            return Finding::fail(
-                "waiting",
-                format!(
-                    "Node {n} has no pod CIDR: {} cluster CIDR {}{blame}",
-                    fam,
-                    sizes.join(", ")
-                ),
-                fix,
-            )
-            .about([n]);
-        }
+    if let Some(full) = full_pool_finding(s, analysis, &n) {
+        return full;
     }
-    let warning = s
-        .events_about(&n)
-        .into_iter()
-        .find(|e| e.type_.as_deref() == Some("Warning"));
-    if let Some(e) = warning {
-        let when = event_time(e)
-            .map(|t| format!(" {} ago", ago(s.now, t)))
-            .unwrap_or_default();
-        return Finding::fail(
-            "waiting",
-            format!(
-                "Node {n} has no pod CIDR: netcm recorded {}{when}: {}",
-                e.reason.as_deref().unwrap_or("?"),
-                e.note.as_deref().unwrap_or("")
-            ),
-            format!("act on the Event's message; then kubectl get events.events.k8s.io -A --field-selector regarding.name={n}"),
-        )
-        .about([n]);
+    if let Some(warning) = warning_event_finding(s, &n) {
+        return warning;
     }
     let age = node
         .metadata
@@ -336,6 +295,72 @@ pub fn why_waiting(
         ),
     )
     .about([n])
+}
+
+/// Node `n` waits on full cluster CIDRs (the first full family's): which are full, who is to blame if an
+/// oversized pod CIDR filled the flag's pool, and how to make room; `None` when no pool is full.
+fn full_pool_finding(
+    s: &Snapshot,
+    analysis: Option<&Result<Analysis, String>>,
+    n: &str,
+) -> Option<Finding> {
+    let Some(Ok(a)) = analysis else {
+        return None;
+    };
+    let fam = a.full.first()?;
+    let full: Vec<&PoolStats> = a.stats.iter().filter(|p| p.family == *fam).collect();
+    let sizes: Vec<String> = full
+        .iter()
+        .map(|p| format!("{} is full ({}/{})", p.cluster_cidr, p.allocated, p.max))
+        .collect();
+    let fix = cluster_cidr_fix(s, &full);
+    let flag_pool: Vec<&PoolStats> = full
+        .iter()
+        .copied()
+        .filter(|p| p.pool == DEFAULT_POOL)
+        .collect();
+    let (blame, fix) = match oversized::blame(a, &flag_pool) {
+        Some(b) => {
+            let fix = b.before(&fix);
+            (b.text, fix)
+        }
+        None => (String::new(), fix),
+    };
+    Some(
+        Finding::fail(
+            "waiting",
+            format!(
+                "Node {n} has no pod CIDR: {} cluster CIDR {}{blame}",
+                fam,
+                sizes.join(", ")
+            ),
+            fix,
+        )
+        .about([n]),
+    )
+}
+
+/// The first Warning Event netcm recorded about Node `n`, which says why it has no pod CIDR.
+fn warning_event_finding(s: &Snapshot, n: &str) -> Option<Finding> {
+    let e = s
+        .events_about(n)
+        .into_iter()
+        .find(|e| e.type_.as_deref() == Some("Warning"))?;
+    let when = event_time(e)
+        .map(|t| format!(" {} ago", ago(s.now, t)))
+        .unwrap_or_default();
+    Some(
+        Finding::fail(
+            "waiting",
+            format!(
+                "Node {n} has no pod CIDR: netcm recorded {}{when}: {}",
+                e.reason.as_deref().unwrap_or("?"),
+                e.note.as_deref().unwrap_or("")
+            ),
+            format!("act on the Event's message; then kubectl get events.events.k8s.io -A --field-selector regarding.name={n}"),
+        )
+        .about([n]),
+    )
 }
 
 /// Every Node without a pod CIDR, with why; one ✓ line when there is none.

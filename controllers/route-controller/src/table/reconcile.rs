@@ -42,6 +42,19 @@ impl ReconcileReport {
     }
 }
 
+/// What every Node asks for, as one full reconcile reads the Nodes.
+#[derive(Default)]
+struct EveryNodeWants {
+    /// Every destination some Node asks for.
+    destinations: HashSet<IpNet>,
+    /// The Nodes to sync again.
+    requeue: Vec<String>,
+    /// The destinations each Node asks for (Nodes that ask for none left out).
+    owned: HashMap<String, Vec<IpNet>>,
+    /// Every Node that asks for each destination.
+    contenders: Contenders,
+}
+
 impl RouteSyncer {
     /// A full reconcile against the listing of the table: deletes routes of netcm's that no Node wants
     /// (only those netcm is responsible for) and reports the Nodes to sync again. `Err` when the table
@@ -73,61 +86,27 @@ impl RouteSyncer {
             .flatten()
             .map(|r| (r.destination, r.gateway))
             .collect();
+        let wants = self.every_node_wants(&nodes, &actual);
         let mut report = ReconcileReport {
             nodes: nodes.len(),
+            requeue: wants.requeue,
             ..ReconcileReport::default()
         };
-        let mut wanted: HashSet<IpNet> = HashSet::new();
-        let (mut owned, mut contenders) = (HashMap::new(), Contenders::default());
-        let failing = self.state().failing.clone();
-        for node in &nodes {
-            let name = node.name().to_string();
-            let want = self.wanted(&name, Some(node));
-            let destinations: Vec<IpNet> = want.destinations().collect();
-            wanted.extend(&destinations);
-            let differs = want
-                .routes
-                .iter()
-                .any(|r| actual.get(&r.destination) != Some(&r.gateway));
-            if differs || failing.contains(&name) || !want.refused.is_empty() {
-                report.requeue.push(name.clone());
-            }
-            if !destinations.is_empty() {
-                contenders.enter(&name, &want);
-                owned.insert(name, destinations);
-            }
-        }
         // Also when the table cannot be listed: the first syncs must know every Node that asks for a
         // destination.
-        self.record_wants(owned, contenders);
+        self.record_wants(wants.owned, wants.contenders);
         let listed = listed?;
         let orphans: Vec<Route> = listed
             .iter()
             .filter(|r| {
-                !wanted.contains(&r.destination) && self.ownership.is_responsible(&r.destination)
+                !wants.destinations.contains(&r.destination)
+                    && self.ownership.is_responsible(&r.destination)
             })
             .copied()
             .collect();
-        let results: Vec<(Route, Result<(), BackendError>)> = futures::stream::iter(orphans)
-            .map(|route| async move {
-                if let Err(e) = self.guard.ensure_leader() {
-                    return (
-                        route,
-                        Err(BackendError::Refused {
-                            operation: "delete",
-                            subject: route.to_string(),
-                            message: e.to_string(),
-                        }),
-                    );
-                }
-                (route, self.backend.delete_route(route).await)
-            })
-            .buffer_unordered(MAX_CONCURRENT_DELETES)
-            .collect()
-            .await;
         let mut programmed = actual;
         let mut host_faults = 0;
-        for (route, result) in results {
+        for (route, result) in self.delete_orphans(orphans).await {
             match result {
                 Ok(()) => {
                     programmed.remove(&route.destination);
@@ -150,12 +129,63 @@ impl RouteSyncer {
         Ok(report)
     }
 
+    /// What every Node in `nodes` asks for, and which of them to sync again: those whose routes differ
+    /// from the table (`actual`), whose last sync failed, or that have a refused pod CIDR.
+    fn every_node_wants(
+        &self,
+        nodes: &[Arc<CachedNode>],
+        actual: &HashMap<IpNet, IpAddr>,
+    ) -> EveryNodeWants {
+        let mut wants = EveryNodeWants::default();
+        let failing = self.state().failing.clone();
+        for node in nodes {
+            let name = node.name().to_string();
+            let want = self.wanted(&name, Some(node));
+            let destinations: Vec<IpNet> = want.destinations().collect();
+            wants.destinations.extend(&destinations);
+            let differs = want
+                .routes
+                .iter()
+                .any(|r| actual.get(&r.destination) != Some(&r.gateway));
+            if differs || failing.contains(&name) || !want.refused.is_empty() {
+                wants.requeue.push(name.clone());
+            }
+            if !destinations.is_empty() {
+                wants.contenders.enter(&name, &want);
+                wants.owned.insert(name, destinations);
+            }
+        }
+        wants
+    }
+
+    /// Deletes `orphans`, up to [`MAX_CONCURRENT_DELETES`] at once, each behind the leader fence; every
+    /// route with its result.
+    async fn delete_orphans(&self, orphans: Vec<Route>) -> Vec<(Route, Result<(), BackendError>)> {
+        futures::stream::iter(orphans)
+            .map(|route| async move {
+                if let Err(e) = self.guard.ensure_leader() {
+                    return (
+                        route,
+                        Err(BackendError::Refused {
+                            operation: "delete",
+                            subject: route.to_string(),
+                            message: e.to_string(),
+                        }),
+                    );
+                }
+                (route, self.backend.delete_route(route).await)
+            })
+            .buffer_unordered(MAX_CONCURRENT_DELETES)
+            .collect()
+            .await
+    }
+
     /// Replaces what each Node asks for with what every Node asks for now, and forgets who a
     /// destination is routed to once that Node no longer asks for it (its holder is decided afresh).
     fn record_wants(&self, owned: HashMap<String, Vec<IpNet>>, contenders: Contenders) {
         let mut st = self.state();
-        st.claims
-            .retain(|d, claim| contenders.contends(&claim.node, d));
+        st.routed_for
+            .retain(|d, routed| contenders.contends(&routed.node, d));
         st.owned = owned;
         st.contenders = contenders;
     }

@@ -19,17 +19,17 @@ impl RouteSyncer {
                 ours: true,
             } => {
                 st.programmed.insert(destination, gateway);
-                let claim = st.claims.get(&destination)?;
-                if claim.gateway == gateway {
+                let routed = st.routed_for.get(&destination)?;
+                if routed.gateway == gateway {
                     return None;
                 }
-                tracing::info!(controller = crate::NAME, node = %claim.node, destination = %destination, gateway = %gateway, "route re-pointed by someone else; syncing the node");
-                Some(claim.node.clone())
+                tracing::info!(controller = crate::NAME, node = %routed.node, destination = %destination, gateway = %gateway, "route re-pointed by someone else; syncing the node");
+                Some(routed.node.clone())
             }
             TableChange::Added { destination, .. } => {
                 // Someone else's route to a destination netcm routes: it replaced netcm's or sits beside
                 // it. The Node's sync finds out which, and reports a route in the way.
-                let node = st.claims.get(&destination)?.node.clone();
+                let node = st.routed_for.get(&destination)?.node.clone();
                 st.programmed.remove(&destination);
                 Some(node)
             }
@@ -43,13 +43,13 @@ impl RouteSyncer {
                     return None;
                 }
                 st.programmed.remove(&destination);
-                let node = st.claims.get(&destination)?.node.clone();
+                let node = st.routed_for.get(&destination)?.node.clone();
                 tracing::info!(controller = crate::NAME, node = %node, destination = %destination, "route removed by someone else; syncing the node");
                 Some(node)
             }
             TableChange::Removed { destination, .. } => {
                 // A route in the way is gone: the Node it blocked may get its route now.
-                let node = &st.claims.get(&destination)?.node;
+                let node = &st.routed_for.get(&destination)?.node;
                 st.failing.contains(node).then(|| node.clone())
             }
             TableChange::Addresses | TableChange::Lost => None,
