@@ -234,3 +234,14 @@ fn an_owners_key_and_manager_are_stored_once_per_node() {
         "a repeated pair is kept once; a key owned but no longer set is kept too"
     );
 }
+
+#[test]
+fn a_stored_entry_costs_what_the_caches_own_entry_types_did() {
+    // At 50,000 Nodes every byte of an entry counts; these were the sizes of the cache's own
+    // (key, value), condition and taint structs before it stored the shared entries.
+    use std::mem::size_of;
+    assert_eq!(size_of::<Address<Span>>(), size_of::<Pair>());
+    assert_eq!(size_of::<Address<Span>>(), 16);
+    assert_eq!(size_of::<Condition<Span>>(), 40);
+    assert_eq!(size_of::<Taint<Span>>(), 28);
+}
