@@ -292,7 +292,11 @@ impl From<&Node> for CachedNode {
                 spec.pod_cidr.as_deref(),
             );
             for t in spec.taints.iter().flatten() {
-                b.taint(&t.key, t.value.as_deref(), &t.effect);
+                b.taint(Taint {
+                    key: &t.key,
+                    value: t.value.as_deref(),
+                    effect: &t.effect,
+                });
             }
             b.unschedulable(spec.unschedulable.unwrap_or(false));
             if let Some(id) = &spec.provider_id {
@@ -301,15 +305,18 @@ impl From<&Node> for CachedNode {
         }
         if let Some(status) = &node.status {
             for a in status.addresses.iter().flatten() {
-                b.address(&a.type_, &a.address);
+                b.address(Address {
+                    type_: &a.type_,
+                    address: &a.address,
+                });
             }
             for c in status.conditions.iter().flatten() {
-                b.condition(
-                    &c.type_,
-                    &c.status,
-                    c.reason.as_deref(),
-                    c.message.as_deref(),
-                );
+                b.condition(Condition {
+                    type_: &c.type_,
+                    status: &c.status,
+                    reason: c.reason.as_deref(),
+                    message: c.message.as_deref(),
+                });
             }
         }
         b.build()

@@ -108,8 +108,8 @@ impl CachedNodeBuilder {
     }
 
     /// Adds one of `status.addresses`.
-    pub fn address(&mut self, type_: &str, address: &str) -> &mut Self {
-        let a = Address { type_, address }.map(|s| self.push(s));
+    pub fn address(&mut self, address: Address<&str>) -> &mut Self {
+        let a = address.map(|s| self.push(s));
         self.node.addresses.push(a);
         self
     }
@@ -152,27 +152,15 @@ impl CachedNodeBuilder {
     }
 
     /// Adds one of `status.conditions`.
-    pub fn condition(
-        &mut self,
-        type_: &str,
-        status: &str,
-        reason: Option<&str>,
-        message: Option<&str>,
-    ) -> &mut Self {
-        let c = Condition {
-            type_,
-            status,
-            reason,
-            message,
-        }
-        .map(|s| self.push(s));
+    pub fn condition(&mut self, condition: Condition<&str>) -> &mut Self {
+        let c = condition.map(|s| self.push(s));
         self.node.conditions.push(c);
         self
     }
 
     /// Adds one of `spec.taints`.
-    pub fn taint(&mut self, key: &str, value: Option<&str>, effect: &str) -> &mut Self {
-        let t = Taint { key, value, effect }.map(|s| self.push(s));
+    pub fn taint(&mut self, taint: Taint<&str>) -> &mut Self {
+        let t = taint.map(|s| self.push(s));
         self.node.taints.push(t);
         self
     }
