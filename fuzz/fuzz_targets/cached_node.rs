@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, Nod
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use libfuzzer_sys::fuzz_target;
 use netcm_fuzz::{AddrText, CidrText};
-use netcm_node::{parse_pod_cidr, pick_pod_cidrs, CachedNode};
+use netcm_node::{parse_pod_cidr, pick_pod_cidrs, Address, CachedNode, Condition};
 
 #[derive(Debug, Arbitrary)]
 struct Input {
@@ -54,13 +54,25 @@ fuzz_target!(|input: Input| {
     }
     b.unschedulable(input.unschedulable);
     for (t, a) in &addresses {
-        b.address(t, a);
+        b.address(Address {
+            type_: t,
+            address: a,
+        });
     }
     for (k, v, e) in &input.taints {
-        b.taint(k, v.as_deref(), e);
+        b.taint(netcm_node::Taint {
+            key: k,
+            value: v.as_deref(),
+            effect: e,
+        });
     }
     for (t, s, r, m) in &input.conditions {
-        b.condition(t, s, r.as_deref(), m.as_deref());
+        b.condition(Condition {
+            type_: t,
+            status: s,
+            reason: r.as_deref(),
+            message: m.as_deref(),
+        });
     }
     let built = b.build();
 

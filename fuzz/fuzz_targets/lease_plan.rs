@@ -72,14 +72,15 @@ fuzz_target!(|input: Input| {
     let mut b = CachedNode::builder("n", "u", "1");
     b.pod_cidrs(&cidrs, None);
     for (internal, a) in &input.addresses {
-        b.address(
-            if *internal {
+        let address = a.to_string();
+        b.address(netcm_node::Address {
+            type_: if *internal {
                 "InternalIP"
             } else {
                 "ExternalIP"
             },
-            &a.to_string(),
-        );
+            address: &address,
+        });
     }
     let mut current = BTreeMap::new();
     for (k, v) in &input.current {

@@ -207,7 +207,12 @@ mod tests {
 
     fn with_condition(status: &str, reason: &str) -> CachedNode {
         let mut b = CachedNode::builder("n1", "u1", "1");
-        b.condition(CONDITION_TYPE, status, Some(reason), Some("whatever"));
+        b.condition(netcm_node::Condition {
+            type_: CONDITION_TYPE,
+            status,
+            reason: Some(reason),
+            message: Some("whatever"),
+        });
         b.build()
     }
 

@@ -201,7 +201,11 @@ mod tests {
         let node = CachedNode::builder("n1", "u1", "1");
         assert_eq!(desired_label(&node.build()), "false");
         let mut node = CachedNode::builder("n1", "u1", "1");
-        node.taint("k", None, "NoSchedule");
+        node.taint(netcm_manager::Taint {
+            key: "k",
+            value: None,
+            effect: "NoSchedule",
+        });
         assert_eq!(desired_label(&node.build()), "true");
     }
 }

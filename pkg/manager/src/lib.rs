@@ -45,6 +45,6 @@ pub use descriptor::{
 pub use events::{EventRecorder, EventType};
 pub use informer::{Cached, InformerEvent, SharedInformer};
 pub use leader::{Fenced, LeaderGuard, WriteTicket};
-pub use netcm_node::CachedNode;
+pub use netcm_node::{Address, CachedNode, Condition, Taint};
 pub use node_fields::NodeFields;
 pub use registry::{InvalidFlags, Registry};

@@ -177,7 +177,7 @@ impl NodeFields {
         }
         if self.taints {
             for t in spec.taints.iter().flatten() {
-                b.taint(&t.key, t.value.as_deref(), &t.effect);
+                b.taint(t.map(String::as_str));
             }
         }
         if self.unschedulable {
@@ -188,17 +188,12 @@ impl NodeFields {
         }
         if self.addresses {
             for a in status.addresses.iter().flatten() {
-                b.address(&a.type_, &a.address);
+                b.address(a.map(String::as_str));
             }
         }
         for c in status.conditions.iter().flatten() {
             if self.condition_types.contains(&c.type_) {
-                b.condition(
-                    &c.type_,
-                    &c.status,
-                    c.reason.as_deref(),
-                    c.message.as_deref(),
-                );
+                b.condition(c.map(String::as_str));
             }
         }
         b.build()

@@ -4,7 +4,9 @@
 //! Every string of the Node (name, uid, keys, values, addresses, …) sits in one buffer, and each field is
 //! a span of it: a Node costs a handful of allocations (the buffer, and one table per non-empty list)
 //! instead of one per string, and no `Option` of an unused field is carried. Readers see `&str`s and
-//! small borrowed views through the accessors; the layout is private.
+//! small borrowed views through the accessors; the layout is private. An address, condition or taint is
+//! `netcm-protobuf`'s one definition ([`Address`], [`Condition`], [`Taint`]): held as spans of the buffer,
+//! read as `&str`s.
 //!
 //! Built by [`CachedNodeBuilder`] (the informer's decode, tests), or from a full `Node` read from the API
 //! (`From<&Node>`), through the same rules: pod CIDRs are `spec.podCIDRs`, else `spec.podCIDR`, each
@@ -19,6 +21,7 @@ use crate::pod_cidrs::PodCidrs;
 
 mod builder;
 pub use builder::CachedNodeBuilder;
+pub use netcm_protobuf::entries::{Address, Condition, Taint};
 
 /// A string of the Node: `len` bytes of its buffer from `start`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,7 +30,7 @@ struct Span {
     len: u32,
 }
 
-/// A (key, value) or (type, address) pair.
+/// A (key, value) pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Pair {
     key: Span,
@@ -39,21 +42,6 @@ struct Pair {
 struct CidrEntry {
     raw: Span,
     net: Option<IpNet>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ConditionEntry {
-    type_: Span,
-    status: Span,
-    reason: Option<Span>,
-    message: Option<Span>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TaintEntry {
-    key: Span,
-    value: Option<Span>,
-    effect: Span,
 }
 
 /// A Node as the informer caches it: identity, deletion state, and the declared fields.
@@ -78,14 +66,14 @@ pub struct CachedNode {
 struct Rest {
     provider_id: Option<Span>,
     unschedulable: bool,
-    addresses: Box<[Pair]>,
+    addresses: Box<[Address<Span>]>,
     annotations: Box<[Pair]>,
     /// (annotation key, field manager) from `metadata.managedFields`, sorted; a key's span is its
     /// annotation's when that is kept, and each manager's text is stored once.
     annotation_owners: Box<[Pair]>,
     labels: Box<[Pair]>,
-    conditions: Box<[ConditionEntry]>,
-    taints: Box<[TaintEntry]>,
+    conditions: Box<[Condition<Span>]>,
+    taints: Box<[Taint<Span>]>,
 }
 
 impl Rest {
@@ -99,39 +87,6 @@ impl Rest {
             && self.conditions.is_empty()
             && self.taints.is_empty()
     }
-}
-
-/// One of `status.addresses`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Address<'a> {
-    /// `type` (`InternalIP`, `ExternalIP`, `Hostname`, …).
-    pub type_: &'a str,
-    /// `address`, as written.
-    pub address: &'a str,
-}
-
-/// One of `status.conditions` (the times are not kept: no reader decides by them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Condition<'a> {
-    /// `type`.
-    pub type_: &'a str,
-    /// `status`: `True`, `False` or `Unknown`.
-    pub status: &'a str,
-    /// `reason`.
-    pub reason: Option<&'a str>,
-    /// `message`.
-    pub message: Option<&'a str>,
-}
-
-/// One of `spec.taints` (`timeAdded` is not kept).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Taint<'a> {
-    /// `key`.
-    pub key: &'a str,
-    /// `value`.
-    pub value: Option<&'a str>,
-    /// `effect`.
-    pub effect: &'a str,
 }
 
 /// One pod CIDR entry of the Node: as written, and parsed once (`None`: it is not a CIDR).
@@ -231,11 +186,10 @@ impl CachedNode {
     }
 
     /// `status.addresses`, in the Node's order.
-    pub fn addresses(&self) -> impl ExactSizeIterator<Item = Address<'_>> + '_ {
-        self.part(|r| &r.addresses).iter().map(|p| {
-            let (type_, address) = self.pair(p);
-            Address { type_, address }
-        })
+    pub fn addresses(&self) -> impl ExactSizeIterator<Item = Address<&str>> + '_ {
+        self.part(|r| &r.addresses)
+            .iter()
+            .map(|a| a.map(|s| self.str(*s)))
     }
 
     /// The value of the annotation `key`, if it was declared and the Node has it.
@@ -276,27 +230,22 @@ impl CachedNode {
     }
 
     /// The condition of type `type_`, if it was declared and the Node reports it.
-    pub fn condition(&self, type_: &str) -> Option<Condition<'_>> {
+    pub fn condition(&self, type_: &str) -> Option<Condition<&str>> {
         self.conditions().find(|c| c.type_ == type_)
     }
 
     /// The kept conditions, in the Node's order.
-    pub fn conditions(&self) -> impl ExactSizeIterator<Item = Condition<'_>> + '_ {
-        self.part(|r| &r.conditions).iter().map(|c| Condition {
-            type_: self.str(c.type_),
-            status: self.str(c.status),
-            reason: c.reason.map(|s| self.str(s)),
-            message: c.message.map(|s| self.str(s)),
-        })
+    pub fn conditions(&self) -> impl ExactSizeIterator<Item = Condition<&str>> + '_ {
+        self.part(|r| &r.conditions)
+            .iter()
+            .map(|c| c.map(|s| self.str(*s)))
     }
 
     /// `spec.taints` (if declared), in the Node's order.
-    pub fn taints(&self) -> impl ExactSizeIterator<Item = Taint<'_>> + '_ {
-        self.part(|r| &r.taints).iter().map(|t| Taint {
-            key: self.str(t.key),
-            value: t.value.map(|s| self.str(s)),
-            effect: self.str(t.effect),
-        })
+    pub fn taints(&self) -> impl ExactSizeIterator<Item = Taint<&str>> + '_ {
+        self.part(|r| &r.taints)
+            .iter()
+            .map(|t| t.map(|s| self.str(*s)))
     }
 
     /// The reference Events about this Node name: kind, version, name and uid, without a
@@ -343,7 +292,11 @@ impl From<&Node> for CachedNode {
                 spec.pod_cidr.as_deref(),
             );
             for t in spec.taints.iter().flatten() {
-                b.taint(&t.key, t.value.as_deref(), &t.effect);
+                b.taint(Taint {
+                    key: &t.key,
+                    value: t.value.as_deref(),
+                    effect: &t.effect,
+                });
             }
             b.unschedulable(spec.unschedulable.unwrap_or(false));
             if let Some(id) = &spec.provider_id {
@@ -352,15 +305,18 @@ impl From<&Node> for CachedNode {
         }
         if let Some(status) = &node.status {
             for a in status.addresses.iter().flatten() {
-                b.address(&a.type_, &a.address);
+                b.address(Address {
+                    type_: &a.type_,
+                    address: &a.address,
+                });
             }
             for c in status.conditions.iter().flatten() {
-                b.condition(
-                    &c.type_,
-                    &c.status,
-                    c.reason.as_deref(),
-                    c.message.as_deref(),
-                );
+                b.condition(Condition {
+                    type_: &c.type_,
+                    status: &c.status,
+                    reason: c.reason.as_deref(),
+                    message: c.message.as_deref(),
+                });
             }
         }
         b.build()

@@ -142,14 +142,14 @@ fn annotations_are_looked_up_by_key_and_a_repeated_key_keeps_its_last_value() {
 #[test]
 fn equal_nodes_compare_equal_however_their_strings_were_laid_out() {
     let mut a = CachedNode::builder("n", "u", "1");
-    a.annotation("x", "1").address("InternalIP", "192.0.2.1");
+    a.annotation("x", "1").address(internal_ip());
     let mut b = CachedNode::builder("n", "u", "1");
-    b.address("InternalIP", "192.0.2.1").annotation("x", "1");
+    b.address(internal_ip()).annotation("x", "1");
     assert_eq!(a.build(), b.build());
     let mut c = CachedNode::builder("n", "u", "2");
-    c.address("InternalIP", "192.0.2.1").annotation("x", "1");
+    c.address(internal_ip()).annotation("x", "1");
     let mut d = CachedNode::builder("n", "u", "1");
-    d.address("InternalIP", "192.0.2.1").annotation("x", "1");
+    d.address(internal_ip()).annotation("x", "1");
     assert_ne!(c.build(), d.build());
 }
 
@@ -233,4 +233,22 @@ fn an_owners_key_and_manager_are_stored_once_per_node() {
         ],
         "a repeated pair is kept once; a key owned but no longer set is kept too"
     );
+}
+
+fn internal_ip() -> Address<&'static str> {
+    Address {
+        type_: "InternalIP",
+        address: "192.0.2.1",
+    }
+}
+
+#[test]
+fn a_stored_entry_costs_what_the_caches_own_entry_types_did() {
+    // At 50,000 Nodes every byte of an entry counts; these were the sizes of the cache's own
+    // (key, value), condition and taint structs before it stored the shared entries.
+    use std::mem::size_of;
+    assert_eq!(size_of::<Address<Span>>(), size_of::<Pair>());
+    assert_eq!(size_of::<Address<Span>>(), 16);
+    assert_eq!(size_of::<Condition<Span>>(), 40);
+    assert_eq!(size_of::<Taint<Span>>(), 28);
 }

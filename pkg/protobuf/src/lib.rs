@@ -12,14 +12,17 @@
 //! either way.
 //!
 //! Start at [`transcode_object`] (a list or a single answer) and [`WatchFrames`] (a watch stream).
-//! [`wire`] reads protobuf's wire format; [`node`] knows the field numbers of `k8s.io/api/core/v1`.
+//! [`wire`] reads protobuf's wire format; [`node`] knows the field numbers of `k8s.io/api/core/v1`;
+//! [`entries`] defines the address, condition and taint every other crate's Node form shares.
 
+pub mod entries;
 mod envelope;
 mod frames;
 mod json;
 pub mod node;
 pub mod wire;
 
+pub use entries::{Address, Condition, Taint};
 pub use envelope::{transcode_object, transcode_watch_event};
 pub use frames::WatchFrames;
 

@@ -11,33 +11,10 @@ use std::marker::PhantomData;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::entries::{Address, Condition, Taint};
 use crate::json::{self, Object};
 use crate::wire;
 use crate::ProtobufError;
-
-/// A Node's taint.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Taint<'a> {
-    /// `key`.
-    pub key: &'a str,
-    /// `value`.
-    pub value: &'a str,
-    /// `effect`.
-    pub effect: &'a str,
-}
-
-/// A Node's condition, without its times.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Condition<'a> {
-    /// `type`.
-    pub type_: &'a str,
-    /// `status`.
-    pub status: &'a str,
-    /// `reason`.
-    pub reason: &'a str,
-    /// `message`.
-    pub message: &'a str,
-}
 
 /// A field manager and the annotation keys it owns (its `fieldsV1` under `f:metadata` → `f:annotations`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -74,11 +51,11 @@ pub struct NodeView<'a> {
     /// `spec.unschedulable`.
     pub unschedulable: bool,
     /// `spec.taints`.
-    pub taints: Vec<Taint<'a>>,
-    /// `status.addresses` as (type, address).
-    pub addresses: Vec<(&'a str, &'a str)>,
+    pub taints: Vec<Taint<&'a str>>,
+    /// `status.addresses`.
+    pub addresses: Vec<Address<&'a str>>,
     /// `status.conditions`.
-    pub conditions: Vec<Condition<'a>>,
+    pub conditions: Vec<Condition<&'a str>>,
 }
 
 /// Reads a Node's protobuf (the object itself, without the `k8s\0` envelope).
@@ -256,12 +233,12 @@ fn read_spec<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), ProtobufE
     Ok(())
 }
 
-fn read_taint(raw: &[u8]) -> Result<Taint<'_>, ProtobufError> {
+fn read_taint(raw: &[u8]) -> Result<Taint<&str>, ProtobufError> {
     let mut taint = Taint::default();
     for field in wire::fields(raw) {
         match field? {
             (1, v) => taint.key = v.str("Taint", 1)?,
-            (2, v) => taint.value = v.str("Taint", 2)?,
+            (2, v) => taint.value = Some(v.str("Taint", 2)?),
             (3, v) => taint.effect = v.str("Taint", 3)?,
             _ => {}
         }
@@ -281,31 +258,31 @@ fn read_status<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), Protobu
     Ok(())
 }
 
-fn read_condition(raw: &[u8]) -> Result<Condition<'_>, ProtobufError> {
+fn read_condition(raw: &[u8]) -> Result<Condition<&str>, ProtobufError> {
     const M: &str = "NodeCondition";
     let mut c = Condition::default();
     for field in wire::fields(raw) {
         match field? {
             (1, v) => c.type_ = v.str(M, 1)?,
             (2, v) => c.status = v.str(M, 2)?,
-            (5, v) => c.reason = v.str(M, 5)?,
-            (6, v) => c.message = v.str(M, 6)?,
+            (5, v) => c.reason = Some(v.str(M, 5)?),
+            (6, v) => c.message = Some(v.str(M, 6)?),
             _ => {}
         }
     }
     Ok(c)
 }
 
-fn read_address(raw: &[u8]) -> Result<(&str, &str), ProtobufError> {
-    let (mut type_, mut address) = ("", "");
+fn read_address(raw: &[u8]) -> Result<Address<&str>, ProtobufError> {
+    let mut a = Address::default();
     for field in wire::fields(raw) {
         match field? {
-            (1, v) => type_ = v.str("NodeAddress", 1)?,
-            (2, v) => address = v.str("NodeAddress", 2)?,
+            (1, v) => a.type_ = v.str("NodeAddress", 1)?,
+            (2, v) => a.address = v.str("NodeAddress", 2)?,
             _ => {}
         }
     }
-    Ok((type_, address))
+    Ok(a)
 }
 
 impl NodeView<'_> {
@@ -371,7 +348,7 @@ impl NodeView<'_> {
             spec.array("taints", &self.taints, |out, t| {
                 let mut o = Object::open(out);
                 o.str("key", t.key);
-                o.str_nonempty("value", t.value);
+                o.str_nonempty("value", t.value.unwrap_or_default());
                 o.str("effect", t.effect);
                 o.close();
             });
@@ -379,10 +356,10 @@ impl NodeView<'_> {
         spec.close();
         let mut status = Object::open(node.key("status"));
         if !self.addresses.is_empty() {
-            status.array("addresses", &self.addresses, |out, (t, a)| {
+            status.array("addresses", &self.addresses, |out, a| {
                 let mut o = Object::open(out);
-                o.str("type", t);
-                o.str("address", a);
+                o.str("type", a.type_);
+                o.str("address", a.address);
                 o.close();
             });
         }
@@ -391,8 +368,8 @@ impl NodeView<'_> {
                 let mut o = Object::open(out);
                 o.str("type", c.type_);
                 o.str("status", c.status);
-                o.str_nonempty("reason", c.reason);
-                o.str_nonempty("message", c.message);
+                o.str_nonempty("reason", c.reason.unwrap_or_default());
+                o.str_nonempty("message", c.message.unwrap_or_default());
                 o.close();
             });
         }

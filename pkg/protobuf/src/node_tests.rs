@@ -95,7 +95,14 @@ fn a_node_reads_the_fields_the_informer_decodes_and_skips_the_rest() {
     );
     assert_eq!(node.pod_cidrs, vec!["10.0.0.0/24", "fd00::/64"]);
     assert!(!node.unschedulable && node.pod_cidr.is_empty());
-    assert_eq!(node.addresses, vec![("InternalIP", "192.0.2.1")]);
+    assert_eq!(
+        node.addresses,
+        vec![Address {
+            type_: "InternalIP",
+            address: "192.0.2.1"
+        }]
+    );
+    assert_eq!(node.conditions[0].reason, Some(""), "sent, if empty");
     assert_eq!(node.conditions[0].type_, "Ready");
 }
 

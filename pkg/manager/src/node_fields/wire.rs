@@ -6,7 +6,8 @@
 //! ([`NodeFields::keep`](super::NodeFields::keep)) and drops the rest.
 //!
 //! When [`NodeFields`](super::NodeFields) learns a new field, the wire structs below must name it too;
-//! the tests below compare both decodings for every declaration, so a forgotten one fails there.
+//! the tests below compare both decodings for every declaration, so a forgotten one fails there. An
+//! address, condition or taint is decoded as `netcm-protobuf`'s one definition of it, with `String`s.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,6 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::ClusterResourceScope;
 use kube::Resource;
+use netcm_protobuf::entries::{Address, Condition, Taint};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -160,39 +162,16 @@ pub(super) struct WireSpec {
     pub(super) pod_cidr: Option<String>,
     #[serde(rename = "podCIDRs")]
     pub(super) pod_cidrs: Option<Vec<String>>,
-    pub(super) taints: Option<Vec<WireTaint>>,
+    pub(super) taints: Option<Vec<Taint<String>>>,
     pub(super) unschedulable: Option<bool>,
     #[serde(rename = "providerID")]
     pub(super) provider_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-pub(super) struct WireTaint {
-    pub(super) key: String,
-    pub(super) value: Option<String>,
-    pub(super) effect: String,
-}
-
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(super) struct WireStatus {
-    pub(super) addresses: Option<Vec<WireAddress>>,
-    pub(super) conditions: Option<Vec<WireCondition>>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub(super) struct WireAddress {
-    #[serde(rename = "type")]
-    pub(super) type_: String,
-    pub(super) address: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub(super) struct WireCondition {
-    #[serde(rename = "type")]
-    pub(super) type_: String,
-    pub(super) status: String,
-    pub(super) reason: Option<String>,
-    pub(super) message: Option<String>,
+    pub(super) addresses: Option<Vec<Address<String>>>,
+    pub(super) conditions: Option<Vec<Condition<String>>>,
 }
 
 impl From<WireObject> for WireNode {

@@ -1,7 +1,7 @@
 //! [`CachedNodeBuilder`]: copies each string into the Node's one buffer as it is given, and lays the
 //! tables out once at [`CachedNodeBuilder::build`].
 
-use super::{CachedNode, CidrEntry, ConditionEntry, Pair, Rest, Span, TaintEntry};
+use super::{Address, CachedNode, CidrEntry, Condition, Pair, Rest, Span, Taint};
 use crate::pod_cidrs::{parse_pod_cidr, pick_pod_cidrs};
 
 /// Builds a [`CachedNode`]; lists keep the order they are given in, except annotations and labels
@@ -23,12 +23,12 @@ struct Parts {
     has_annotations: bool,
     unschedulable: bool,
     pod_cidrs: Vec<CidrEntry>,
-    addresses: Vec<Pair>,
+    addresses: Vec<Address<Span>>,
     annotations: Vec<Pair>,
     annotation_owners: Vec<Pair>,
     labels: Vec<Pair>,
-    conditions: Vec<ConditionEntry>,
-    taints: Vec<TaintEntry>,
+    conditions: Vec<Condition<Span>>,
+    taints: Vec<Taint<Span>>,
 }
 
 impl CachedNodeBuilder {
@@ -108,9 +108,9 @@ impl CachedNodeBuilder {
     }
 
     /// Adds one of `status.addresses`.
-    pub fn address(&mut self, type_: &str, address: &str) -> &mut Self {
-        let p = self.pair(type_, address);
-        self.node.addresses.push(p);
+    pub fn address(&mut self, address: Address<&str>) -> &mut Self {
+        let a = address.map(|s| self.push(s));
+        self.node.addresses.push(a);
         self
     }
 
@@ -152,30 +152,15 @@ impl CachedNodeBuilder {
     }
 
     /// Adds one of `status.conditions`.
-    pub fn condition(
-        &mut self,
-        type_: &str,
-        status: &str,
-        reason: Option<&str>,
-        message: Option<&str>,
-    ) -> &mut Self {
-        let c = ConditionEntry {
-            type_: self.push(type_),
-            status: self.push(status),
-            reason: reason.map(|r| self.push(r)),
-            message: message.map(|m| self.push(m)),
-        };
+    pub fn condition(&mut self, condition: Condition<&str>) -> &mut Self {
+        let c = condition.map(|s| self.push(s));
         self.node.conditions.push(c);
         self
     }
 
     /// Adds one of `spec.taints`.
-    pub fn taint(&mut self, key: &str, value: Option<&str>, effect: &str) -> &mut Self {
-        let t = TaintEntry {
-            key: self.push(key),
-            value: value.map(|v| self.push(v)),
-            effect: self.push(effect),
-        };
+    pub fn taint(&mut self, taint: Taint<&str>) -> &mut Self {
+        let t = taint.map(|s| self.push(s));
         self.node.taints.push(t);
         self
     }
