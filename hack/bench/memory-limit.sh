@@ -19,9 +19,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+tag=bench
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 memory_root=/sys/fs/cgroup/memory
-[ -w "$memory_root" ] || { echo "error: needs root and cgroup v1's memory controller at $memory_root" >&2; exit 1; }
+[ -w "$memory_root" ] || die "needs root and cgroup v1's memory controller at $memory_root"
 nodes=${NODES:-50000} limit=${MEMORY_LIMIT:-256M}
 
 # hack/install-prereqs.sh is not run here: it may cargo-install tools this benchmark does not use.
@@ -50,7 +53,7 @@ for a in $rendered; do
     *) chart_args+=("$a") ;;
   esac
 done
-secure_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+secure_port=$(free_port)
 chart_args+=(--bind-address=127.0.0.1 "--secure-port=$secure_port")
 
 cg=$memory_root/netcm-bench-memory-$$
@@ -85,7 +88,7 @@ echo 0 >"$tmp/peak_rss"
     rss=$(awk '$1 == "rss" {print $2}' "$cg/memory.stat")
     [ "$rss" -gt "$peak" ] && peak=$rss && echo "$peak" >"$tmp/peak_rss"
     if [ "$(awk '$1 == "oom_kill" {print $2}' "$cg/memory.oom_control")" -gt 0 ] && [ -f "$tmp/bench.pid" ]; then
-      echo "[bench] netcm was OOM-killed at the $limit limit; ending the bench" >&2
+      log "netcm was OOM-killed at the $limit limit; ending the bench"
       kill "$(cat "$tmp/bench.pid")" 2>/dev/null || true
       break
     fi
@@ -93,7 +96,7 @@ echo 0 >"$tmp/peak_rss"
 ) &
 watcher=$!
 
-echo "[bench] netcm in cgroup $cg (memory.limit_in_bytes=$limit), $nodes Nodes, chart arguments: ${chart_args[*]}" >&2
+log "netcm in cgroup $cg (memory.limit_in_bytes=$limit), $nodes Nodes, chart arguments: ${chart_args[*]}"
 started=$SECONDS status=0
 MODE=scale ONLY_NETCM=1 BARE_CEILING_ONLY=1 NODES=$nodes QPS=$qps BURST=$burst NETCM_BIN=$tmp/netcm \
   TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-1800} IDLE_SECONDS=${IDLE_SECONDS:-120} \

@@ -15,6 +15,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+tag=bench
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 nodes=${NODES:-2000}
 controllers=${CONTROLLERS:-*,-route-controller}
 cidr=${CLUSTER_CIDR:-10.0.0.0/8}
@@ -49,13 +52,13 @@ for contender in $CONTENDERS; do
   done
   export KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
   "$kubectl" apply --server-side -f charts/netcm/crds/ >/dev/null
-  echo "[bench] $label: creating $nodes Nodes" >&2
+  log "$label: creating $nodes Nodes"
   for ((first = 0; first < nodes; first += 500)); do
     echo "$first $((nodes - first < 500 ? nodes - first : 500))"
   done | xargs -P 4 -n 2 sh -c "$py nodes \$0 \$1 | '$kubectl' create -f - >/dev/null"
   audit=$(bash hack/controlplane.sh audit)
   offset=$(stat -c %s "$audit")
-  echo "[bench] $label: $bin --controllers=$controllers on $nodes Nodes" >&2
+  log "$label: $bin --controllers=$controllers on $nodes Nodes"
   "$bin" --kubeconfig="$KUBECONFIG" --controllers="$controllers" --cluster-cidr="$cidr" \
     --leader-elect-resource-namespace=kube-system --port=0 >"$out/$label.log" 2>&1 &
   netcm_pid=$!
@@ -64,7 +67,7 @@ for contender in $CONTENDERS; do
   kill "$netcm_pid"
   wait "$netcm_pid" || true
   netcm_pid=
-  echo "[bench] $label: every Node held its CIDR and lease ${seconds} s after netcm started" >&2
+  log "$label: every Node held its CIDR and lease ${seconds} s after netcm started"
   $py count "$audit" "$offset" netcm/ "$nodes" "$label" >"$out/$label.json"
   columns+=("$out/$label.json")
 done
