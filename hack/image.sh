@@ -160,81 +160,15 @@ cmd_pause() { static_go_image pause 65535:65535; }
 
 cmd_probe() { static_go_image probe 0:0; }
 
-# The final stage of the Dockerfile, as KEY<TAB>VALUE lines: ENTRYPOINT, USER, EXPOSE, COPY (destination).
-dockerfile_final() {
-  python3 - "$root/Dockerfile" <<'EOF'
-import json, shlex, sys
-lines, cur = [], ""
-for raw in open(sys.argv[1]):
-    line = raw.rstrip("\n")
-    if line.lstrip().startswith("#"):
-        continue
-    if line.endswith("\\"):
-        cur += line[:-1] + " "
-        continue
-    cur += line
-    if cur.strip():
-        lines.append(cur.strip())
-    cur = ""
-final = []
-for l in lines:
-    if l.split()[0].upper() == "FROM":
-        final = []
-    final.append(l)
-for l in final:
-    word, _, rest = l.partition(" ")
-    word, rest = word.upper(), rest.strip()
-    if word == "ENTRYPOINT":
-        print("ENTRYPOINT\t" + " ".join(json.loads(rest) if rest.startswith("[") else ["/bin/sh", "-c", rest]))
-    elif word == "USER":
-        print("USER\t" + rest)
-    elif word == "EXPOSE":
-        for p in rest.split():
-            print("EXPOSE\t" + (p if "/" in p else p + "/tcp"))
-    elif word == "COPY":
-        print("COPY\t" + shlex.split(rest)[-1])
-    elif word == "LABEL":
-        for kv in shlex.split(rest):
-            print("LABEL\t" + kv)
-    elif word == "ENV":
-        for kv in shlex.split(rest):
-            print("ENV\t" + kv)
-EOF
-}
+# The final stage of the Dockerfile, as KEY<TAB>VALUE lines: ENTRYPOINT, USER, EXPOSE, COPY (destination),
+# LABEL, ENV (hack/image/dockerfile.py, with its tests).
+dockerfile_final() { python3 "$root/hack/image/dockerfile.py" "$root/Dockerfile"; }
 
 dockerfile_labels() { dockerfile_final | awk -F'\t' '$1=="LABEL"{print $2}'; }
 
-# The built image's config, as the same KEY<TAB>VALUE lines (COPY: the entrypoint's file, if present).
-image_final() {
-  local dir=$out/netcm tag
-  tag=$(cat "$out/netcm.tag")
-  python3 - "$dir" "$tag" <<'EOF'
-import json, os, sys, tarfile
-d, tag = sys.argv[1], sys.argv[2]
-blob = lambda digest: os.path.join(d, "blobs", *digest.split(":"))
-index = json.load(open(os.path.join(d, "index.json")))
-m = next(m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag)
-manifest = json.load(open(blob(m["digest"])))
-cfg = json.load(open(blob(manifest["config"]["digest"])))["config"]
-print("ENTRYPOINT\t" + " ".join(cfg.get("Entrypoint") or []))
-print("USER\t" + cfg.get("User", ""))
-for p in sorted(cfg.get("ExposedPorts") or {}):
-    print("EXPOSE\t" + p)
-files = set()
-for layer in manifest["layers"]:
-    with tarfile.open(blob(layer["digest"])) as t:
-        files |= {"/" + os.path.normpath(n.name) for n in t.getmembers()}
-ep = (cfg.get("Entrypoint") or [""])[0]
-if ep in files:
-    print("COPY\t" + ep)
-for k, v in sorted((cfg.get("Labels") or {}).items()):
-    print("LABEL\t" + k + "=" + v)
-# The Dockerfile's own ENV (distroless's PATH and SSL_CERT_FILE come from its base image).
-for e in cfg.get("Env") or []:
-    if e.startswith("MALLOC_"):
-        print("ENV\t" + e)
-EOF
-}
+# The built image's config, as the same KEY<TAB>VALUE lines (COPY: the entrypoint's file, if present;
+# hack/image/oci.py, with its tests).
+image_final() { python3 "$root/hack/image/oci.py" config "$out/netcm" "$(cat "$out/netcm.tag")"; }
 
 cmd_check() {
   need python3
