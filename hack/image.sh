@@ -36,14 +36,10 @@ MALLOC_ENV=(MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072)
 IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "${MALLOC_ENV[@]}")
 WORKDIR=/home/nonroot
 
-log() { printf '[image] %s\n' "$*" >&2; }
-die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
-
-need() {
-  local missing=()
-  for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-  [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (hack/install-prereqs.sh installs them)"
-}
+# log, die and need; they read $tag, so an image's tag is never a variable named tag here.
+tag=image
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 # add_file ROOTFS SRC DEST [MODE]: copies SRC to ROOTFS/DEST, resolving symlinks (the image has no others).
 add_file() {
@@ -87,15 +83,15 @@ EOF
 # for `ctr images import`. The layer tar keeps the owners staged in ROOTFS (root, and 65532 for its home)
 # and fixes order and times, so equal inputs give equal digests.
 oci_image() {
-  local name=$1 tag=$2 rootfs=$3 dir=$out/$1
+  local name=$1 image_tag=$2 rootfs=$3 dir=$out/$1
   shift 3
   rm -rf "$dir" "$out/$name.layer.tar" "$out/$name.tar"
   tar --sort=name --mtime=@0 --numeric-owner --pax-option=delete=atime,delete=ctime \
     -C "$rootfs" -cf "$out/$name.layer.tar" .
   umoci init --layout "$dir"
-  umoci new --image "$dir:$tag"
-  umoci raw add-layer --image "$dir:$tag" --history.created 1970-01-01T00:00:00Z --history.created_by "hack/image.sh" "$out/$name.layer.tar"
-  umoci config --image "$dir:$tag" --no-history --os linux --architecture amd64 --created 1970-01-01T00:00:00Z "$@"
+  umoci new --image "$dir:$image_tag"
+  umoci raw add-layer --image "$dir:$image_tag" --history.created 1970-01-01T00:00:00Z --history.created_by "hack/image.sh" "$out/$name.layer.tar"
+  umoci config --image "$dir:$image_tag" --no-history --os linux --architecture amd64 --created 1970-01-01T00:00:00Z "$@"
   umoci gc --layout "$dir"
   tar -C "$dir" -cf "$out/$name.tar" .
   rm -f "$out/$name.layer.tar"
@@ -106,10 +102,10 @@ cmd_build() {
   mkdir -p "$out"
   log "cargo build --release -p netcm"
   (cd "$root" && cargo build --release --locked -p netcm --bin netcm)
-  local bin=${CARGO_TARGET_DIR:-$root/target}/release/netcm version sum tag rootfs=$out/netcm.rootfs
+  local bin=${CARGO_TARGET_DIR:-$root/target}/release/netcm version sum image_tag rootfs=$out/netcm.rootfs
   version=$("$bin" --version | awk '{print $NF}')
   sum=$(sha256sum "$bin" | cut -c1-12)
-  tag=$version-$sum
+  image_tag=$version-$sum
   rm -rf "$rootfs"
   mkdir -p "$rootfs"
   add_base "$rootfs"
@@ -120,15 +116,15 @@ cmd_build() {
   while IFS= read -r l; do labels+=(--config.label "$l"); done < <(dockerfile_labels)
   for l in "${IMAGE_ENV[@]}"; do env+=(--config.env "$l"); done
   for l in "${PORTS[@]}"; do ports+=(--config.exposedports "$l"); done
-  oci_image netcm "$tag" "$rootfs" \
+  oci_image netcm "$image_tag" "$rootfs" \
     --config.entrypoint "$BINARY" --config.user "$IMAGE_USER" --config.workingdir "$WORKDIR" \
     "${env[@]}" "${ports[@]}" "${labels[@]}"
   rm -rf "$rootfs"
-  echo "$tag" >"$out/netcm.tag"
+  echo "$image_tag" >"$out/netcm.tag"
   # Which commit the image is (hack/supply-chain.sh reproducible compares only an image of HEAD).
   git -C "$root" rev-parse HEAD >"$out/netcm.commit"
-  log "built $REPOSITORY:$tag ($(du -h "$out/netcm.tar" | cut -f1))"
-  echo "IMAGE=$REPOSITORY:$tag"
+  log "built $REPOSITORY:$image_tag ($(du -h "$out/netcm.tar" | cut -f1))"
+  echo "IMAGE=$REPOSITORY:$image_tag"
   echo "TAR=$out/netcm.tar"
 }
 
