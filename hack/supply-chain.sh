@@ -58,9 +58,7 @@ cmd_sbom() {
 }
 
 # digest_of LAYOUT: the manifest digest of the OCI layout LAYOUT (hack/image.sh's _out/image/netcm).
-digest_of() {
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$1/index.json"
-}
+digest_of() { python3 "$root/hack/image/oci.py" digest "$1"; }
 
 # clean_build DIR: clones HEAD into DIR/src (nothing of the working tree's changes, another path) and
 # builds the image there with a target dir of its own; prints the manifest digest.

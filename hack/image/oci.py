@@ -5,6 +5,8 @@
                                EXPOSE, COPY (the entrypoint's file, if a layer has it), LABEL and ENV (the
                                Dockerfile's own, MALLOC_*: distroless's PATH and SSL_CERT_FILE come from its
                                base image)
+    oci.py digest LAYOUT       the digest of the layout's (first) manifest: the image's identity, which
+                               hack/supply-chain.sh reproducible compares
 
 Tests: python3 -m unittest discover -s hack/image
 """
@@ -25,11 +27,19 @@ def load(layout, digest):
         return json.load(f)
 
 
+def index(layout):
+    with open(os.path.join(layout, "index.json")) as f:
+        return json.load(f)
+
+
+def digest(layout):
+    """The digest of the first manifest of `layout` (hack/image.sh's layouts hold one)."""
+    return index(layout)["manifests"][0]["digest"]
+
+
 def manifest(layout, tag):
     """The manifest of the image tagged `tag` (its index entry's org.opencontainers.image.ref.name)."""
-    with open(os.path.join(layout, "index.json")) as f:
-        index = json.load(f)
-    m = next(m for m in index["manifests"]
+    m = next(m for m in index(layout)["manifests"]
              if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag)
     return load(layout, m["digest"])
 
@@ -61,8 +71,10 @@ def main(argv):
     if len(argv) == 3 and argv[0] == "config":
         for key, value in config_lines(argv[1], argv[2]):
             print(key + "\t" + value)
+    elif len(argv) == 2 and argv[0] == "digest":
+        print(digest(argv[1]))
     else:
-        sys.exit("usage: oci.py config LAYOUT TAG")
+        sys.exit("usage: oci.py config LAYOUT TAG | oci.py digest LAYOUT")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import tarfile
 import tempfile
 import unittest
 
-from oci import config_lines
+from oci import config_lines, digest
 
 
 def put(layout, data):
@@ -80,6 +80,17 @@ class ConfigLinesTest(unittest.TestCase):
     def test_an_image_without_entrypoint_or_user(self):
         image(self.layout, "t", {}, ["./a"])
         self.assertEqual(config_lines(self.layout, "t"), [("ENTRYPOINT", ""), ("USER", "")])
+
+
+class DigestTest(unittest.TestCase):
+    def test_the_first_manifest(self):
+        with tempfile.TemporaryDirectory() as layout:
+            image(layout, "a", {}, ["./a"])
+            image(layout, "b", {}, ["./b"])
+            with open(os.path.join(layout, "index.json")) as f:
+                first = json.load(f)["manifests"][0]["digest"]
+            self.assertEqual(digest(layout), first)
+            self.assertTrue(first.startswith("sha256:"))
 
 
 if __name__ == "__main__":
