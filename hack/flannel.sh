@@ -15,8 +15,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=hack/versions.env
 source "$root/hack/versions.env"
 cache=${NETCM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/netcm}
-
-die() { printf '[flannel] error: %s\n' "$*" >&2; exit 1; }
+tag=flannel
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 # build DIR OUT [LDFLAGS...]: the static Go program in hack/tools/DIR as OUT, unless OUT exists; under the
 # cache's build lock, so concurrent test processes build it once.
@@ -29,7 +30,7 @@ build() {
   (
     flock 9
     [ -x "$out" ] && exit 0
-    printf '[flannel] building %s\n' "$out" >&2
+    log "building $out"
     cd "$src"
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $*" -o "$out.tmp" .
     mv "$out.tmp" "$out"

@@ -13,13 +13,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-# shellcheck source=/dev/null
-[ -f hack/lib.sh ] && source hack/lib.sh
+tag=fuzz
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 seconds=${1:-30}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: hack/fuzz.sh [SECONDS_PER_TARGET]" >&2; exit 2; }
 
-command -v rustup >/dev/null 2>&1 || { echo "error: rustup not found: the fuzz build needs a nightly toolchain" >&2; exit 1; }
+command -v rustup >/dev/null 2>&1 || die "rustup not found: the fuzz build needs a nightly toolchain"
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 

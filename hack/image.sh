@@ -36,14 +36,10 @@ MALLOC_ENV=(MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072)
 IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "${MALLOC_ENV[@]}")
 WORKDIR=/home/nonroot
 
-log() { printf '[image] %s\n' "$*" >&2; }
-die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
-
-need() {
-  local missing=()
-  for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
-  [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (hack/install-prereqs.sh installs them)"
-}
+# log, die and need; they read $tag, so an image's tag is never a variable named tag here.
+tag=image
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 # add_file ROOTFS SRC DEST [MODE]: copies SRC to ROOTFS/DEST, resolving symlinks (the image has no others).
 add_file() {
@@ -87,15 +83,15 @@ EOF
 # for `ctr images import`. The layer tar keeps the owners staged in ROOTFS (root, and 65532 for its home)
 # and fixes order and times, so equal inputs give equal digests.
 oci_image() {
-  local name=$1 tag=$2 rootfs=$3 dir=$out/$1
+  local name=$1 image_tag=$2 rootfs=$3 dir=$out/$1
   shift 3
   rm -rf "$dir" "$out/$name.layer.tar" "$out/$name.tar"
   tar --sort=name --mtime=@0 --numeric-owner --pax-option=delete=atime,delete=ctime \
     -C "$rootfs" -cf "$out/$name.layer.tar" .
   umoci init --layout "$dir"
-  umoci new --image "$dir:$tag"
-  umoci raw add-layer --image "$dir:$tag" --history.created 1970-01-01T00:00:00Z --history.created_by "hack/image.sh" "$out/$name.layer.tar"
-  umoci config --image "$dir:$tag" --no-history --os linux --architecture amd64 --created 1970-01-01T00:00:00Z "$@"
+  umoci new --image "$dir:$image_tag"
+  umoci raw add-layer --image "$dir:$image_tag" --history.created 1970-01-01T00:00:00Z --history.created_by "hack/image.sh" "$out/$name.layer.tar"
+  umoci config --image "$dir:$image_tag" --no-history --os linux --architecture amd64 --created 1970-01-01T00:00:00Z "$@"
   umoci gc --layout "$dir"
   tar -C "$dir" -cf "$out/$name.tar" .
   rm -f "$out/$name.layer.tar"
@@ -106,10 +102,10 @@ cmd_build() {
   mkdir -p "$out"
   log "cargo build --release -p netcm"
   (cd "$root" && cargo build --release --locked -p netcm --bin netcm)
-  local bin=${CARGO_TARGET_DIR:-$root/target}/release/netcm version sum tag rootfs=$out/netcm.rootfs
+  local bin=${CARGO_TARGET_DIR:-$root/target}/release/netcm version sum image_tag rootfs=$out/netcm.rootfs
   version=$("$bin" --version | awk '{print $NF}')
   sum=$(sha256sum "$bin" | cut -c1-12)
-  tag=$version-$sum
+  image_tag=$version-$sum
   rm -rf "$rootfs"
   mkdir -p "$rootfs"
   add_base "$rootfs"
@@ -120,15 +116,15 @@ cmd_build() {
   while IFS= read -r l; do labels+=(--config.label "$l"); done < <(dockerfile_labels)
   for l in "${IMAGE_ENV[@]}"; do env+=(--config.env "$l"); done
   for l in "${PORTS[@]}"; do ports+=(--config.exposedports "$l"); done
-  oci_image netcm "$tag" "$rootfs" \
+  oci_image netcm "$image_tag" "$rootfs" \
     --config.entrypoint "$BINARY" --config.user "$IMAGE_USER" --config.workingdir "$WORKDIR" \
     "${env[@]}" "${ports[@]}" "${labels[@]}"
   rm -rf "$rootfs"
-  echo "$tag" >"$out/netcm.tag"
+  echo "$image_tag" >"$out/netcm.tag"
   # Which commit the image is (hack/supply-chain.sh reproducible compares only an image of HEAD).
   git -C "$root" rev-parse HEAD >"$out/netcm.commit"
-  log "built $REPOSITORY:$tag ($(du -h "$out/netcm.tar" | cut -f1))"
-  echo "IMAGE=$REPOSITORY:$tag"
+  log "built $REPOSITORY:$image_tag ($(du -h "$out/netcm.tar" | cut -f1))"
+  echo "IMAGE=$REPOSITORY:$image_tag"
   echo "TAR=$out/netcm.tar"
 }
 
@@ -160,81 +156,15 @@ cmd_pause() { static_go_image pause 65535:65535; }
 
 cmd_probe() { static_go_image probe 0:0; }
 
-# The final stage of the Dockerfile, as KEY<TAB>VALUE lines: ENTRYPOINT, USER, EXPOSE, COPY (destination).
-dockerfile_final() {
-  python3 - "$root/Dockerfile" <<'EOF'
-import json, shlex, sys
-lines, cur = [], ""
-for raw in open(sys.argv[1]):
-    line = raw.rstrip("\n")
-    if line.lstrip().startswith("#"):
-        continue
-    if line.endswith("\\"):
-        cur += line[:-1] + " "
-        continue
-    cur += line
-    if cur.strip():
-        lines.append(cur.strip())
-    cur = ""
-final = []
-for l in lines:
-    if l.split()[0].upper() == "FROM":
-        final = []
-    final.append(l)
-for l in final:
-    word, _, rest = l.partition(" ")
-    word, rest = word.upper(), rest.strip()
-    if word == "ENTRYPOINT":
-        print("ENTRYPOINT\t" + " ".join(json.loads(rest) if rest.startswith("[") else ["/bin/sh", "-c", rest]))
-    elif word == "USER":
-        print("USER\t" + rest)
-    elif word == "EXPOSE":
-        for p in rest.split():
-            print("EXPOSE\t" + (p if "/" in p else p + "/tcp"))
-    elif word == "COPY":
-        print("COPY\t" + shlex.split(rest)[-1])
-    elif word == "LABEL":
-        for kv in shlex.split(rest):
-            print("LABEL\t" + kv)
-    elif word == "ENV":
-        for kv in shlex.split(rest):
-            print("ENV\t" + kv)
-EOF
-}
+# The final stage of the Dockerfile, as KEY<TAB>VALUE lines: ENTRYPOINT, USER, EXPOSE, COPY (destination),
+# LABEL, ENV (hack/image/dockerfile.py, with its tests).
+dockerfile_final() { python3 "$root/hack/image/dockerfile.py" "$root/Dockerfile"; }
 
 dockerfile_labels() { dockerfile_final | awk -F'\t' '$1=="LABEL"{print $2}'; }
 
-# The built image's config, as the same KEY<TAB>VALUE lines (COPY: the entrypoint's file, if present).
-image_final() {
-  local dir=$out/netcm tag
-  tag=$(cat "$out/netcm.tag")
-  python3 - "$dir" "$tag" <<'EOF'
-import json, os, sys, tarfile
-d, tag = sys.argv[1], sys.argv[2]
-blob = lambda digest: os.path.join(d, "blobs", *digest.split(":"))
-index = json.load(open(os.path.join(d, "index.json")))
-m = next(m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag)
-manifest = json.load(open(blob(m["digest"])))
-cfg = json.load(open(blob(manifest["config"]["digest"])))["config"]
-print("ENTRYPOINT\t" + " ".join(cfg.get("Entrypoint") or []))
-print("USER\t" + cfg.get("User", ""))
-for p in sorted(cfg.get("ExposedPorts") or {}):
-    print("EXPOSE\t" + p)
-files = set()
-for layer in manifest["layers"]:
-    with tarfile.open(blob(layer["digest"])) as t:
-        files |= {"/" + os.path.normpath(n.name) for n in t.getmembers()}
-ep = (cfg.get("Entrypoint") or [""])[0]
-if ep in files:
-    print("COPY\t" + ep)
-for k, v in sorted((cfg.get("Labels") or {}).items()):
-    print("LABEL\t" + k + "=" + v)
-# The Dockerfile's own ENV (distroless's PATH and SSL_CERT_FILE come from its base image).
-for e in cfg.get("Env") or []:
-    if e.startswith("MALLOC_"):
-        print("ENV\t" + e)
-EOF
-}
+# The built image's config, as the same KEY<TAB>VALUE lines (COPY: the entrypoint's file, if present;
+# hack/image/oci.py, with its tests).
+image_final() { python3 "$root/hack/image/oci.py" config "$out/netcm" "$(cat "$out/netcm.tag")"; }
 
 cmd_check() {
   need python3

@@ -3,6 +3,10 @@
 # Go (>= the version in hack/tools/k8s/go.mod) must be on the machine: Debian's golang is too old to
 # build Kubernetes 1.36, so its absence is reported, not papered over.
 set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tag=install-prereqs
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 need_pkgs=()
 # The real nodes (hack/cluster.sh, hack/image.sh): containerd, runc and the CNI plugins from Debian, umoci for
@@ -32,20 +36,17 @@ fi
 mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u | grep -v '^$' || true)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "error: need root to apt-get install ${need_pkgs[*]}" >&2
-    exit 1
-  fi
+  [ "$(id -u)" -eq 0 ] || die "need root to apt-get install ${need_pkgs[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
 fi
 
 if [ "$br_netfilter_missing" = 1 ]; then
   echo "loading br_netfilter (flanneld checks for it)"
-  modprobe br_netfilter || { echo "error: modprobe br_netfilter failed: the flannel e2e tests need it" >&2; exit 1; }
+  modprobe br_netfilter || die "modprobe br_netfilter failed: the flannel e2e tests need it"
 fi
 
-command -v cargo >/dev/null 2>&1 || { echo "error: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (rustup) first"
 if command -v rustup >/dev/null 2>&1; then
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
@@ -63,8 +64,6 @@ cargo_tool() {
 }
 cargo_tool cargo-deny 0.20.2 "cargo deny"
 cargo_tool cargo-cyclonedx 0.5.9 "cargo cyclonedx"
-command -v go >/dev/null 2>&1 || {
-  echo "error: go not found: the control plane is built from the k8s.io/kubernetes Go module and needs Go >= 1.26" >&2
-  exit 1
-}
+command -v go >/dev/null 2>&1 ||
+  die "go not found: the control plane is built from the k8s.io/kubernetes Go module and needs Go >= 1.26"
 echo "prerequisites ok: $(cargo --version), $(go version)"

@@ -1,6 +1,7 @@
 # Helpers the scripts in hack/ share. Source it after setting `tag`, the word log lines start with, and
 # (for alive, stop_component and wait_alive) `state`, the directory holding NAME.pid and NAME.log:
 #   tag=controlplane state=…; source "$root/hack/lib.sh"
+# log and die read `tag` when they run: a function calling them must not have a local named tag.
 
 log() { printf '[%s] %s\n' "$tag" "$*" >&2; }
 die() { printf '[%s] error: %s\n' "$tag" "$*" >&2; exit 1; }
@@ -10,6 +11,21 @@ need() {
   local missing=() tool
   for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
   [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (hack/install-prereqs.sh installs them)"
+}
+
+# free_port: a TCP port of 127.0.0.1 that nothing listens on now (the kernel's pick; free until taken).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# wait_until TRIES PAUSE CHECK...: runs CHECK until it succeeds, TRIES times PAUSE seconds apart; fails
+# (returns 1) when the tries run out.
+wait_until() {
+  local tries=$1 pause=$2 i
+  shift 2
+  for i in $(seq 1 "$tries"); do
+    if "$@"; then return 0; fi
+    sleep "$pause"
+  done
+  return 1
 }
 
 # alive NAME: the process in $state/NAME.pid is running.

@@ -58,9 +58,7 @@ cmd_sbom() {
 }
 
 # digest_of LAYOUT: the manifest digest of the OCI layout LAYOUT (hack/image.sh's _out/image/netcm).
-digest_of() {
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$1/index.json"
-}
+digest_of() { python3 "$root/hack/image/oci.py" digest "$1"; }
 
 # clean_build DIR: clones HEAD into DIR/src (nothing of the working tree's changes, another path) and
 # builds the image there with a target dir of its own; prints the manifest digest.
@@ -81,7 +79,7 @@ cmd_reproducible() {
   trap 'rm -rf "$a" "$b"' RETURN
   if [ "${1:-}" = --against-checkout ]; then
     # What goes into the image: the workspace's sources and lock file, and the image recipe.
-    git diff --quiet HEAD -- Cargo.toml Cargo.lock cmd pkg controllers hack/image.sh \
+    git diff --quiet HEAD -- Cargo.toml Cargo.lock cmd pkg controllers hack/image.sh hack/image \
       || die "the checkout's sources differ from HEAD: its image is not HEAD's (commit them, or run without --against-checkout)"
     [ -f "$root/_out/image/netcm/index.json" ] || die "no image in _out/image: run hack/image.sh build first"
     local built_from

@@ -29,9 +29,9 @@ release=netcm
 ns_default=netcm-verify-restricted
 ns_all_on=netcm-verify-all-on
 field_manager=netcm-verify-chart
-
-log() { printf '[verify-chart] %s\n' "$*" >&2; }
-die() { printf '[verify-chart] FAIL: %s\n' "$*" >&2; exit 1; }
+tag=verify-chart
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 build_helm() {
   [ -x "$helm_bin" ] && return 0

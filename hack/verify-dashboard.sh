@@ -7,7 +7,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-die() { echo "verify-dashboard: $*" >&2; exit 1; }
+tag=verify-dashboard
+source "$root/hack/lib.sh"
 
 command -v prometheus >/dev/null || die "prometheus not found (hack/install-prereqs.sh installs Debian's prometheus package)"
 kubeconfig=${NETCM_E2E_KUBECONFIG:-}
@@ -23,7 +24,6 @@ else
   cargo build --quiet --locked -p netcm
   netcm=${CARGO_TARGET_DIR:-$root/target}/debug/netcm
 fi
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # The e2e tests' cluster lock: nobody else touches Nodes while this runs.
 exec 9>"$(dirname "$kubeconfig")/e2e.lock"
@@ -68,45 +68,21 @@ prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data"
 pids+=($!)
 
 query() { curl -sfG "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1"; }
-for _ in $(seq 1 150); do
-  if query 'sum(node_ipam_controller_cidrset_cidrs_allocations_total) >= 3' 2>/dev/null | grep -q '"value"' &&
-     query 'count_over_time(netcm_build_info[1m]) >= 5' 2>/dev/null | grep -q '"value"'; then
-    break
-  fi
-  sleep 0.2
-done
+# has_series QUERY: Prometheus answers QUERY with at least one series.
+has_series() { query "$1" 2>/dev/null | grep -q '"value"'; }
+allocated_and_scraped() {
+  has_series 'sum(node_ipam_controller_cidrset_cidrs_allocations_total) >= 3' &&
+    has_series 'count_over_time(netcm_build_info[1m]) >= 5'
+}
+wait_until 150 0.2 allocated_and_scraped || true
 # A release too, so the release counter has a series.
 k delete node dash-2 >/dev/null
-for _ in $(seq 1 100); do
-  query 'sum(node_ipam_controller_cidrset_cidrs_releases_total) >= 1' 2>/dev/null | grep -q '"value"' && break
-  sleep 0.2
-done
+wait_until 100 0.2 has_series 'sum(node_ipam_controller_cidrset_cidrs_releases_total) >= 1' || true
 sleep 3 # rate() needs two samples of a series that just appeared
 query 'count_over_time(netcm_build_info[1m]) >= 5' | grep -q '"value"' || {
   tail -20 "$work/netcm.log" >&2; tail -5 "$work/prometheus.log" >&2
   die "Prometheus did not get five scrapes of netcm with three allocations within 30 s"
 }
 
-PROM="http://127.0.0.1:$prom_port" python3 - charts/netcm/files/dashboard.json <<'PY'
-import json, os, sys, urllib.parse, urllib.request
-dash = json.load(open(sys.argv[1]))
-failed = 0
-checked = 0
-for panel in dash["panels"]:
-    for t in panel.get("targets", []):
-        expr = t["expr"].replace("$__rate_interval", "1m")
-        url = os.environ["PROM"] + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        try:
-            body = json.load(urllib.request.urlopen(url, timeout=10))
-        except Exception as e:  # an HTTP 400 is a query Prometheus cannot parse
-            body = {"status": "error", "error": str(e)}
-        result = body.get("data", {}).get("result", [])
-        checked += 1
-        if body.get("status") != "success" or not result:
-            failed += 1
-            print(f"FAIL {panel['title']} [{t['refId']}]: {body.get('error', 'no series')}\n     {expr}")
-        else:
-            print(f"ok   {panel['title']} [{t['refId']}]: {len(result)} series")
-print(f"{checked - failed}/{checked} dashboard queries return series")
-sys.exit(1 if failed else 0)
-PY
+# Each panel's queries through Prometheus's HTTP API (hack/verify_dashboard/queries.py, with its tests).
+PROM="http://127.0.0.1:$prom_port" python3 hack/verify_dashboard/queries.py charts/netcm/files/dashboard.json

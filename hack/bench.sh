@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# netcm's benchmarks, one entry point: hack/bench.sh NAME [ARGS]. Each prints its numbers (mostly markdown
+# tables); the e2e tests assert what netcm does, never how fast (docs/performance.md has the numbers).
+# hack/bench-NAME.sh is the same command under its old name.
+#
+#   allocation      netcm vs kube-controller-manager's nodeipam vs the API server's ceiling, side by side in
+#                   one run on the real control plane (e2e/src/bin/bench-allocation/; the README's
+#                   "Benchmarks" says what each column means):
+#                     hack/bench.sh allocation                          MODE=default: 5,000-Node backlog, every contender
+#                     NODES=1000 SKIP_KCM_DEFAULT=1 hack/bench.sh allocation   (ONLY_NETCM=1: ceiling and netcm only)
+#                     MODE=scale NODES=50000 hack/bench.sh allocation   ceiling, netcm and KCM at QPS=1000 (BURST=2×QPS)
+#                     MODE=scale NODES=5000 ROUNDS=3 hack/bench.sh allocation   three rounds, then the medians of the ratios
+#                     MODE=churn NODES=5000 CHURN_SECONDS=300 hack/bench.sh allocation   20 Nodes/s created + deleted
+#                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
+#                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
+#                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
+#                   CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, CLUSTER_CIDR
+#                   (10.0.0.0/8), TIMEOUT_SECONDS (3600). At 50,000 Nodes kube-apiserver holds ~4 GiB.
+#   decode          what the informer spends per Node decoding a watch event and caching it, the full
+#                   k8s-openapi Node trimmed in kube-runtime's reflector store (before) against WireNode →
+#                   CachedNode in the informer's own store (after), for the subnet-allocator's declaration
+#                   alone and for all three controllers': allocations, bytes allocated, bytes retained per
+#                   cached Node, time; and size_of::<CachedNode>(). No cluster needed.
+#                     hack/bench.sh decode                              5,000 Nodes, 5 rounds
+#                     NODES=50000 ROUNDS=3 hack/bench.sh decode
+#   handover        two replicas on the real control plane: how long the standby takes to hold the Lease
+#                   after SIGTERM on the leader (a release) and after kill -9 (an expiry at a 4 s lease)
+#                   (e2e/src/bin/bench-handover.rs).
+#                     hack/bench.sh handover [ROUNDS]                   default 10 of each
+#   ledger          the bytes and allocations the subnet-allocator's ledger (netcm-ipam's Pools) holds per
+#                   allocated Node and the time per allocation, single-stack and dual-stack. No cluster needed.
+#                     hack/bench.sh ledger                              50,000 Nodes, 3 rounds
+#                     NODES=5000 ROUNDS=5 hack/bench.sh ledger
+#   memory-limit    netcm under the chart's memory limit, in a cgroup v1 memory cgroup (root): hack/bench/
+#                   memory-limit.sh says what and how.
+#                     NETCM_CONTROLPLANE_DIR=/tmp/mine hack/bench.sh memory-limit
+#                     NODES=2000 MEMORY_LIMIT=64M hack/bench.sh memory-limit
+#   pools           netcm's allocation time for a backlog of N Nodes with the flag pool alone vs ten
+#                   ClusterCIDR pools (Nodes spread over them by label), on the real control plane.
+#                     hack/bench.sh pools                               2,000 Nodes, each mode twice
+#                     NODES=5000 REPEATS=3 hack/bench.sh pools
+#   requests        API requests per Node, by verb and resource, from kube-apiserver's audit log, one fresh
+#                   control plane per contender: hack/bench/requests.sh says what and how.
+#                     hack/bench.sh requests                            NODES=2000, this checkout's release build
+#                     CONTENDERS="before=/tmp/netcm-main after=target/release/netcm" NODES=50000 hack/bench.sh requests
+#   routes          N Nodes (default 5000) with lease annotations, netcm's route controller inside a network
+#                   namespace (root): the time from "all lease annotations present, netcm started" to "all
+#                   routes programmed", the time to every RouteCreated condition, and a live change of every
+#                   Node's gateway (e2e/src/bin/bench-routes.rs).
+#                     hack/bench.sh routes [NODES]
+#
+# hack/bench-pod-network.sh (the multi-node cluster of hack/cluster.sh) is not run from here.
+# The benchmarks on the real control plane start (or reuse) the one of NETCM_CONTROLPLANE_DIR.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+tag=bench
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
+
+# controlplane_up: starts (or reuses) hack/controlplane.sh's control plane; the e2e binaries find it
+# through NETCM_E2E_KUBECONFIG.
+controlplane_up() {
+  local line
+  line=$(bash hack/controlplane.sh up | tail -1)
+  export NETCM_E2E_KUBECONFIG=${line#KUBECONFIG=}
+}
+
+# build_release BENCH: builds netcm and the e2e binary BENCH in release mode; BENCH starts the netcm of
+# NETCM_BIN.
+build_release() {
+  cargo build --release --locked -p netcm -p netcm-e2e --bin netcm --bin "$1"
+  export NETCM_BIN=$root/target/release/netcm
+}
+
+# run_debug BENCH: builds netcm and the e2e binary BENCH (debug, quietly), then becomes BENCH.
+run_debug() {
+  cargo build --quiet --locked -p netcm -p netcm-e2e --bin netcm --bin "$1"
+  exec "$root/target/debug/$1"
+}
+
+name=${1:-}
+[ $# -eq 0 ] || shift
+case "$name" in
+  allocation)
+    bash hack/install-prereqs.sh >/dev/null
+    controlplane_up
+    bash hack/controlplane.sh bin kube-controller-manager >/dev/null
+    build_release bench-allocation
+    log "MODE=${MODE:-default} NODES=${NODES:-default} on $(nproc) cores; df: $(df -h / | awk 'NR==2 {print $4}') free"
+    exec "$root/target/release/bench-allocation" ;;
+  decode) exec cargo bench --locked -p netcm-manager --bench decode ;;
+  handover)
+    controlplane_up
+    export ROUNDS=${1:-10}
+    run_debug bench-handover ;;
+  ledger) exec cargo bench --locked -p netcm-ipam --bench ledger ;;
+  memory-limit) exec bash hack/bench/memory-limit.sh "$@" ;;
+  pools)
+    bash hack/install-prereqs.sh >/dev/null
+    controlplane_up
+    build_release bench-pools
+    exec "$root/target/release/bench-pools" ;;
+  requests) exec bash hack/bench/requests.sh "$@" ;;
+  routes)
+    controlplane_up
+    export NODES=${1:-5000}
+    run_debug bench-routes ;;
+  *) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
