@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# netcm's OCI image, built here without a container engine or a registry (umoci), for the real node of
-# hack/node.sh. Same layout as the Dockerfile's image (which stays for users with a container engine):
+# netcm's OCI image, built here without a container engine or a registry (umoci), for the real nodes of
+# hack/cluster.sh. Same layout as the Dockerfile's image (which stays for users with a container engine):
 # the release binary at /usr/local/bin/netcm, run as 65532:65532, the glibc and libgcc it links plus
 # distroless's /etc/passwd, /etc/group, /home/nonroot and /tmp, no shell. `check` keeps the two in step.
 #
@@ -14,7 +14,7 @@
 #                          Dockerfile's (builds the image first if there is none); exits 1 naming a difference
 #
 # The tag is the crate version plus the binary's SHA-256 prefix, so a rebuilt binary is a new image and
-# pods never run a stale one under an old name. Import with `hack/node.sh load TAR IMAGE`.
+# pods never run a stale one under an old name. Import with `hack/cluster.sh load TAR IMAGE`.
 #
 # Environment: NETCM_CACHE_DIR (as hack/controlplane.sh: the pause binary is cached there),
 #              NETCM_IMAGE_OUT (default <checkout>/_out/image), CARGO_TARGET_DIR (cargo's, default

@@ -77,9 +77,11 @@ step "alerts: promtool test rules"
 promtool test rules hack/testdata/alerts-test.yaml
 
 step "dashboard: every panel query returns series from a live netcm"
+python3 -m unittest discover -s hack/verify_dashboard
 bash hack/verify-dashboard.sh
 
 step "image: release build, OCI image with umoci, checked against the Dockerfile"
+python3 -m unittest discover -s hack/image
 image_lines=$(bash hack/image.sh build)
 bash hack/image.sh check
 export NETCM_E2E_IMAGE NETCM_E2E_IMAGE_TAR
