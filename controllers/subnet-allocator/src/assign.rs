@@ -41,20 +41,21 @@ pub(crate) fn classify_patch_error(e: &kube::Error) -> PatchFailure {
     }
 }
 
-/// The Node's fence as this leader's cache saw it: whether it has annotations at all, and the value of
+/// The PATCH's precondition on the Node's fence annotation, as this leader's cache saw it (not a leader fence,
+/// which is `LeaderGuard`'s): whether it has annotations at all, and the value of
 /// [`FENCED_AT_ANNOTATION`] (`None`: unset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Fence<'a> {
+pub(crate) struct FencePrecondition<'a> {
     /// `metadata.annotations` has entries.
     pub has_annotations: bool,
     /// The fence annotation's value.
     pub fenced_at: Option<&'a str>,
 }
 
-impl<'a> Fence<'a> {
+impl<'a> FencePrecondition<'a> {
     /// The fence of a cached Node.
-    pub(crate) fn of(node: &'a CachedNode) -> Fence<'a> {
-        Fence {
+    pub(crate) fn of(node: &'a CachedNode) -> FencePrecondition<'a> {
+        FencePrecondition {
             has_annotations: node.has_annotations(),
             fenced_at: node.annotation(FENCED_AT_ANNOTATION),
         }
@@ -67,7 +68,11 @@ impl<'a> Fence<'a> {
 /// holds past a takeover can be voided ([`crate::blocks`]). Other writers of the Node (kubelet's status,
 /// taints, labels) never make it fail. JSON Patch can only test a member of a map that exists: a Node
 /// without annotations is tested for having none.
-pub(crate) fn pod_cidr_patch(uid: &str, fence: Fence<'_>, cidrs: &[String]) -> serde_json::Value {
+pub(crate) fn pod_cidr_patch(
+    uid: &str,
+    fence: FencePrecondition<'_>,
+    cidrs: &[String],
+) -> serde_json::Value {
     let fence_test = if fence.has_annotations {
         serde_json::json!({
             "op": "test",
@@ -276,7 +281,7 @@ impl Allocator {
         let cidrs: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
         self.guard.ensure_leader()?;
         let patch: json_patch::Patch =
-            serde_json::from_value(pod_cidr_patch(uid, Fence::of(node), &cidrs))
+            serde_json::from_value(pod_cidr_patch(uid, FencePrecondition::of(node), &cidrs))
                 .map_err(SyncError::BuildPatch)?;
         let result = netcm_manager::client::unread::patch_unread(
             &self.api,
@@ -365,7 +370,7 @@ impl Allocator {
         };
         let facts = live.as_ref().map(|n| {
             let annotations = n.metadata.annotations.as_ref();
-            let live_fence = Fence {
+            let live_fence = FencePrecondition {
                 has_annotations: annotations.is_some_and(|a| !a.is_empty()),
                 fenced_at: annotations
                     .and_then(|a| a.get(FENCED_AT_ANNOTATION))
@@ -374,7 +379,7 @@ impl Allocator {
             LiveNode {
                 uid: n.metadata.uid.clone().unwrap_or_default(),
                 pod_cidrs: netcm_node::raw_pod_cidrs(n),
-                fence_moved: live_fence != Fence::of(node),
+                fence_moved: live_fence != FencePrecondition::of(node),
             }
         });
         let after = after_failed_write(failure, facts.as_ref(), uid, cidrs);
@@ -461,7 +466,7 @@ mod tests {
     #[test]
     fn the_patch_tests_the_node_uid_and_its_fence_and_sets_both_pod_cidr_fields() {
         let cidrs = ["10.0.0.0/24".to_string(), "fd00::/64".to_string()];
-        let fence = Fence {
+        let fence = FencePrecondition {
             has_annotations: true,
             fenced_at: None,
         };
@@ -476,12 +481,12 @@ mod tests {
         );
         assert_eq!(p[2]["value"], "10.0.0.0/24");
         assert_eq!(p[3]["value"][1], "fd00::/64");
-        let fenced = Fence {
+        let fenced = FencePrecondition {
             has_annotations: true,
             fenced_at: Some("t1"),
         };
         assert_eq!(pod_cidr_patch("u1", fenced, &cidrs)[1]["value"], "t1");
-        let bare = Fence {
+        let bare = FencePrecondition {
             has_annotations: false,
             fenced_at: None,
         };
