@@ -238,7 +238,7 @@ log "installing the minimal PrometheusRule CRD (hack/testdata/prometheusrule-crd
 dry_run() { # NAME: every object of the rendering, server-side applied in dry-run mode
   local name=$1 file=$out/$1.yaml err=$out/$1.dry-run.stderr
   log "kubectl apply --server-side --dry-run=server -f $file"
-  # --force-conflicts: cluster-scoped objects of the same name may exist (e2e/tests/chart_rbac.rs installs
+  # --force-conflicts: cluster-scoped objects of the same name may exist (e2e/tests/e2e/chart_rbac.rs installs
   # the RBAC for real); whoever manages them is irrelevant to whether this rendering is valid.
   if ! "$kubectl" apply --server-side --dry-run=server --force-conflicts --field-manager="$field_manager" \
     --validate=strict -f "$file" 2>"$err" | sed 's/^/[verify-chart]   /' >&2; then
@@ -255,7 +255,7 @@ log "  ok: the default rendering passes Pod Security \"restricted\""
 dry_run all-on
 
 # --- 4. a real install, upgrade and uninstall with Helm 3 and with Helm 4 ---------------------------------
-# No node runs the pods (the chart on a real node is e2e/tests/chart_on_a_real_node.rs): this is what each
+# No node runs the pods (the chart on a real node is e2e/tests/e2e/chart_on_a_real_node.rs): this is what each
 # Helm makes of the chart's objects. An upgrade changes one value and must reach the Deployment's args.
 helm_lifecycle() { # HELM_BIN NAMESPACE
   local h=$1 ns=$2 rel=netcm-lifecycle args

@@ -1,5 +1,5 @@
 //! The sync handler's own bookkeeping: netcm's writes, invalid overwrites counted once, deferred agent leases, the waiting gauge.
-//! Syncs themselves run against the real API server (e2e/tests/node_annotation_syncer*).
+//! Syncs themselves run against the real API server (e2e/tests/e2e/node_annotation_syncer*).
 
 use super::*;
 use netcm_node::Family;

@@ -11,15 +11,10 @@ use kube::api::{Api, ListParams};
 use netcm_e2e::nodes::pod_cidrs;
 use netcm_e2e::{serviceaccount_kubeconfig, wait_for, Netcm, TestEnv, LEASE_NAMESPACE};
 
-#[path = "check/access.rs"]
 mod access;
-#[path = "check/bad_pod_cidrs.rs"]
 mod bad_pod_cidrs;
-#[path = "check/leadership.rs"]
 mod leadership;
-#[path = "check/pools.rs"]
 mod pools;
-#[path = "check/support.rs"]
 mod support;
 
 use support::*;

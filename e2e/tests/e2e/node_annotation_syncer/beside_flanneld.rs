@@ -20,7 +20,7 @@ use netcm_e2e::flanneld::{Flanneld, Host, Lan, Via};
 use netcm_e2e::nodes::{create_node, NodeFixture};
 use netcm_e2e::{wait_for, Netcm, TestEnv};
 
-use crate::support::*;
+use super::support::*;
 
 const NETWORK: &str = "10.244.0.0/16";
 

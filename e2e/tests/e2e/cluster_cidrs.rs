@@ -14,9 +14,7 @@ use netcm_e2e::nodes::{assert_no_overlaps, create_node, pod_cidrs, NodeFixture};
 use netcm_e2e::{cluster_cidrs, tool, wait_for, Netcm, TestEnv};
 use serde_json::{json, Value};
 
-#[path = "cluster_cidrs/examples.rs"]
 mod examples;
-#[path = "cluster_cidrs/status.rs"]
 mod status;
 
 const TIMEOUT: Duration = Duration::from_secs(60);

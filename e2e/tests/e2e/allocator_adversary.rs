@@ -16,9 +16,7 @@ use netcm_e2e::{
     audit, claimed_cidrs, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv,
 };
 
-#[path = "allocator_adversary/late_write.rs"]
 mod late_write;
-#[path = "allocator_adversary/refused_write.rs"]
 mod refused_write;
 
 const TIMEOUT: Duration = Duration::from_secs(60);

@@ -27,7 +27,6 @@ use netcm_e2e::pod_network::{
 use netcm_e2e::probe;
 use serde_json::Value;
 
-#[path = "pod_network_flannel/agentless.rs"]
 mod agentless;
 
 const NODES: usize = 3;

@@ -43,7 +43,6 @@ const RBAC_KINDS: [&str; 5] = [
     "RoleBinding",
 ];
 
-#[path = "chart_rbac/chart.rs"]
 mod chart;
 
 use chart::*;
@@ -108,7 +107,6 @@ struct Case {
     error: &'static str,
 }
 
-#[path = "chart_rbac/cases.rs"]
 mod cases;
 
 use cases::*;

@@ -9,7 +9,7 @@ use kube::api::{Api, Patch, PatchParams};
 use netcm_e2e::nodes::{create_node, set_addresses, NodeFixture};
 use netcm_e2e::{wait_for, Netcm, TestEnv};
 
-use crate::support::*;
+use super::support::*;
 
 #[tokio::test]
 async fn address_and_overwrite_changes_move_the_public_ip_and_a_garbage_overwrite_keeps_the_last_good_one(

@@ -4,7 +4,7 @@
 use netcm_e2e::nodes::{create_node, NodeFixture};
 use netcm_e2e::{Netcm, TestEnv};
 
-use crate::support::*;
+use super::support::*;
 
 #[tokio::test]
 async fn a_custom_prefix_publishes_under_it_and_leaves_other_prefixes_alone() {

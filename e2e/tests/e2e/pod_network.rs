@@ -20,7 +20,6 @@ use netcm_e2e::pod_network::{
 use netcm_e2e::probe;
 use serde_json::Value;
 
-#[path = "pod_network/routes.rs"]
 mod routes;
 
 const NODES: usize = 3;

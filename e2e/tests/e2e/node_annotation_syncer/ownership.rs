@@ -6,7 +6,7 @@ use kube::api::{Api, Patch, PatchParams};
 use netcm_e2e::nodes::{create_node, set_addresses, NodeFixture};
 use netcm_e2e::{wait_for, Netcm, TestEnv};
 
-use crate::support::*;
+use super::support::*;
 
 /// The ownership rule against the API alone (the tests with a real flanneld are in `beside_flanneld`):
 /// lease keys written by another field manager (here the test's own client, as an agent) make netcm leave

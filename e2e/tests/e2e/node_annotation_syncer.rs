@@ -7,16 +7,11 @@
 //! another writer publishes), `beside_flanneld.rs` (the same with real flanneld agents), `flags.rs`
 //! (`--annotation-prefix`), `support.rs` (expectations, waits, the audit log).
 
-#[path = "node_annotation_syncer/support.rs"]
 mod support;
 
-#[path = "node_annotation_syncer/addresses.rs"]
 mod addresses;
-#[path = "node_annotation_syncer/beside_flanneld.rs"]
 mod beside_flanneld;
-#[path = "node_annotation_syncer/flags.rs"]
 mod flags;
-#[path = "node_annotation_syncer/ownership.rs"]
 mod ownership;
 
 use std::collections::HashMap;

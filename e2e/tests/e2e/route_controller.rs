@@ -19,11 +19,8 @@ use kube::api::DeleteParams;
 use netcm_e2e::nodes::{create_nodes, set_addresses, NodeFixture};
 use netcm_e2e::{wait_for, TestEnv};
 
-#[path = "route_controller/modes.rs"]
 mod modes;
-#[path = "route_controller/ownership.rs"]
 mod ownership;
-#[path = "route_controller/repair.rs"]
 mod repair;
 
 use netcm_e2e::route_lab::*;

@@ -36,9 +36,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// The graceful-release bound of the issue: the standby leads within this after `kubectl delete pod`.
 const FAILOVER_BOUND: Duration = Duration::from_secs(3);
 
-#[path = "chart_on_a_real_node/daemonset.rs"]
 mod daemonset;
-#[path = "chart_on_a_real_node/support.rs"]
 mod support;
 
 use support::*;
