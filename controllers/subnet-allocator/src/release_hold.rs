@@ -1,5 +1,5 @@
 //! The release hold in the allocator (`--cidr-release-hold`; the pools keep it, `netcm_ipam`'s
-//! `pools_release_hold.rs`): a deleted Node's CIDRs are held rather than released, a task ends each hold
+//! `pools/release_hold.rs`): a deleted Node's CIDRs are held rather than released, a task ends each hold
 //! on time and wakes the Nodes waiting for a CIDR, and a CIDR handed out before its hold ended gets a
 //! Warning Event on the Node that received it.
 //!

@@ -257,7 +257,6 @@ impl CidrSet {
     }
 }
 
-#[path = "cidr_set_free.rs"]
 mod free;
 
 /// Bits of word `w` that fall in the block range `begin..=end`.

@@ -474,13 +474,9 @@ pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], 
     }
 }
 
-#[path = "pools_hold.rs"]
 mod hold;
-#[path = "pools_objects.rs"]
 mod objects;
-#[path = "pools_release_hold.rs"]
 mod release_hold;
-#[path = "pools_stats.rs"]
 mod stats;
 
 pub use release_hold::ReleaseHoldUse;
@@ -488,5 +484,4 @@ use release_hold::ReleaseHolds;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "pools_tests.rs"]
 mod tests;

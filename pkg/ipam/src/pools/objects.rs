@@ -345,5 +345,4 @@ fn asked_ranges(spec: &PoolSpec) -> Vec<IpNet> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "pools_objects_tests.rs"]
 mod tests;

@@ -182,5 +182,4 @@ impl Pools {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "pools_release_hold_tests.rs"]
 mod tests;

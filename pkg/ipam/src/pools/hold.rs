@@ -231,5 +231,4 @@ pub(crate) fn first_occurrences<T: Copy + Eq + std::hash::Hash>(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "pools_hold_tests.rs"]
 mod tests;

@@ -8,7 +8,6 @@ use crate::pool::DEFAULT_POOL;
 use crate::selector::{NodeSelector, NodeView, Requirement, Term};
 use crate::test_fixtures::{net, pools};
 
-#[path = "pools_rank_tests.rs"]
 mod rank;
 
 fn exists(key: &str) -> NodeSelector {
