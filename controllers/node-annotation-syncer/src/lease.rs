@@ -211,5 +211,4 @@ pub fn plan(cfg: &Config, node: &CachedNode, current: &BTreeMap<String, String>)
 }
 
 #[cfg(test)]
-#[path = "lease_tests.rs"]
 mod tests;

@@ -360,5 +360,4 @@ fn parse_service_ranges(list: &str) -> Result<Vec<IpNet>, ConfigError> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-#[path = "config_tests.rs"]
 mod tests;

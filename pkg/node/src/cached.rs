@@ -391,5 +391,4 @@ impl fmt::Debug for CachedNode {
 }
 
 #[cfg(test)]
-#[path = "cached_tests.rs"]
 mod tests;

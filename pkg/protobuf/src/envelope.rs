@@ -157,5 +157,4 @@ fn write_status(raw: &[u8], out: &mut Vec<u8>) -> Result<(), ProtobufError> {
 }
 
 #[cfg(test)]
-#[path = "envelope_tests.rs"]
 mod tests;

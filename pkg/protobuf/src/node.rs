@@ -380,5 +380,4 @@ impl NodeView<'_> {
 }
 
 #[cfg(test)]
-#[path = "node_tests.rs"]
 mod tests;
