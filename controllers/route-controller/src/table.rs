@@ -439,6 +439,4 @@ impl RouteSyncer {
 }
 
 #[cfg(test)]
-mod conflict_tests;
-#[cfg(test)]
 mod tests;

@@ -162,4 +162,4 @@ fn stack(
 }
 
 #[cfg(test)]
-mod stub_api_tests;
+mod tests;

@@ -5,6 +5,8 @@ use crate::backend::fake::FakeRoutes;
 use crate::backend::TableChange;
 use netcm_node::test_support::{flannel_keys as keys, node};
 
+mod conflict;
+
 /// The cluster CIDRs of every test here.
 const CLUSTER_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/8"];
 

@@ -1,7 +1,7 @@
 //! Unit tests of Nodes that claim the same pod CIDR: who keeps the route, whatever order they sync in.
 
-use super::tests::{failures, n, net, route, sync, syncer};
-use super::*;
+use super::super::*;
+use super::{failures, n, net, route, sync, syncer};
 use crate::backend::fake::FakeRoutes;
 
 /// The pod CIDR both Nodes of these tests claim.
