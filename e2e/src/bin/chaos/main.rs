@@ -17,21 +17,13 @@
 
 #![allow(missing_docs)]
 
-#[path = "chaos/checker.rs"]
 mod checker;
-#[path = "chaos/faults.rs"]
 mod faults;
-#[path = "chaos/path.rs"]
 mod path;
-#[path = "chaos/replicas.rs"]
 mod replicas;
-#[path = "chaos/report.rs"]
 mod report;
-#[path = "chaos/rng.rs"]
 mod rng;
-#[path = "chaos/terms.rs"]
 mod terms;
-#[path = "chaos/workload.rs"]
 mod workload;
 
 use std::path::PathBuf;
