@@ -11,7 +11,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use netcm_fuzz::{AddrText, CidrText};
 use netcm_node::{CachedNode, Family};
-use netcm_node_annotation_syncer::lease::{plan, usable_ip};
+use netcm_node_annotation_syncer::subnet_lease::{plan, usable_ip};
 use netcm_node_annotation_syncer::Flags;
 
 #[derive(Debug, Arbitrary)]

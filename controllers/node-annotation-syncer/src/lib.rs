@@ -12,13 +12,13 @@
 //! family gets nothing until it changes. A Node whose lease a node agent publishes (a flanneld in
 //! kube-subnet-manager mode: another field manager owns a lease key, see [`owner`]) is left alone.
 //!
-//! The pure decisions live in [`lease::plan`] and [`owner::agent_lease`]; start reading at
+//! The pure decisions live in [`subnet_lease::plan`] and [`owner::agent_lease`]; start reading at
 //! [`syncer::Syncer::sync_node`].
 
 pub mod flags;
-pub mod lease;
 pub mod metrics;
 pub mod owner;
+pub mod subnet_lease;
 pub mod syncer;
 
 use kube::api::Api;

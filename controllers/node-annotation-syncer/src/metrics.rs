@@ -2,7 +2,7 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::lease::Waiting;
+use crate::subnet_lease::Waiting;
 use netcm_node::Family;
 
 /// The metric families the syncer updates.

@@ -16,9 +16,9 @@ use netcm_manager::{
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::flags::Config;
-use crate::lease::{self, Instead, InvalidOverwrite, Plan, Waiting};
 use crate::metrics::SyncerMetrics;
 use crate::owner::{self, AgentLease, FIELD_MANAGER};
+use crate::subnet_lease::{self, Instead, InvalidOverwrite, Plan, Waiting};
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "node-annotation-syncer";
@@ -233,7 +233,7 @@ impl Syncer {
             return Ok(SyncOutcome::Done);
         }
         let current = self.current_annotations(name, &node);
-        let plan = lease::plan(&self.config, &node, &current);
+        let plan = subnet_lease::plan(&self.config, &node, &current);
         self.set_waiting(name, plan.waiting.as_ref());
         if plan.waiting.is_some() || plan.changes.is_empty() {
             // Nothing to write, so nothing is left to an agent, and what the Event says about an invalid

@@ -1,10 +1,10 @@
 //! flannel's subnet leases (the node-annotation-syncer's output): every Node with a pod CIDR should carry
 //! the lease annotations flannel reads, matching what the syncer would publish now (its own pure
-//! `lease::plan`); a public IP no address of the Node backs (and no overwrite asks for) is stale. Also
-//! the route controller's `NetworkUnavailable` condition, from the API (not the host's routing table).
+//! `subnet_lease::plan`); a public IP no address of the Node backs (and no overwrite asks for) is stale.
+//! Also the route controller's `NetworkUnavailable` condition, from the API (not the host's routing table).
 
 use k8s_openapi::api::core::v1::Node;
-use netcm_node_annotation_syncer::lease::plan;
+use netcm_node_annotation_syncer::subnet_lease::plan;
 
 use super::report::Finding;
 use super::snapshot::{annotations, name, Snapshot};
@@ -31,7 +31,7 @@ pub fn lease_problem(s: &Snapshot, node: &Node) -> Option<Finding> {
                 "leases",
                 format!("Node {n} has a pod CIDR but no flannel lease: {w}"),
                 match w {
-                    netcm_node_annotation_syncer::lease::Waiting::NoAddress(_) => format!(
+                    netcm_node_annotation_syncer::subnet_lease::Waiting::NoAddress(_) => format!(
                         "give Node {n} an address of the configured types ({}; kubelet --node-ip) or set {} to its public IP",
                         cfg.address_types.join(","),
                         cfg.keys.public_ip_overwrite
