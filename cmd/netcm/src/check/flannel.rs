@@ -10,13 +10,13 @@ use super::report::Finding;
 use super::snapshot::{annotations, name, Snapshot};
 
 /// What is wrong with one Node's lease, if anything.
-pub fn lease_problem(s: &Snapshot, node: &Node) -> Option<Finding> {
+pub fn subnet_lease_problem(s: &Snapshot, node: &Node) -> Option<Finding> {
     let cfg = s.settings.syncer.as_ref().ok()?;
     let n = name(node).to_string();
     let current = annotations(node);
     let p = plan(cfg, &netcm_node::CachedNode::from(node), &current);
     let syncer_fix = |what: &str| {
-        if s.settings.syncs_leases == Some(false) {
+        if s.settings.syncs_subnet_leases == Some(false) {
             format!("the leader does not run node-annotation-syncer: add it to --controllers (chart: annotationSyncer.enabled=true) {what}")
         } else {
             format!("the node-annotation-syncer has not caught up: see the leader's log (kubectl -n {} logs <leader pod> | grep node={n}) {what}", s.lease_namespace)
@@ -84,17 +84,23 @@ pub fn check(s: &Snapshot) -> Vec<Finding> {
         }
     };
     // Without a published configuration, only clusters that already carry leases are judged.
-    let any_lease = s
+    let any_subnet_lease = s
         .nodes
         .iter()
         .any(|n| annotations(n).contains_key(&cfg.keys.kube_subnet_manager));
-    if s.settings.syncs_leases == Some(false) || (s.settings.syncs_leases.is_none() && !any_lease) {
+    if s.settings.syncs_subnet_leases == Some(false)
+        || (s.settings.syncs_subnet_leases.is_none() && !any_subnet_lease)
+    {
         return vec![Finding::skip(
             "leases",
             "netcm does not publish flannel leases here (node-annotation-syncer not running)",
         )];
     }
-    let out: Vec<Finding> = s.nodes.iter().filter_map(|n| lease_problem(s, n)).collect();
+    let out: Vec<Finding> = s
+        .nodes
+        .iter()
+        .filter_map(|n| subnet_lease_problem(s, n))
+        .collect();
     if out.is_empty() {
         let with = s
             .nodes
@@ -179,7 +185,7 @@ mod tests {
         let s = snapshot(
             "10.244.0.0/16",
             vec![
-                leased(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1"),
+                with_subnet_lease(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1"),
                 node("b", "192.0.2.2", &[]),
             ],
         );
@@ -207,7 +213,7 @@ mod tests {
     fn a_lease_public_ip_no_address_backs_is_stale() {
         let s = snapshot(
             "10.244.0.0/16",
-            vec![leased(
+            vec![with_subnet_lease(
                 node("a", "192.0.2.1", &["10.244.0.0/24"]),
                 "198.51.100.7",
             )],

@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn a_healthy_cluster_passes_every_check() {
         use snapshot::fixtures::*;
-        let n = leased(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
+        let n = with_subnet_lease(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
         let mut s = snapshot("10.244.0.0/16", vec![n]);
         s.claims = snapshot::ClaimsState::Listed(vec![snapshot::ClaimRecord {
             name: "10-244-0-0-18".into(),

@@ -40,7 +40,7 @@ pub fn check(
     if let ClaimsState::Listed(claims) = &s.claims {
         report.findings.push(claims_finding(claims, node));
     }
-    lease_findings(&mut report, s, node, !good.is_empty());
+    subnet_lease_findings(&mut report, s, node, !good.is_empty());
     route_findings(&mut report, s, node, node_name);
     report.findings.extend(event_findings(s, node_name));
     let verdict = report.verdict.unwrap_or_else(|| healthy(s, node, &cidrs));
@@ -222,8 +222,8 @@ fn claims_finding(claims: &[ClaimRecord], node: &Node) -> Finding {
 }
 
 /// The Node's flannel lease: its problem, or, for a Node with pod CIDRs, the public IPs it publishes.
-fn lease_findings(report: &mut NodeReport, s: &Snapshot, node: &Node, has_pod_cidrs: bool) {
-    match flannel::lease_problem(s, node) {
+fn subnet_lease_findings(report: &mut NodeReport, s: &Snapshot, node: &Node, has_pod_cidrs: bool) {
+    match flannel::subnet_lease_problem(s, node) {
         Some(f) => report.problem(f, "lease"),
         None if has_pod_cidrs => {
             if let Ok(cfg) = &s.settings.syncer {
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn a_healthy_node_lists_its_cidrs_and_is_called_healthy() {
-        let n = leased(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
+        let n = with_subnet_lease(node("a", "192.0.2.1", &["10.244.0.0/24"]), "192.0.2.1");
         let s = snapshot("10.244.0.0/16", vec![n]);
         let a = pools::analyse(&s);
         let (f, verdict) = check(&s, a.as_ref(), "a");
@@ -375,7 +375,7 @@ mod tests {
         let s = snapshot(
             "10.0.0.0/16",
             vec![
-                leased(node("n0", "192.0.2.1", &["10.0.0.0/24"]), "192.0.2.1"),
+                with_subnet_lease(node("n0", "192.0.2.1", &["10.0.0.0/24"]), "192.0.2.1"),
                 node("hostile", "192.0.2.9", &["10.0.0.0/8"]),
             ],
         );

@@ -211,7 +211,7 @@ pub fn requests(settings: &Settings, lease_namespace: &str, lease_name: &str) ->
                 false,
             ),
             Needed::NodeWriters => (
-                settings.allocates != Some(false) || settings.syncs_leases != Some(false),
+                settings.allocates != Some(false) || settings.syncs_subnet_leases != Some(false),
                 false,
             ),
             Needed::Routes => (settings.routes == Some(true), false),

@@ -210,7 +210,7 @@ pub struct Settings {
     /// The lease-annotation configuration.
     pub syncer: Result<netcm_node_annotation_syncer::Config, String>,
     /// Whether the leader runs the node-annotation-syncer (`None`: unknown).
-    pub syncs_leases: Option<bool>,
+    pub syncs_subnet_leases: Option<bool>,
     /// Whether the leader runs the route-controller (`None`: unknown).
     pub routes: Option<bool>,
 }
@@ -284,7 +284,7 @@ impl Settings {
             pod_cidr_claims: from("--pod-cidr-claims").map(|v| v != "false"),
             cluster_cidr_objects: from("--cluster-cidr-objects").map(|v| v != "false"),
             syncer: syncer_flags.config().map_err(|e| e.to_string()),
-            syncs_leases: runs(netcm_node_annotation_syncer::NAME),
+            syncs_subnet_leases: runs(netcm_node_annotation_syncer::NAME),
             routes: runs(netcm_route_controller::NAME),
         }
     }
@@ -339,8 +339,8 @@ pub mod fixtures {
         }
     }
 
-    /// `n` carrying a complete host-gw lease under flannel's prefix with `public_ip`.
-    pub fn leased(mut n: Node, public_ip: &str) -> Node {
+    /// `n` carrying a complete host-gw subnet lease under flannel's prefix with `public_ip`.
+    pub fn with_subnet_lease(mut n: Node, public_ip: &str) -> Node {
         let a = n.metadata.annotations.get_or_insert_with(Default::default);
         for (k, v) in [
             ("kube-subnet-manager", "true"),
