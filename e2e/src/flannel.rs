@@ -8,9 +8,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 
-/// What flannel's `nodeToLease` produces for a peer Node.
+/// What flannel's `nodeToLease` produces for a peer Node: its subnet lease (flannel's `subnet.Lease`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Lease {
+pub struct SubnetLease {
     /// `Attrs.PublicIP` (when IPv4 is enabled).
     pub public_ip: Option<Ipv4Addr>,
     /// `Attrs.BackendData`, raw JSON text.
@@ -94,7 +94,7 @@ pub fn node_to_lease(
     prefix: &str,
     enable_ipv4: bool,
     enable_ipv6: bool,
-) -> Result<Lease, String> {
+) -> Result<SubnetLease, String> {
     let p = flannel_prefix(prefix);
     let empty = Default::default();
     let ann = node.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -102,7 +102,7 @@ pub fn node_to_lease(
     if get("kube-subnet-manager") != "true" {
         return Err("not managed: kube-subnet-manager is not \"true\"".into());
     }
-    let mut lease = Lease::default();
+    let mut lease = SubnetLease::default();
     if enable_ipv4 {
         lease.public_ip = Some(parse_ip4(&get("public-ip"))?);
         lease.backend_data = Some(get("backend-data"));

@@ -22,9 +22,9 @@ pub const PREFIX: &str = "flannel.alpha.coreos.com";
 /// The node's link towards its peers on `hack/cluster.sh`, where host-gw routes point.
 const NODE_LINK: &str = "eth0";
 
-/// A Node's lease as flanneld reads it from the Node's annotations and `spec.podCIDRs`.
+/// A Node's subnet lease as flanneld reads it from the Node's annotations and `spec.podCIDRs`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub struct SubnetLease {
     pub node: String,
     pub cidrs: Vec<IpNet>,
     pub public_ip: String,
@@ -36,7 +36,7 @@ pub struct Lease {
 
 /// The leases of every Node of `kubectl get nodes -o json` that has a complete one (CIDRs and a public
 /// address of each family).
-pub fn leases(nodes: &Value) -> Vec<Lease> {
+pub fn subnet_leases(nodes: &Value) -> Vec<SubnetLease> {
     let mut out = Vec::new();
     for n in nodes["items"].as_array().into_iter().flatten() {
         let annotation = |key: &str| {
@@ -51,7 +51,7 @@ pub fn leases(nodes: &Value) -> Vec<Lease> {
                 .and_then(|d| d["VtepMAC"].as_str().map(str::to_lowercase))
                 .unwrap_or_default()
         };
-        let lease = Lease {
+        let lease = SubnetLease {
             node: n["metadata"]["name"].as_str().unwrap_or_default().into(),
             cidrs: cidrs_of(n),
             public_ip: annotation("public-ip"),
@@ -67,7 +67,7 @@ pub fn leases(nodes: &Value) -> Vec<Lease> {
 }
 
 /// The entries `node` must hold for the leases of its peers (a lease of `node` itself is skipped).
-pub fn expected(node: &str, backend: Backend, leases: &[Lease]) -> BTreeSet<String> {
+pub fn expected(node: &str, backend: Backend, leases: &[SubnetLease]) -> BTreeSet<String> {
     let mut want = BTreeSet::new();
     for peer in leases.iter().filter(|l| l.node != node) {
         for cidr in &peer.cidrs {
@@ -185,8 +185,8 @@ async fn json(node: &str, args: &[&str]) -> Vec<Value> {
 mod tests {
     use super::*;
 
-    fn lease(node: &str, x: u8) -> Lease {
-        Lease {
+    fn lease(node: &str, x: u8) -> SubnetLease {
+        SubnetLease {
             node: node.into(),
             cidrs: vec![
                 format!("198.19.{}.0/24", 128 + x).parse().unwrap(),
@@ -234,7 +234,7 @@ mod tests {
              "spec": {"podCIDRs": ["198.19.129.0/24", "fd00:1::/64"]}},
             {"metadata": {"name": "b", "annotations": {"flannel.alpha.coreos.com/public-ip": "198.19.254.12"}},
              "spec": {"podCIDRs": ["198.19.130.0/24"]}}]});
-        let got = leases(&nodes);
+        let got = subnet_leases(&nodes);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].node, "a");
         assert_eq!(got[0].vtep_mac, "aa:bb:cc:dd:ee:ff");

@@ -203,7 +203,7 @@ async fn every_node_routes_its_peers(
     backend: Backend,
     cluster_cidrs: &[IpNet],
 ) {
-    let leases = flannel_routes::leases(&cluster.get_json(&["nodes"]).await);
+    let leases = flannel_routes::subnet_leases(&cluster.get_json(&["nodes"]).await);
     for n in nodes {
         let want = flannel_routes::expected(n, backend, &leases);
         flannel_routes::wait_programmed(n, backend, cluster_cidrs, &want, Duration::from_secs(30))
@@ -300,7 +300,7 @@ async fn flannel_beside_netcm_carries_pods_through_node_churn_and_leader_loss(ba
     // Delete a Node: its routes (vxlan: and its VTEP's neighbour and FDB entries) leave every other node,
     // theirs to each other stay; the remaining pods still talk.
     let gone = names[NODES - 1].clone();
-    let leases = flannel_routes::leases(&cluster.get_json(&["nodes"]).await);
+    let leases = flannel_routes::subnet_leases(&cluster.get_json(&["nodes"]).await);
     let (remaining, _) = removing_a_node_removes_only_its_routes(
         &cluster,
         &gone,

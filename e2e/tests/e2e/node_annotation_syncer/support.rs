@@ -6,10 +6,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use k8s_openapi::api::coordination::v1::Lease as LeaderLease;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use netcm_e2e::flannel::{node_to_lease, Lease};
+use netcm_e2e::flannel::{node_to_lease, SubnetLease};
 use netcm_e2e::{audit, wait_for, Netcm, TestEnv, LEASE_NAMESPACE};
 
 pub const PREFIX: &str = "flannel.alpha.coreos.com";
@@ -67,8 +67,8 @@ impl Expected {
         self
     }
 
-    pub fn lease(&self) -> Lease {
-        Lease {
+    pub fn subnet_lease(&self) -> SubnetLease {
+        SubnetLease {
             public_ip: self.v4.map(|(ip, _)| ip),
             backend_data: self.v4.map(|_| self.backend_data.clone()),
             subnet: self.v4.map(|(_, n)| n),
@@ -87,8 +87,8 @@ pub fn annotations(node: &Node) -> BTreeMap<String, String> {
 /// Reads the Node as a flanneld of the Node's own stack would, and compares with `exp`.
 pub fn check_lease(node: &Node, exp: &Expected, prefix: &str) -> Result<(), String> {
     let lease = node_to_lease(node, prefix, exp.v4.is_some(), exp.v6.is_some())?;
-    if lease != exp.lease() {
-        return Err(format!("read {lease:?}, expected {:?}", exp.lease()));
+    if lease != exp.subnet_lease() {
+        return Err(format!("read {lease:?}, expected {:?}", exp.subnet_lease()));
     }
     let ann = annotations(node);
     let p = netcm_e2e::flannel::flannel_prefix(prefix);
@@ -184,7 +184,7 @@ pub async fn metric(netcm: &Netcm, series: &str) -> f64 {
 
 /// The leader's identity (its user agent contains it), once a holder other than `not` has the Lease.
 pub async fn leader_identity(env: &TestEnv, not: Option<&str>) -> String {
-    let leases: Api<LeaderLease> = Api::namespaced(env.client.clone(), LEASE_NAMESPACE);
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), LEASE_NAMESPACE);
     wait_for("netcm to hold its Lease", TIMEOUT, || async {
         let l = leases.get_opt("netcm").await.ok()??;
         let holder = l.spec?.holder_identity?;

@@ -94,7 +94,7 @@ async fn routes_match_the_leases(
     cluster_cidrs: &[IpNet],
     must_include: Option<&str>,
 ) {
-    let leases = flannel_routes::leases(&cluster.get_json(&["nodes"]).await);
+    let leases = flannel_routes::subnet_leases(&cluster.get_json(&["nodes"]).await);
     assert_eq!(
         leases.iter().any(|l| Some(l.node.as_str()) == must_include),
         must_include.is_some(),
