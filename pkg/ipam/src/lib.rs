@@ -63,5 +63,5 @@ pub use pool::{
 };
 pub use pools::{Pools, ReleaseHoldUse};
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
-pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, Term};
+pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, SelectorTerm};
 pub use space::PoolSpace;

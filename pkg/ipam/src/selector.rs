@@ -79,14 +79,14 @@ impl Requirement {
 
 /// One `NodeSelectorTerm`: label and field requirements, all of which must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Term {
+pub struct SelectorTerm {
     /// `matchExpressions`, on labels.
     pub match_expressions: Vec<Requirement>,
     /// `matchFields`; Kubernetes supports only `metadata.name` for Nodes.
     pub match_fields: Vec<Requirement>,
 }
 
-impl Term {
+impl SelectorTerm {
     /// The number of requirements if all hold, else None; an empty term matches nothing.
     fn score(&self, node: &NodeView<'_>) -> Option<usize> {
         let n = self.match_expressions.len() + self.match_fields.len();
@@ -111,7 +111,7 @@ pub enum NodeSelector {
     /// No selector (`nodeSelector` unset, and the flag pool): serves every Node, after all others.
     Fallback,
     /// A selector with these terms (none: every Node).
-    Terms(Vec<Term>),
+    Terms(Vec<SelectorTerm>),
 }
 
 /// What a selector looks at: the Node's name and labels.
@@ -234,8 +234,8 @@ mod tests {
         }
     }
 
-    fn term(reqs: Vec<Requirement>) -> Term {
-        Term {
+    fn term(reqs: Vec<Requirement>) -> SelectorTerm {
+        SelectorTerm {
             match_expressions: reqs,
             match_fields: vec![],
         }
@@ -290,7 +290,10 @@ mod tests {
             name: "n",
             labels: &l,
         };
-        assert_eq!(NodeSelector::Terms(vec![Term::default()]).score(&n), None);
+        assert_eq!(
+            NodeSelector::Terms(vec![SelectorTerm::default()]).score(&n),
+            None
+        );
         assert_eq!(NodeSelector::Terms(vec![]).score(&n), Some(0));
         assert_eq!(NodeSelector::Fallback.score(&n), Some(0));
     }
@@ -303,7 +306,7 @@ mod tests {
             labels: &l,
         };
         let by = |key: &str| {
-            NodeSelector::Terms(vec![Term {
+            NodeSelector::Terms(vec![SelectorTerm {
                 match_expressions: vec![],
                 match_fields: vec![req(key, "In", &["n1"])],
             }])
@@ -330,7 +333,7 @@ mod tests {
                 req("zone", "NotIn", &["b", "a"]),
                 req("role", "In", &["gpu"]),
             ]),
-            Term {
+            SelectorTerm {
                 match_expressions: vec![
                     req("cores", "Gt", &["32"]),
                     req("arm", "DoesNotExist", &[]),

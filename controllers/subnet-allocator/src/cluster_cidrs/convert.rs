@@ -5,7 +5,9 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{NodeSelector as K8sSelector, NodeSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
-use netcm_ipam::{NodeSelector, ObjectPool, PoolReport, PoolSpec, PoolState, Requirement, Term};
+use netcm_ipam::{
+    NodeSelector, ObjectPool, PoolReport, PoolSpec, PoolState, Requirement, SelectorTerm,
+};
 use serde_json::{json, Value};
 
 mod conditions;
@@ -92,7 +94,7 @@ fn selector(ns: &K8sSelector) -> Result<NodeSelector, String> {
         .node_selector_terms
         .iter()
         .map(|t| {
-            Ok(Term {
+            Ok(SelectorTerm {
                 match_expressions: reqs(&t.match_expressions)?,
                 match_fields: reqs(&t.match_fields)?,
             })

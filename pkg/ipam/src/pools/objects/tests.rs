@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::error::Error;
 use crate::pool::DEFAULT_POOL;
-use crate::selector::{NodeSelector, NodeView, Requirement, Term};
+use crate::selector::{NodeSelector, NodeView, Requirement, SelectorTerm};
 use crate::test_fixtures::{net, pools};
 
 mod rank;
 
 fn exists(key: &str) -> NodeSelector {
-    NodeSelector::Terms(vec![Term {
+    NodeSelector::Terms(vec![SelectorTerm {
         match_expressions: vec![Requirement {
             key: key.into(),
             operator: "Exists".parse().unwrap(),
@@ -63,7 +63,7 @@ fn state(p: &Pools, name: &str) -> PoolState {
 #[test]
 fn a_gpu_pool_serves_gpu_nodes_with_its_own_mask_and_the_flag_pool_the_rest() {
     let mut p = pools("10.244.0.0/16", "");
-    let gpu = NodeSelector::Terms(vec![Term {
+    let gpu = NodeSelector::Terms(vec![SelectorTerm {
         match_expressions: vec![Requirement {
             key: "node-role".into(),
             operator: "In".parse().unwrap(),
@@ -269,7 +269,7 @@ fn invalid_and_modified_specs_are_refused_with_the_reason() {
 #[test]
 fn candidates_rank_specific_then_small_then_narrow_then_by_name_and_the_fallback_last() {
     let mut p = pools("10.244.0.0/16", "");
-    let two = NodeSelector::Terms(vec![Term {
+    let two = NodeSelector::Terms(vec![SelectorTerm {
         match_expressions: ["a", "b"]
             .iter()
             .map(|k| Requirement {
@@ -352,7 +352,7 @@ fn stats_name_the_pool_of_every_cluster_cidr() {
 fn labels_are_needed_only_while_an_active_pool_selects_by_label() {
     let mut p = pools("10.244.0.0/16", "");
     assert!(!p.selects_by_label(), "the flag pool selects every Node");
-    let by_name = NodeSelector::Terms(vec![Term {
+    let by_name = NodeSelector::Terms(vec![SelectorTerm {
         match_expressions: vec![],
         match_fields: vec![Requirement {
             key: "metadata.name".into(),

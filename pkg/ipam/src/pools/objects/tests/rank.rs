@@ -6,7 +6,7 @@ use super::*;
 
 /// A selector of one term: each key must exist.
 fn keys(keys: &[&str]) -> NodeSelector {
-    NodeSelector::Terms(vec![Term {
+    NodeSelector::Terms(vec![SelectorTerm {
         match_expressions: keys
             .iter()
             .map(|k| Requirement {
