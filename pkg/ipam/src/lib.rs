@@ -17,6 +17,8 @@
 //!   CIDRs: it allocates one CIDR per family (primary first), records CIDRs
 //!   read from the API, reports conflicts, and never hands out a CIDR that
 //!   overlaps one a node holds or a service range.
+//! - [`prefix_for_pods`], [`NodeSizing`] — per-Node size from capacity (opt-in): the smallest block
+//!   holding 2 addresses per pod, within the operator's bounds.
 //!
 //! ```
 //! use netcm_ipam::{AllocatorConfig, AllocatorFlags, Pools};
@@ -45,6 +47,7 @@ mod pool;
 mod pools;
 mod problems;
 mod selector;
+mod sizing;
 mod space;
 #[cfg(test)]
 mod test_fixtures;
@@ -64,4 +67,5 @@ pub use pool::{
 pub use pools::{Pools, ReleaseHoldUse};
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
 pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, Term};
+pub use sizing::{prefix_for_pods, NodeSizing, SizingError, ADDRESSES_PER_POD};
 pub use space::PoolSpace;
