@@ -259,6 +259,8 @@ impl CidrSet {
 
 #[path = "cidr_set_free.rs"]
 mod free;
+#[path = "cidr_set_sized.rs"]
+mod sized;
 
 /// Bits of word `w` that fall in the block range `begin..=end`.
 fn range_mask(w: u64, begin: u64, end: u64) -> u64 {

@@ -76,6 +76,21 @@ pub enum Error {
         node: String,
     },
 
+    /// A block size a [`crate::CidrSet`] cannot hand out: larger than its cluster CIDR or smaller than
+    /// its node mask (the smallest size of a pool sized from capacity).
+    #[error(
+        "a /{prefix_len} block cannot be handed out of cluster CIDR {cluster}: sizes run from \
+         /{} to /{node_mask}", .cluster.prefix_len()
+    )]
+    SizeOutsideSet {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The set's node mask (its smallest block).
+        node_mask: u8,
+        /// The size asked for.
+        prefix_len: u8,
+    },
+
     /// A CIDR shares no address with the cluster CIDR.
     #[error("cidr {cidr} is out the range of cluster cidr {cluster}")]
     OutOfRange {

@@ -6,7 +6,8 @@
 //!
 //! - [`CidrSet`] — the node-sized blocks of one cluster CIDR in a bitmap,
 //!   handed out round-robin (like KCM's `cidrset.CidrSet`), with
-//!   [`CidrSet::occupy`] / [`CidrSet::release`] for CIDRs of any size.
+//!   [`CidrSet::occupy`] / [`CidrSet::release`] for CIDRs of any size, and
+//!   [`CidrSet::allocate_next_sized`] for aligned blocks of several sizes over the same bitmap.
 //! - [`AllocatorConfig`] — KCM's `--cluster-cidr`, `--node-cidr-mask-size*`
 //!   and `--service-cluster-ip-range` rules and messages, extended so a
 //!   family may have several cluster CIDRs, tried in the order given.
