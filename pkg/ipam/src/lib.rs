@@ -56,8 +56,9 @@ mod test_fixtures;
 pub use addr::Family;
 pub use cidr_set::{max_node_bits, Allocation, CidrSet, MAX_NODE_BITS_V4, MAX_NODE_BITS_V6};
 pub use config::{
-    AllocatorConfig, AllocatorFlags, ConfigError, FamilyPool, DEFAULT_NODE_MASK_V4,
-    DEFAULT_NODE_MASK_V6,
+    AllocatorConfig, AllocatorFlags, ConfigError, FamilyPool, SizingFlagError, SizingFlags,
+    DEFAULT_MAX_MASK_V4, DEFAULT_NODE_MASK_V4, DEFAULT_NODE_MASK_V6, FLAG_MAX_MASK_V4,
+    FLAG_MIN_MASK_V4, FLAG_SIZE_FROM_PODS,
 };
 pub use error::Error;
 pub use outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
