@@ -5,12 +5,70 @@
 //! step: [`CidrSet::occupy`], [`CidrSet::release`], [`CidrSet::is_occupied`] and
 //! [`CidrSet::free_blocks`] already take CIDRs of any size.
 
+use ipnet::IpNet;
+
 use super::free::free_groups;
 use super::{Allocation, CidrSet};
 use crate::addr::net_from;
 use crate::error::Error;
+use crate::sizing::NodeSizing;
 
 impl CidrSet {
+    /// Creates an empty set handing out every size of `sizing` over `cluster`: its bitmap is of
+    /// `sizing.smallest` blocks. Fails like [`CidrSet::new`], or when the largest size does not fit
+    /// `cluster`.
+    pub fn new_sized(cluster: IpNet, sizing: NodeSizing) -> Result<CidrSet, Error> {
+        let mut set = CidrSet::new(cluster, sizing.smallest)?;
+        if sizing.largest < set.cluster.prefix_len() {
+            return Err(Error::NodeMaskSmallerThanCluster {
+                cluster: set.cluster,
+                node_mask: sizing.largest,
+            });
+        }
+        set.sizing = Some(sizing);
+        Ok(set)
+    }
+
+    /// The sizes it hands out, if sized from capacity.
+    pub fn sizing(&self) -> Option<NodeSizing> {
+        self.sizing
+    }
+
+    /// Whether a node CIDR of prefix length `prefix_len` is one this set hands out: its node mask, or
+    /// any size of its sizing.
+    pub fn hands_out(&self, prefix_len: u8) -> bool {
+        match self.sizing {
+            Some(z) => (z.largest..=z.smallest).contains(&prefix_len),
+            None => prefix_len == self.node_mask,
+        }
+    }
+
+    /// The prefix length of the largest node CIDR it hands out.
+    pub fn largest(&self) -> u8 {
+        self.sizing.map_or(self.node_mask, |z| z.largest)
+    }
+
+    /// The prefix length of a node CIDR for a Node without capacity: what node-ipam-controller would
+    /// hand out, and what pools are ranked by.
+    pub fn default_mask(&self) -> u8 {
+        self.sizing.map_or(self.node_mask, |z| z.default)
+    }
+
+    /// How many Nodes without capacity would fill it: [`CidrSet::max_cidrs`] of a fixed-size set.
+    pub fn default_cidrs(&self) -> u64 {
+        self.max >> (self.node_mask - self.default_mask())
+    }
+
+    /// Hands out the node CIDR for a Node with `pods` capacity: [`CidrSet::allocate_next`] for a
+    /// fixed-size set (the capacity is not read), [`CidrSet::allocate_next_sized`] at
+    /// [`NodeSizing::prefix_for`] for a sized one.
+    pub fn allocate_for_pods(&mut self, pods: Option<u64>) -> Result<Allocation, Error> {
+        match self.sizing {
+            Some(z) => self.allocate_next_sized(z.prefix_for(self.family(), pods)),
+            None => self.allocate_next(),
+        }
+    }
+
     /// Hands out the next free aligned `/prefix_len` block (any size from the cluster CIDR down to the
     /// node mask), scanning round-robin from the first aligned block at or after the previous
     /// allocation's end, or fails with [`Error::Full`] when no such block is wholly free (even if

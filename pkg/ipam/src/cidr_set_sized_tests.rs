@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use crate::addr::Family;
 use crate::cidr_set::CidrSet;
 use crate::error::Error;
+use crate::sizing::NodeSizing;
 
 fn net(s: &str) -> IpNet {
     s.parse().unwrap()
@@ -262,4 +263,61 @@ proptest! {
             }
         }
     }
+}
+
+fn sized(cluster: &str, largest: u8, smallest: u8, default: u8) -> CidrSet {
+    let sizing = NodeSizing::new(Family::V4, largest, smallest, default).unwrap();
+    CidrSet::new_sized(net(cluster), sizing).unwrap()
+}
+
+#[test]
+fn a_sized_set_sizes_each_node_from_its_pods_and_the_rest_by_default() {
+    let mut s = sized("10.0.0.0/22", 24, 27, 24);
+    let got: Vec<IpNet> = [Some(16), Some(30), Some(64), Some(110), None]
+        .into_iter()
+        .map(|pods| s.allocate_for_pods(pods).unwrap().cidr)
+        .collect();
+    let want: Vec<IpNet> = [
+        "10.0.0.0/27",
+        "10.0.0.64/26",
+        "10.0.0.128/25",
+        "10.0.1.0/24",
+        "10.0.2.0/24",
+    ]
+    .iter()
+    .map(|c| net(c))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_fixed_set_ignores_capacity() {
+    let mut s = set("10.0.0.0/22", 24);
+    assert_eq!(
+        s.allocate_for_pods(Some(16)).unwrap().cidr,
+        net("10.0.0.0/24")
+    );
+    assert!(s.hands_out(24) && !s.hands_out(25));
+    assert_eq!((s.largest(), s.default_mask()), (24, 24));
+    assert_eq!(s.default_cidrs(), s.max_cidrs());
+    assert_eq!(s.sizing(), None);
+}
+
+#[test]
+fn a_sized_set_hands_out_every_size_between_its_bounds_and_counts_nodes_at_the_default() {
+    let s = sized("10.0.0.0/16", 22, 28, 24);
+    assert!((22..=28).all(|p| s.hands_out(p)));
+    assert!(!s.hands_out(21) && !s.hands_out(29));
+    assert_eq!((s.node_mask(), s.largest(), s.default_mask()), (28, 22, 24));
+    assert_eq!(s.max_cidrs(), 4096);
+    assert_eq!(s.default_cidrs(), 256);
+}
+
+#[test]
+fn a_largest_size_bigger_than_the_cluster_cidr_is_refused() {
+    let sizing = NodeSizing::new(Family::V4, 22, 28, 24).unwrap();
+    assert!(matches!(
+        CidrSet::new_sized(net("10.0.0.0/23"), sizing),
+        Err(Error::NodeMaskSmallerThanCluster { node_mask: 22, .. })
+    ));
 }
