@@ -331,67 +331,6 @@ impl Pools {
         Ok(fresh)
     }
 
-    /// The pool `cidrs` (one per family) were allocated from: the first pool with a set containing
-    /// the first CIDR at its node mask.
-    pub fn pool_of_cidrs(&self, cidrs: &[IpNet]) -> Option<String> {
-        let first = cidrs.first()?;
-        self.pool_of(*first).map(|(p, _)| p.to_string())
-    }
-
-    /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at its node mask,
-    /// else the first set containing it.
-    pub fn pool_of(&self, cidr: IpNet) -> Option<(&str, IpNet)> {
-        let cidr = cidr.trunc();
-        let owner_of = |exact: bool| {
-            self.pools.iter().find_map(|p| {
-                p.families.iter().find_map(|(_, r)| {
-                    self.sets[r.clone()]
-                        .iter()
-                        .find(|s| {
-                            s.contains(cidr) && (!exact || s.node_mask() == cidr.prefix_len())
-                        })
-                        .map(|s| (p.name.as_str(), s.cluster()))
-                })
-            })
-        };
-        owner_of(true).or_else(|| owner_of(false))
-    }
-
-    /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:
-    /// one node-sized CIDR per family of the pool in its order, each inside a cluster CIDR of that family
-    /// and overlapping neither a service range nor anything held by another owner. Used before adopting a
-    /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current pools.
-    pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
-        self.pools
-            .iter()
-            .filter(|p| p.state == PoolState::Active)
-            .any(|p| self.fits_pool(p, owner, cidrs))
-    }
-
-    fn fits_pool(&self, pool: &Pool, owner: &str, cidrs: &[IpNet]) -> bool {
-        if cidrs.len() != pool.families.len() || pool.families.is_empty() {
-            return false;
-        }
-        pool.families
-            .iter()
-            .zip(cidrs)
-            .all(|((family, range), cidr)| {
-                let cidr = cidr.trunc();
-                Family::of(&cidr) == *family
-                    && self.sets[range.clone()]
-                        .iter()
-                        .any(|s| s.contains(cidr) && s.node_mask() == cidr.prefix_len())
-                    && !self
-                        .services
-                        .iter()
-                        .any(|svc| Span::of(svc).overlaps(&Span::of(&cidr)))
-                    && self
-                        .ledger
-                        .overlapping(&Span::of(&cidr))
-                        .all(|h| h.node == owner)
-            })
-    }
-
     /// Forgets `node`, returning what it held; blocks another node or a
     /// service range still covers stay in use.
     pub fn release_node(&mut self, node: &str) -> Vec<IpNet> {
@@ -476,6 +415,8 @@ pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], 
 
 #[path = "pools_hold.rs"]
 mod hold;
+#[path = "pools_lookup.rs"]
+mod lookup;
 #[path = "pools_objects.rs"]
 mod objects;
 #[path = "pools_release_hold.rs"]
