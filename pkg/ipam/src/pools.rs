@@ -86,7 +86,10 @@ impl Pools {
         for fam in &config.families {
             let start = sets.len();
             for &cluster in &fam.cluster_cidrs {
-                sets.push(CidrSet::new(cluster, fam.node_mask)?);
+                sets.push(match fam.sizing {
+                    Some(sizing) => CidrSet::new_sized(cluster, sizing)?,
+                    None => CidrSet::new(cluster, fam.node_mask)?,
+                });
             }
             families.push((fam.family, start..sets.len()));
         }
@@ -150,6 +153,17 @@ impl Pools {
         owner: &str,
         node: &NodeView<'_>,
     ) -> Result<NodeAllocation, Error> {
+        self.allocate_sized_for(owner, node, None)
+    }
+
+    /// [`Pools::allocate_for`] a Node reporting `pods` capacity (`status.capacity.pods`): a sized set
+    /// hands it the block [`crate::NodeSizing::prefix_for`] says, a fixed-size one ignores it.
+    pub fn allocate_sized_for(
+        &mut self,
+        owner: &str,
+        node: &NodeView<'_>,
+        pods: Option<u64>,
+    ) -> Result<NodeAllocation, Error> {
         if let Some(held) = self.ledger.held_by(owner) {
             return Ok(NodeAllocation {
                 cidrs: held.to_vec(),
@@ -172,7 +186,7 @@ impl Pools {
         }
         let mut last_full = None;
         for &p in &candidates {
-            match self.allocate_from(p) {
+            match self.allocate_from(p, pods) {
                 Ok(fresh) => return Ok(self.allocated(owner, p, fresh, None)),
                 Err(e) => last_full = Some(e),
             }
@@ -180,7 +194,7 @@ impl Pools {
         // Every candidate is full but for what deleted Nodes released: the oldest release hold goes first.
         for &p in &candidates {
             while let Some(released_by) = self.end_oldest_release_hold_in(p) {
-                if let Ok(fresh) = self.allocate_from(p) {
+                if let Ok(fresh) = self.allocate_from(p, pods) {
                     let used = ReleaseHoldUse {
                         released_by,
                         early: true,
@@ -274,33 +288,40 @@ impl Pools {
         (pool.selector.upstream_string(), cidr, pool.name.as_str())
     }
 
-    /// How many Nodes pool `i` can serve in all: its smallest family's node CIDR count.
+    /// How many Nodes pool `i` can serve in all: its smallest family's node CIDR count (at the default
+    /// size in a sized family, as node-ipam-controller would count from the spec).
     pub(crate) fn capacity(&self, i: usize) -> u64 {
         self.pools[i]
             .families
             .iter()
-            .map(|(_, r)| self.sets[r.clone()].iter().map(CidrSet::max_cidrs).sum())
+            .map(|(_, r)| {
+                self.sets[r.clone()]
+                    .iter()
+                    .map(CidrSet::default_cidrs)
+                    .sum()
+            })
             .min()
             .unwrap_or(0)
     }
 
-    /// Host bits of pool `i`'s node CIDRs in its first family.
+    /// Host bits of pool `i`'s node CIDRs (of the default size) in its first family.
     fn host_bits(&self, i: usize) -> u8 {
         self.pools[i]
             .families
             .first()
-            .and_then(|(f, r)| self.sets.get(r.start).map(|s| f.bits() - s.node_mask()))
+            .and_then(|(f, r)| self.sets.get(r.start).map(|s| f.bits() - s.default_mask()))
             .unwrap_or(u8::MAX)
     }
 
-    /// One node CIDR per family of pool `p`, or its [`Error::Full`] (giving back what it took).
-    fn allocate_from(&mut self, p: usize) -> Result<Vec<PoolTries>, Error> {
+    /// One node CIDR per family of pool `p` (sized from `pods` where the set is), or its [`Error::Full`]
+    /// (giving back what it took).
+    fn allocate_from(&mut self, p: usize, pods: Option<u64>) -> Result<Vec<PoolTries>, Error> {
         let families = self.pools[p].families.clone();
         let mut fresh: Vec<PoolTries> = Vec::with_capacity(families.len());
         for (family, range) in families {
             let got = self.sets[range.clone()].iter_mut().find_map(|set| {
                 let cluster = set.cluster();
-                set.allocate_next().ok().map(|a| PoolTries {
+                set.allocate_for_pods(pods).ok().map(|a| PoolTries {
                     cluster,
                     cidr: a.cidr,
                     tries: a.tries,
@@ -427,6 +448,10 @@ mod stats;
 pub use release_hold::ReleaseHoldUse;
 use release_hold::ReleaseHolds;
 
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+#[path = "pools_sizing_tests.rs"]
+mod sizing_tests;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 #[path = "pools_tests.rs"]

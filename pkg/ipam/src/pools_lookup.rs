@@ -1,5 +1,5 @@
 //! Which pool a node CIDR belongs to, and whether CIDRs another leader claimed are ones this leader's
-//! pools could have handed out.
+//! pools could have handed out: the lookups that ask each set whether it [`crate::CidrSet::hands_out`] a size.
 
 use ipnet::IpNet;
 
@@ -9,14 +9,14 @@ use crate::pool::PoolState;
 
 impl Pools {
     /// The pool `cidrs` (one per family) were allocated from: the first pool with a set containing
-    /// the first CIDR at its node mask.
+    /// the first CIDR at a size it hands out.
     pub fn pool_of_cidrs(&self, cidrs: &[IpNet]) -> Option<String> {
         let first = cidrs.first()?;
         self.pool_of(*first).map(|(p, _)| p.to_string())
     }
 
-    /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at its node mask,
-    /// else the first set containing it.
+    /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at a size it hands
+    /// out, else the first set containing it.
     pub fn pool_of(&self, cidr: IpNet) -> Option<(&str, IpNet)> {
         let cidr = cidr.trunc();
         let owner_of = |exact: bool| {
@@ -24,9 +24,7 @@ impl Pools {
                 p.families.iter().find_map(|(_, r)| {
                     self.sets[r.clone()]
                         .iter()
-                        .find(|s| {
-                            s.contains(cidr) && (!exact || s.node_mask() == cidr.prefix_len())
-                        })
+                        .find(|s| s.contains(cidr) && (!exact || s.hands_out(cidr.prefix_len())))
                         .map(|s| (p.name.as_str(), s.cluster()))
                 })
             })
@@ -35,7 +33,7 @@ impl Pools {
     }
 
     /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:
-    /// one node-sized CIDR per family of the pool in its order, each inside a cluster CIDR of that family
+    /// one node CIDR of a size the set hands out per family of the pool in its order, each inside a cluster CIDR of that family
     /// and overlapping neither a service range nor anything held by another owner. Used before adopting a
     /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current pools.
     pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
@@ -57,7 +55,7 @@ impl Pools {
                 Family::of(&cidr) == *family
                     && self.sets[range.clone()]
                         .iter()
-                        .any(|s| s.contains(cidr) && s.node_mask() == cidr.prefix_len())
+                        .any(|s| s.contains(cidr) && s.hands_out(cidr.prefix_len()))
                     && !self
                         .services
                         .iter()
