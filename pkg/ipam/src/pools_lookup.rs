@@ -5,6 +5,7 @@ use ipnet::IpNet;
 
 use super::{Pool, Pools};
 use crate::addr::{Family, Span};
+use crate::cidr_set::CidrSet;
 use crate::pool::PoolState;
 
 impl Pools {
@@ -18,6 +19,17 @@ impl Pools {
     /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at a size it hands
     /// out, else the first set containing it.
     pub fn pool_of(&self, cidr: IpNet) -> Option<(&str, IpNet)> {
+        self.find_set(cidr)
+            .map(|(p, s)| (p.name.as_str(), s.cluster()))
+    }
+
+    /// The set [`Pools::pool_of`] finds for `cidr`: its cluster CIDR and the sizes it hands out, which
+    /// is what claim blocks are cut by.
+    pub fn set_of(&self, cidr: IpNet) -> Option<&CidrSet> {
+        self.find_set(cidr).map(|(_, s)| s)
+    }
+
+    fn find_set(&self, cidr: IpNet) -> Option<(&Pool, &CidrSet)> {
         let cidr = cidr.trunc();
         let owner_of = |exact: bool| {
             self.pools.iter().find_map(|p| {
@@ -25,7 +37,7 @@ impl Pools {
                     self.sets[r.clone()]
                         .iter()
                         .find(|s| s.contains(cidr) && (!exact || s.hands_out(cidr.prefix_len())))
-                        .map(|s| (p.name.as_str(), s.cluster()))
+                        .map(|s| (p, s))
                 })
             })
         };
@@ -33,9 +45,10 @@ impl Pools {
     }
 
     /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:
-    /// one node CIDR of a size the set hands out per family of the pool in its order, each inside a cluster CIDR of that family
-    /// and overlapping neither a service range nor anything held by another owner. Used before adopting a
-    /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current pools.
+    /// one node CIDR of a size its set hands out per family of the pool in its order, each inside a
+    /// cluster CIDR of that family and overlapping neither a service range nor anything held by another
+    /// owner. Used before adopting a CIDR another leader claimed, so a Node only ever receives CIDRs
+    /// valid for the current pools.
     pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
         self.pools
             .iter()

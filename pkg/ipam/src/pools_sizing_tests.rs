@@ -116,6 +116,12 @@ fn any_size_between_the_bounds_is_a_valid_allocation_and_found_in_its_pool() {
     for c in ["10.0.4.0/22", "10.0.1.0/24", "10.0.0.16/28"] {
         assert!(p.is_valid_allocation("n", &nets(&[c])), "{c}");
         assert_eq!(p.pool_of(net(c)), Some((DEFAULT_POOL, net("10.0.0.0/16"))));
+        assert_eq!(
+            p.set_of(net(c))
+                .and_then(CidrSet::sizing)
+                .map(|z| z.smallest),
+            Some(28)
+        );
     }
     for c in ["10.0.0.0/21", "10.0.0.0/29", "10.1.0.0/24"] {
         assert!(!p.is_valid_allocation("n", &nets(&[c])), "{c}");
