@@ -11,7 +11,7 @@ use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
 use crate::allocator::{Allocator, SyncError, NAME};
-use crate::blocks::{block_of, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
+use crate::blocks::{block_in, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
 use crate::claims::{BlockClaim, Claims};
 use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
 
@@ -226,8 +226,7 @@ impl Allocator {
         cidrs: &[IpNet],
     ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
-            let cluster = self.state.lock().pools.pool_of(*cidr).map(|(_, c)| c);
-            let block = block_of(*cidr, cluster);
+            let block = block_in(&self.state.lock().pools, *cidr);
             if let Some(quarantined) = self.claim_block(claims, block).await? {
                 return Ok(Some(quarantined));
             }
