@@ -63,8 +63,8 @@ pub use config::{
 pub use error::Error;
 pub use outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
 pub use pool::{
-    ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
-    MIN_PER_NODE_HOST_BITS,
+    HostBitsRange, ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
+    MIN_PER_NODE_HOST_BITS, SIZE_FROM_PODS_ANNOTATION,
 };
 pub use pools::{Pools, ReleaseHoldUse};
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};

@@ -196,7 +196,11 @@ impl Pools {
         let mut families = Vec::new();
         for r in ranges {
             // Cannot fail: `PoolSpec::ranges` checked mask and size.
-            let Ok(mut set) = CidrSet::new(r.cidr, r.node_mask) else {
+            let set = match r.sizing {
+                Some(sizing) => CidrSet::new_sized(r.cidr, sizing),
+                None => CidrSet::new(r.cidr, r.node_mask),
+            };
+            let Ok(mut set) = set else {
                 continue;
             };
             let span = *set.span();

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::{AllocatorFlags, SizingFlags};
-use crate::pool::{ObjectPool, PoolSpec};
+use crate::pool::{HostBitsRange, ObjectPool, PoolSpec, PoolState, Refusal};
 use crate::selector::NodeSelector;
 use crate::space::PoolSpace;
 use crate::test_fixtures::{net, nets};
@@ -168,6 +168,7 @@ fn a_fixed_clustercidr_pool_beside_a_sized_flag_pool_ignores_capacity() {
             per_node_host_bits: 6,
             ipv4: Some(net("10.100.0.0/24")),
             ipv6: None,
+            sizing: None,
         }),
         deleting: false,
         modified: false,
@@ -225,5 +226,114 @@ proptest! {
                 prop_assert_eq!(set.is_occupied(block), covered, "{}", block);
             }
         }
+    }
+}
+
+/// A ClusterCIDR selecting every Node, with `bits` per Node and the sizing annotation's `range`.
+fn sized_object(name: &str, bits: i64, v4: &str, v6: &str, range: Option<&str>) -> ObjectPool {
+    ObjectPool {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        spec: Ok(PoolSpec {
+            selector: NodeSelector::Fallback,
+            per_node_host_bits: bits,
+            ipv4: (!v4.is_empty()).then(|| net(v4)),
+            ipv6: (!v6.is_empty()).then(|| net(v6)),
+            sizing: range.map(|r| r.parse().unwrap()),
+        }),
+        deleting: false,
+        modified: false,
+    }
+}
+
+fn fixed_flag_pool() -> Pools {
+    let flags = AllocatorFlags {
+        cluster_cidr: "10.0.0.0/16".into(),
+        ..AllocatorFlags::default()
+    };
+    Pools::new(&AllocatorConfig::from_flags(&flags).unwrap()).unwrap()
+}
+
+#[test]
+fn the_annotation_reads_as_host_bits_min_dash_max() {
+    let r: HostBitsRange = " 5 - 8 ".parse().unwrap();
+    assert_eq!(r, HostBitsRange { min: 5, max: 8 });
+    for bad in ["8", "a-b", "5-", ""] {
+        let err = bad.parse::<HostBitsRange>().unwrap_err();
+        assert!(err.contains("is not <min>-<max> host bits"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn a_sized_clustercidr_beside_the_fixed_flag_pool_sizes_only_its_own_nodes() {
+    let mut p = fixed_flag_pool();
+    p.sync_objects(&[sized_object("sized", 8, "10.100.0.0/22", "", Some("5-8"))]);
+    let got: Vec<IpNet> = [Some(16), Some(30), Some(64), Some(110), None]
+        .into_iter()
+        .enumerate()
+        .map(|(i, pods)| alloc(&mut p, &format!("n{i}"), pods).unwrap()[0])
+        .collect();
+    assert_eq!(
+        got,
+        nets(&[
+            "10.100.0.0/27",
+            "10.100.0.64/26",
+            "10.100.0.128/25",
+            "10.100.1.0/24",
+            "10.100.2.0/24"
+        ])
+    );
+    let report = p.report("sized").unwrap();
+    assert_eq!((report.node_masks.clone(), report.capacity), (vec![24], 4));
+    // No /24 left: a Node needing one falls back to the flag pool, which ignores capacity, while a
+    // small one still fits the gap the sized pool left.
+    assert_eq!(
+        alloc(&mut p, "n5", Some(110)).unwrap(),
+        nets(&["10.100.3.0/24"])
+    );
+    assert_eq!(
+        alloc(&mut p, "n6", Some(110)).unwrap(),
+        nets(&["10.0.0.0/24"])
+    );
+    assert_eq!(
+        alloc(&mut p, "n7", Some(16)).unwrap(),
+        nets(&["10.100.0.32/27"])
+    );
+}
+
+#[test]
+fn a_sized_dual_stack_clustercidr_keeps_ipv6_at_per_node_host_bits() {
+    let mut p = fixed_flag_pool();
+    p.sync_objects(&[sized_object(
+        "dual",
+        8,
+        "10.100.0.0/22",
+        "fd00::/112",
+        Some("5-8"),
+    )]);
+    assert_eq!(
+        alloc(&mut p, "a", Some(16)).unwrap(),
+        nets(&["10.100.0.0/27", "fd00::/120"])
+    );
+}
+
+#[test]
+fn a_sizing_annotation_that_does_not_fit_the_spec_refuses_the_pool() {
+    for (range, why) in [
+        ("5-7", "perNodeHostBits 8 must lie between 5 and 7"),
+        ("3-8", "3 host bits is less than 4"),
+        ("5-11", "11 host bits is more than 10.100.0.0/22 has (10)"),
+    ] {
+        let mut p = fixed_flag_pool();
+        p.sync_objects(&[sized_object("bad", 8, "10.100.0.0/22", "", Some(range))]);
+        let report = p.report("bad").unwrap();
+        let PoolState::Refused(Refusal::Invalid(text)) = &report.state else {
+            panic!("{range}: {:?}", report.state);
+        };
+        assert_eq!(
+            text,
+            &format!("ipam.netcm.io/node-cidr-size-from-pods: {why}"),
+            "{range}"
+        );
     }
 }
