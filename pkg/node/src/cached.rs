@@ -66,6 +66,8 @@ pub struct CachedNode {
 struct Rest {
     provider_id: Option<Span>,
     unschedulable: bool,
+    /// `status.capacity.pods`, parsed (`None`: absent, or not a plain count).
+    capacity_pods: Option<u32>,
     addresses: Box<[Address<Span>]>,
     annotations: Box<[Pair]>,
     /// (annotation key, field manager) from `metadata.managedFields`, sorted; a key's span is its
@@ -80,6 +82,7 @@ impl Rest {
     fn is_empty(&self) -> bool {
         self.provider_id.is_none()
             && !self.unschedulable
+            && self.capacity_pods.is_none()
             && self.addresses.is_empty()
             && self.annotations.is_empty()
             && self.annotation_owners.is_empty()
@@ -148,6 +151,12 @@ impl CachedNode {
     /// `spec.unschedulable` (if declared).
     pub fn unschedulable(&self) -> bool {
         self.rest.as_ref().is_some_and(|r| r.unschedulable)
+    }
+
+    /// `status.capacity.pods` (if declared): how many pods the kubelet runs, as it registered. `None`
+    /// when absent or not a plain count (a Quantity like `1k`, which no kubelet writes for pods).
+    pub fn capacity_pods(&self) -> Option<u32> {
+        self.rest.as_ref().and_then(|r| r.capacity_pods)
     }
 
     /// `spec.providerID` (if declared).
@@ -304,6 +313,10 @@ impl From<&Node> for CachedNode {
             }
         }
         if let Some(status) = &node.status {
+            let pods = status.capacity.as_ref().and_then(|c| c.get("pods"));
+            if let Some(pods) = pods {
+                b.capacity_pods(&pods.0);
+            }
             for a in status.addresses.iter().flatten() {
                 b.address(Address {
                     type_: &a.type_,
@@ -354,6 +367,7 @@ impl PartialEq for CachedNode {
             && self.has_annotations == other.has_annotations
             && self.unschedulable() == other.unschedulable()
             && self.provider_id() == other.provider_id()
+            && self.capacity_pods() == other.capacity_pods()
             && self.pod_cidr_entries().eq(other.pod_cidr_entries())
             && self.addresses().eq(other.addresses())
             && self.annotations().eq(other.annotations())
@@ -376,6 +390,7 @@ impl fmt::Debug for CachedNode {
             .field("has_annotations", &self.has_annotations)
             .field("unschedulable", &self.unschedulable())
             .field("provider_id", &self.provider_id())
+            .field("capacity_pods", &self.capacity_pods())
             .field("pod_cidrs", &self.pod_cidr_entries().collect::<Vec<_>>())
             .field("addresses", &self.addresses().collect::<Vec<_>>())
             .field("annotations", &self.annotations().collect::<Vec<_>>())

@@ -22,6 +22,7 @@ struct Parts {
     deleting: bool,
     has_annotations: bool,
     unschedulable: bool,
+    capacity_pods: Option<u32>,
     pod_cidrs: Vec<CidrEntry>,
     addresses: Vec<Address<Span>>,
     annotations: Vec<Pair>,
@@ -78,6 +79,12 @@ impl CachedNodeBuilder {
     /// Marks `metadata.annotations` as having entries (declared or not).
     pub fn has_annotations(&mut self, has: bool) -> &mut Self {
         self.node.has_annotations = has;
+        self
+    }
+
+    /// `status.capacity.pods`, as its Quantity text: kept when a plain count (`"110"`), else dropped.
+    pub fn capacity_pods(&mut self, quantity: &str) -> &mut Self {
+        self.node.capacity_pods = quantity.trim().parse().ok();
         self
     }
 
@@ -184,6 +191,7 @@ impl CachedNodeBuilder {
         let rest = Rest {
             provider_id: node.provider_id,
             unschedulable: node.unschedulable,
+            capacity_pods: node.capacity_pods,
             addresses: node.addresses.into_boxed_slice(),
             annotations,
             annotation_owners: annotation_owners.into_boxed_slice(),
