@@ -56,6 +56,10 @@ pub struct CachedNode {
     /// one annotation needs the map to exist (the allocator's fence, `ipam.netcm.io/fenced-at`).
     has_annotations: bool,
     pod_cidrs: Box<[CidrEntry]>,
+    /// `status.capacity.pods` as a plain count, 0 when absent (or not a count). Here, not in `Rest`:
+    /// every kubelet's Node carries it, so in `Rest` it would allocate one for every Node of a cluster
+    /// whose only declaration is the allocator's; here it fills padding (the struct stays 72 bytes).
+    capacity_pods: u32,
     /// Every other declared field, allocated only when the Node has one: the subnet-allocator alone
     /// declares none of them, and at 50,000 Nodes their empty slots would cost 4 MiB.
     rest: Option<Box<Rest>>,
@@ -66,8 +70,6 @@ pub struct CachedNode {
 struct Rest {
     provider_id: Option<Span>,
     unschedulable: bool,
-    /// `status.capacity.pods`, parsed (`None`: absent, or not a plain count).
-    capacity_pods: Option<u32>,
     addresses: Box<[Address<Span>]>,
     annotations: Box<[Pair]>,
     /// (annotation key, field manager) from `metadata.managedFields`, sorted; a key's span is its
@@ -82,7 +84,6 @@ impl Rest {
     fn is_empty(&self) -> bool {
         self.provider_id.is_none()
             && !self.unschedulable
-            && self.capacity_pods.is_none()
             && self.addresses.is_empty()
             && self.annotations.is_empty()
             && self.annotation_owners.is_empty()
@@ -156,7 +157,7 @@ impl CachedNode {
     /// `status.capacity.pods` (if declared): how many pods the kubelet runs, as it registered. `None`
     /// when absent or not a plain count (a Quantity like `1k`, which no kubelet writes for pods).
     pub fn capacity_pods(&self) -> Option<u32> {
-        self.rest.as_ref().and_then(|r| r.capacity_pods)
+        (self.capacity_pods != 0).then_some(self.capacity_pods)
     }
 
     /// `spec.providerID` (if declared).

@@ -271,9 +271,13 @@ fn pod_capacity_is_kept_only_as_a_plain_count() {
     };
     assert_eq!(with("110"), Some(110));
     assert_eq!(with(" 16 "), Some(16));
-    for odd in ["1k", "-1", "", "1e3", "4294967296"] {
+    for odd in ["1k", "-1", "", "1e3", "4294967296", "0"] {
         assert_eq!(with(odd), None, "{odd:?}");
     }
     let n = CachedNode::builder("n", "u", "1").build();
     assert_eq!(n.capacity_pods(), None, "not declared or absent");
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.capacity_pods("110");
+    assert!(b.build().rest.is_none(), "no Rest allocated for it");
+    assert_eq!(std::mem::size_of::<CachedNode>(), 72, "it fills padding");
 }

@@ -22,7 +22,7 @@ struct Parts {
     deleting: bool,
     has_annotations: bool,
     unschedulable: bool,
-    capacity_pods: Option<u32>,
+    capacity_pods: u32,
     pod_cidrs: Vec<CidrEntry>,
     addresses: Vec<Address<Span>>,
     annotations: Vec<Pair>,
@@ -82,9 +82,10 @@ impl CachedNodeBuilder {
         self
     }
 
-    /// `status.capacity.pods`, as its Quantity text: kept when a plain count (`"110"`), else dropped.
+    /// `status.capacity.pods`, as its Quantity text: kept when a plain count (`"110"`), else dropped
+    /// (and 0 reads as absent: no Node runs without pods, and either way it gets the default size).
     pub fn capacity_pods(&mut self, quantity: &str) -> &mut Self {
-        self.node.capacity_pods = quantity.trim().parse().ok();
+        self.node.capacity_pods = quantity.trim().parse().unwrap_or(0);
         self
     }
 
@@ -191,7 +192,6 @@ impl CachedNodeBuilder {
         let rest = Rest {
             provider_id: node.provider_id,
             unschedulable: node.unschedulable,
-            capacity_pods: node.capacity_pods,
             addresses: node.addresses.into_boxed_slice(),
             annotations,
             annotation_owners: annotation_owners.into_boxed_slice(),
@@ -206,6 +206,7 @@ impl CachedNodeBuilder {
             deleting: node.deleting,
             has_annotations,
             pod_cidrs: node.pod_cidrs.into_boxed_slice(),
+            capacity_pods: node.capacity_pods,
             rest: (!rest.is_empty()).then(|| Box::new(rest)),
             text,
         }
