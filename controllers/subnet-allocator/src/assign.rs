@@ -148,7 +148,9 @@ impl Allocator {
                     name,
                     labels: labels.as_ref().unwrap_or(&no_labels),
                 };
-                let a = pools.allocate_for(uid, &view);
+                // Read only here: pod CIDRs never change once set, so a later capacity change is moot.
+                let pods = node.capacity_pods().map(u64::from);
+                let a = pools.allocate_sized_for(uid, &view, pods);
                 if let Ok(a) = &a {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(pools);
