@@ -337,3 +337,24 @@ fn a_sizing_annotation_that_does_not_fit_the_spec_refuses_the_pool() {
         );
     }
 }
+
+#[test]
+fn a_node_back_within_its_release_hold_gets_its_old_cidr_whatever_its_capacity_now() {
+    // The hold gives the same CIDR back because routes elsewhere still point at it; a new size would
+    // defeat that, so a changed capacity counts only for a Node that gets a new CIDR.
+    let mut p = sized("10.0.0.0/22", "", 24, 27);
+    assert_eq!(
+        alloc(&mut p, "a", Some(16)).unwrap(),
+        nets(&["10.0.0.0/27"])
+    );
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    p.release_node_with_hold("a", "a", until);
+    let labels = BTreeMap::new();
+    let view = NodeView {
+        name: "a",
+        labels: &labels,
+    };
+    let back = p.allocate_sized_for("a-again", &view, Some(110)).unwrap();
+    assert_eq!(back.cidrs, nets(&["10.0.0.0/27"]));
+    assert!(back.release_hold.is_some());
+}
