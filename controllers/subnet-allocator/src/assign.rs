@@ -166,9 +166,11 @@ impl Allocator {
                     (a, owner)
                 }
                 // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
-                Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
-                    if !voided && self.state.lock().blocks.waiting_nodes() > 0 =>
-                {
+                Err(
+                    netcm_ipam::Error::Full { .. }
+                    | netcm_ipam::Error::NoBlockOfSize { .. }
+                    | netcm_ipam::Error::PoolsFull { .. },
+                ) if !voided && self.state.lock().blocks.waiting_nodes() > 0 => {
                     let was_waiting = self.quarantine_waits_for(name);
                     self.void_late_writes().await?;
                     if was_waiting && !self.quarantine_waits_for(name) {
@@ -182,6 +184,7 @@ impl Allocator {
                 }
                 Err(
                     e @ (netcm_ipam::Error::Full { .. }
+                    | netcm_ipam::Error::NoBlockOfSize { .. }
                     | netcm_ipam::Error::PoolsFull { .. }
                     | netcm_ipam::Error::NoPool { .. }),
                 ) => {

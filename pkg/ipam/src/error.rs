@@ -59,6 +59,21 @@ pub enum Error {
         clusters: Vec<IpNet>,
     },
 
+    /// A cluster CIDR sized from capacity has no free block of the size the Node needs (smaller ones may
+    /// be free: fragmentation). KCM's wording first, so what matches [`Error::Full`]'s text matches it.
+    #[error(
+        "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted \
+         range ({family} cluster CIDRs: {}): no free /{prefix_len} block", join_nets(.clusters)
+    )]
+    NoBlockOfSize {
+        /// The family.
+        family: Family,
+        /// The size the Node needs.
+        prefix_len: u8,
+        /// The cluster CIDRs of that family in the pool, none with such a block free.
+        clusters: Vec<IpNet>,
+    },
+
     /// Every pool selecting the Node is full.
     #[error(
         "CIDR allocation failed; every pool that selects the node is full (pools: {})",

@@ -319,6 +319,11 @@ impl Pools {
         let families = self.pools[p].families.clone();
         let mut fresh: Vec<PoolTries> = Vec::with_capacity(families.len());
         for (family, range) in families {
+            // The size a sized family asks of each of its sets (one sizing per pool and family).
+            let wanted = self.sets[range.clone()]
+                .first()
+                .and_then(CidrSet::sizing)
+                .map(|z| z.prefix_for(family, pods));
             let got = self.sets[range.clone()].iter_mut().find_map(|set| {
                 let cluster = set.cluster();
                 set.allocate_for_pods(pods).ok().map(|a| PoolTries {
@@ -342,9 +347,14 @@ impl Pools {
                             &Span::of(&t.cidr),
                         );
                     }
-                    return Err(Error::Full {
-                        family,
-                        clusters: self.sets[range].iter().map(CidrSet::cluster).collect(),
+                    let clusters = self.sets[range].iter().map(CidrSet::cluster).collect();
+                    return Err(match wanted {
+                        Some(prefix_len) => Error::NoBlockOfSize {
+                            family,
+                            prefix_len,
+                            clusters,
+                        },
+                        None => Error::Full { family, clusters },
                     });
                 }
             }

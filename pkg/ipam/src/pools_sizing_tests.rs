@@ -358,3 +358,26 @@ fn a_node_back_within_its_release_hold_gets_its_old_cidr_whatever_its_capacity_n
     assert_eq!(back.cidrs, nets(&["10.0.0.0/27"]));
     assert!(back.release_hold.is_some());
 }
+
+#[test]
+fn a_node_whose_size_has_no_free_block_is_told_which_size_in_kcms_words() {
+    let mut p = sized("10.0.0.0/24", "", 24, 27);
+    alloc(&mut p, "small", Some(16)).unwrap();
+    let err = alloc(&mut p, "big", Some(110)).unwrap_err();
+    assert_eq!(
+        err,
+        Error::NoBlockOfSize {
+            family: crate::Family::V4,
+            prefix_len: 24,
+            clusters: nets(&["10.0.0.0/24"]),
+        }
+    );
+    let text = err.to_string();
+    assert!(text.starts_with(
+        "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted range"
+    ));
+    assert!(
+        text.ends_with("(IPv4 cluster CIDRs: 10.0.0.0/24): no free /24 block"),
+        "{text}"
+    );
+}
