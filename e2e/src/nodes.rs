@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 /// What a test Node carries.
@@ -15,6 +16,9 @@ pub struct NodeFixture {
     pub pod_cidrs: Vec<String>,
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// `status.capacity.pods`, sent with the create as a kubelet registers (so no allocator ever sees
+    /// the Node without it).
+    pub capacity_pods: Option<u32>,
 }
 
 impl NodeFixture {
@@ -49,6 +53,11 @@ impl NodeFixture {
         self.labels.insert(k.into(), v.into());
         self
     }
+
+    pub fn pods(mut self, pods: u32) -> Self {
+        self.capacity_pods = Some(pods);
+        self
+    }
 }
 
 /// Creates the Node (and its status addresses with a status PATCH, as a kubelet would).
@@ -66,7 +75,10 @@ pub async fn create_node(client: &kube::Client, f: &NodeFixture) -> Node {
             pod_cidrs: (!f.pod_cidrs.is_empty()).then(|| f.pod_cidrs.clone()),
             ..Default::default()
         }),
-        status: None,
+        status: f.capacity_pods.map(|pods| NodeStatus {
+            capacity: Some([("pods".to_string(), Quantity(pods.to_string()))].into()),
+            ..Default::default()
+        }),
     };
     let created = api
         .create(&PostParams::default(), &node)

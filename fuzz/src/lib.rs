@@ -17,6 +17,7 @@ pub fn everything(node: &Node) -> NodeFields {
         .pod_cidrs()
         .taints()
         .addresses()
+        .capacity_pods()
         .annotations("")
         .labels("");
     f.unschedulable = true;

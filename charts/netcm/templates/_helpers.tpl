@@ -89,6 +89,15 @@ numbers from values files as floats and would print 1000000 as 1e+06. */}}
 {{- with .Values.allocator.nodeCIDRMaskSizeIPv6 }}
 - --node-cidr-mask-size-ipv6={{ . | int64 }}
 {{- end }}
+{{- if .Values.allocator.nodeCIDRSizeFromPods }}
+- --node-cidr-size-from-pods=true
+{{- with .Values.allocator.nodeCIDRMaskSizeIPv4Min }}
+- --node-cidr-mask-size-ipv4-min={{ . | int64 }}
+{{- end }}
+{{- with .Values.allocator.nodeCIDRMaskSizeIPv4Max }}
+- --node-cidr-mask-size-ipv4-max={{ . | int64 }}
+{{- end }}
+{{- end }}
 {{- with .Values.allocator.serviceClusterIPRange }}
 - --service-cluster-ip-range={{ . }}
 {{- end }}

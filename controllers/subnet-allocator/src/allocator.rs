@@ -401,11 +401,14 @@ impl Reconciler for Allocator {
     /// Pod CIDRs, also for [`Allocator::record_all_existing`], and the fence annotation its PATCH tests
     /// (set only on Nodes a leader touched); Events name the Node by its identity.
     /// No labels: a ClusterCIDR pool's selector reads them from the API, once per allocation
-    /// ([`Allocator::labels_for_pools`]).
+    /// ([`Allocator::labels_for_pools`]). The pod capacity, for pools sized from it: declared whatever
+    /// the flags, because a ClusterCIDR can ask for sizing at any time, and it costs no memory (it fills
+    /// the cached Node's padding).
     fn node_fields(&self) -> NodeFields {
         NodeFields::none()
             .pod_cidrs()
             .annotations(crate::blocks::FENCED_AT_ANNOTATION)
+            .capacity_pods()
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {

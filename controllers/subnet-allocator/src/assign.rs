@@ -11,7 +11,7 @@ use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
 use crate::allocator::{Allocator, SyncError, NAME};
-use crate::blocks::{block_of, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
+use crate::blocks::{block_in, FENCED_AT_ANNOTATION, FENCED_AT_POINTER, QUARANTINE_OWNER};
 use crate::claims::{BlockClaim, Claims};
 use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
 
@@ -148,7 +148,9 @@ impl Allocator {
                     name,
                     labels: labels.as_ref().unwrap_or(&no_labels),
                 };
-                let a = pools.allocate_for(uid, &view);
+                // Read only here: pod CIDRs never change once set, so a later capacity change is moot.
+                let pods = node.capacity_pods().map(u64::from);
+                let a = pools.allocate_sized_for(uid, &view, pods);
                 if let Ok(a) = &a {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(pools);
@@ -164,9 +166,11 @@ impl Allocator {
                     (a, owner)
                 }
                 // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
-                Err(netcm_ipam::Error::Full { .. } | netcm_ipam::Error::PoolsFull { .. })
-                    if !voided && self.state.lock().blocks.waiting_nodes() > 0 =>
-                {
+                Err(
+                    netcm_ipam::Error::Full { .. }
+                    | netcm_ipam::Error::NoBlockOfSize { .. }
+                    | netcm_ipam::Error::PoolsFull { .. },
+                ) if !voided && self.state.lock().blocks.waiting_nodes() > 0 => {
                     let was_waiting = self.quarantine_waits_for(name);
                     self.void_late_writes().await?;
                     if was_waiting && !self.quarantine_waits_for(name) {
@@ -180,6 +184,7 @@ impl Allocator {
                 }
                 Err(
                     e @ (netcm_ipam::Error::Full { .. }
+                    | netcm_ipam::Error::NoBlockOfSize { .. }
                     | netcm_ipam::Error::PoolsFull { .. }
                     | netcm_ipam::Error::NoPool { .. }),
                 ) => {
@@ -226,8 +231,7 @@ impl Allocator {
         cidrs: &[IpNet],
     ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
-            let cluster = self.state.lock().pools.pool_of(*cidr).map(|(_, c)| c);
-            let block = block_of(*cidr, cluster);
+            let block = block_in(&self.state.lock().pools, *cidr);
             if let Some(quarantined) = self.claim_block(claims, block).await? {
                 return Ok(Some(quarantined));
             }

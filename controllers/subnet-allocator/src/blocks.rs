@@ -27,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
+use netcm_ipam::{CidrSet, NodeSizing, Pools};
 
 /// The fewest node CIDRs a block covers, as a power of two (64: a /18 of /24s), and the size of a block
 /// whose cluster CIDR is unknown.
@@ -79,6 +80,44 @@ pub fn block_of(node_cidr: IpNet, cluster_cidr: Option<IpNet>) -> IpNet {
         .unwrap_or(node_cidr)
 }
 
+/// [`block_of`] for a node CIDR of a cluster CIDR whose set hands out several sizes (`sizing`, per-Node
+/// size from capacity): blocks are cut from the set's smallest size, and never smaller than its largest,
+/// so every size of one cluster CIDR falls on one grid of disjoint blocks — cut by each CIDR's own
+/// prefix, a /24's block would contain a /27's. Without `sizing`, or outside a known cluster CIDR, it is
+/// [`block_of`].
+pub fn block_of_sized(
+    node_cidr: IpNet,
+    cluster_cidr: Option<IpNet>,
+    sizing: Option<NodeSizing>,
+) -> IpNet {
+    let node_cidr = node_cidr.trunc();
+    let cluster = cluster_cidr.filter(|c| c.contains(&node_cidr));
+    let (Some(z), Some(cluster)) = (sizing, cluster) else {
+        return block_of(node_cidr, cluster_cidr);
+    };
+    let bits = block_bits(z.smallest.saturating_sub(cluster.prefix_len()));
+    let prefix = z
+        .smallest
+        .saturating_sub(bits)
+        .max(cluster.prefix_len())
+        .min(z.largest)
+        // A CIDR larger than the pool's sizes (held from an earlier configuration) is its own block.
+        .min(node_cidr.prefix_len());
+    IpNet::new(node_cidr.addr(), prefix)
+        .map(|n| n.trunc())
+        .unwrap_or(node_cidr)
+}
+
+/// The block `cidr` is claimed under, cut by the set `pools` finds for it ([`Pools::set_of`]).
+pub(crate) fn block_in(pools: &Pools, cidr: IpNet) -> IpNet {
+    let set = pools.set_of(cidr);
+    block_of_sized(
+        cidr,
+        set.map(CidrSet::cluster),
+        set.and_then(CidrSet::sizing),
+    )
+}
+
 /// The block to claim ahead of need when `node_cidr` (of `cluster_cidr`) was just handed out: the next
 /// block in address order once `node_cidr` lies in the second half of its own, since a round-robin
 /// allocator walks the pool upwards. `None` in the first half, past the pool's end, or when a block is
@@ -86,8 +125,17 @@ pub fn block_of(node_cidr: IpNet, cluster_cidr: Option<IpNet>) -> IpNet {
 /// otherwise wait on it when the block fills); a wrong guess costs one claim write and no safety, since a
 /// claim only widens what this leader may use.
 pub fn claim_ahead_block(node_cidr: IpNet, cluster_cidr: IpNet) -> Option<IpNet> {
+    claim_ahead_block_sized(node_cidr, cluster_cidr, None)
+}
+
+/// [`claim_ahead_block`] on the grid [`block_of_sized`] cuts.
+pub fn claim_ahead_block_sized(
+    node_cidr: IpNet,
+    cluster_cidr: IpNet,
+    sizing: Option<NodeSizing>,
+) -> Option<IpNet> {
     let node_cidr = node_cidr.trunc();
-    let block = block_of(node_cidr, Some(cluster_cidr));
+    let block = block_of_sized(node_cidr, Some(cluster_cidr), sizing);
     if block.prefix_len() >= node_cidr.prefix_len() {
         return None;
     }
@@ -302,6 +350,82 @@ mod tests {
         assert_eq!(
             claim_ahead_block(net("255.255.255.0/24"), net("255.0.0.0/8")),
             None
+        );
+    }
+
+    fn sizing(largest: u8, smallest: u8) -> Option<NodeSizing> {
+        Some(
+            NodeSizing::new(netcm_ipam::Family::V4, largest, smallest, largest)
+                .expect("test sizing"),
+        )
+    }
+
+    #[test]
+    fn every_size_of_a_sized_cluster_cidr_falls_on_one_grid_of_blocks() {
+        // A /16 of /28s (4,096): blocks of 64 /28s, /22s, whatever the node CIDR's own size.
+        let slash16 = Some(net("10.0.0.0/16"));
+        for c in ["10.0.4.0/24", "10.0.5.32/27", "10.0.7.240/28"] {
+            assert_eq!(
+                block_of_sized(net(c), slash16, sizing(24, 28)),
+                net("10.0.4.0/22"),
+                "{c}"
+            );
+        }
+        // Cut by their own prefixes, a /24's and a /28's blocks would differ (and nest).
+        assert_ne!(
+            block_of(net("10.0.4.0/24"), slash16),
+            block_of(net("10.0.7.240/28"), slash16)
+        );
+    }
+
+    #[test]
+    fn a_sized_block_is_never_smaller_than_the_largest_size() {
+        // A /8 of /28s: 1,024 /28s make an /18, but a /16 may be handed out, so blocks are /16s.
+        let slash8 = Some(net("10.0.0.0/8"));
+        assert_eq!(
+            block_of_sized(net("10.3.0.0/16"), slash8, sizing(16, 28)),
+            net("10.3.0.0/16")
+        );
+        assert_eq!(
+            block_of_sized(net("10.3.200.16/28"), slash8, sizing(16, 28)),
+            net("10.3.0.0/16")
+        );
+        // A CIDR wider than every size (an earlier configuration's) is its own block.
+        assert_eq!(
+            block_of_sized(net("10.4.0.0/15"), slash8, sizing(16, 28)),
+            net("10.4.0.0/15")
+        );
+    }
+
+    #[test]
+    fn without_sizing_or_a_cluster_cidr_sized_blocks_are_the_fixed_ones() {
+        let slash12 = Some(net("10.0.0.0/12"));
+        for c in ["10.1.77.0/24", "10.1.77.16/28"] {
+            assert_eq!(
+                block_of_sized(net(c), slash12, None),
+                block_of(net(c), slash12)
+            );
+            assert_eq!(
+                block_of_sized(net(c), None, sizing(24, 28)),
+                block_of(net(c), None)
+            );
+        }
+    }
+
+    #[test]
+    fn the_block_claimed_ahead_of_a_sized_cidr_is_the_next_on_its_grid() {
+        let slash16 = net("10.0.0.0/16");
+        assert_eq!(
+            claim_ahead_block_sized(net("10.0.5.0/24"), slash16, sizing(24, 28)),
+            None
+        );
+        assert_eq!(
+            claim_ahead_block_sized(net("10.0.6.0/24"), slash16, sizing(24, 28)),
+            Some(net("10.0.8.0/22"))
+        );
+        assert_eq!(
+            claim_ahead_block_sized(net("10.0.7.240/28"), slash16, sizing(24, 28)),
+            Some(net("10.0.8.0/22"))
         );
     }
 

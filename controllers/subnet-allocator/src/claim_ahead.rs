@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::allocator::{Allocator, NAME};
-use crate::blocks::claim_ahead_block;
+use crate::blocks::claim_ahead_block_sized;
 
 /// Requests waiting for the task; beyond this a request is dropped (the next allocation repeats it).
 pub(crate) const PENDING_REQUESTS: usize = 4;
@@ -27,10 +27,16 @@ impl Allocator {
             return;
         };
         for cidr in cidrs {
-            let Some(cluster) = self.state.lock().pools.pool_of(*cidr).map(|(_, c)| c) else {
+            let Some((cluster, sizing)) = self
+                .state
+                .lock()
+                .pools
+                .set_of(*cidr)
+                .map(|s| (s.cluster(), s.sizing()))
+            else {
                 continue;
             };
-            let Some(next) = claim_ahead_block(*cidr, cluster) else {
+            let Some(next) = claim_ahead_block_sized(*cidr, cluster, sizing) else {
                 continue;
             };
             if !self.state.lock().blocks.is_usable(&next) {

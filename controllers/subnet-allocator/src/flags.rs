@@ -1,7 +1,10 @@
 //! The allocator's flags: kube-controller-manager's nodeipam flags with their names and rules.
 
 use clap::{ArgAction, Args};
-use netcm_ipam::{AllocatorConfig, AllocatorFlags, ConfigError};
+use netcm_ipam::{
+    AllocatorConfig, AllocatorFlags, ConfigError, SizingFlags, FLAG_MAX_MASK_V4, FLAG_MIN_MASK_V4,
+    FLAG_SIZE_FROM_PODS,
+};
 use netcm_manager::duration::{format_duration, parse_duration};
 use netcm_manager::flags::GenericFlags;
 use netcm_manager::{ControllerOptions, InitContext, InitResult};
@@ -30,6 +33,21 @@ pub struct Flags {
     /// Mask size for IPv6 node CIDRs in a dual-stack cluster (default 64).
     #[arg(long)]
     pub node_cidr_mask_size_ipv6: Option<u8>,
+
+    /// Size each Node's IPv4 CIDR from its pod capacity (`status.capacity.pods`): the smallest block holding
+    /// 2 addresses per pod, within --node-cidr-mask-size-ipv4-min/-max; a Node without capacity gets the
+    /// IPv4 node mask. IPv6 keeps its fixed mask. Off: kube-controller-manager's one size.
+    #[arg(long, action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub node_cidr_size_from_pods: bool,
+
+    /// With --node-cidr-size-from-pods: the shortest IPv4 mask, so the largest block a Node gets (default:
+    /// the IPv4 node mask).
+    #[arg(long)]
+    pub node_cidr_mask_size_ipv4_min: Option<u8>,
+
+    /// With --node-cidr-size-from-pods: the longest IPv4 mask, so the smallest block a Node gets (default 28).
+    #[arg(long)]
+    pub node_cidr_mask_size_ipv4_max: Option<u8>,
 
     /// Service CIDR range(s), comma-separated (at most one per family); never handed out to Nodes.
     #[arg(long, default_value = "")]
@@ -72,6 +90,11 @@ impl Flags {
             node_cidr_mask_size_ipv4: self.node_cidr_mask_size_ipv4,
             node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
             service_cluster_ip_range: self.service_cluster_ip_range.clone(),
+        })?
+        .with_sizing(&SizingFlags {
+            size_from_pods: self.node_cidr_size_from_pods,
+            min_mask_ipv4: self.node_cidr_mask_size_ipv4_min,
+            max_mask_ipv4: self.node_cidr_mask_size_ipv4_max,
         })
         .map(Some)
     }
@@ -102,6 +125,12 @@ impl ControllerOptions for Flags {
                 mask(self.node_cidr_mask_size_ipv6),
             ),
             (
+                FLAG_SIZE_FROM_PODS,
+                self.node_cidr_size_from_pods.to_string(),
+            ),
+            (FLAG_MIN_MASK_V4, mask(self.node_cidr_mask_size_ipv4_min)),
+            (FLAG_MAX_MASK_V4, mask(self.node_cidr_mask_size_ipv4_max)),
+            (
                 "--service-cluster-ip-range",
                 self.service_cluster_ip_range.clone(),
             ),
@@ -129,5 +158,58 @@ impl ControllerOptions for Flags {
 
     fn init(&self, ctx: &InitContext) -> InitResult {
         crate::init(self, ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: Flags,
+    }
+
+    fn config(args: &[&str]) -> Result<Option<AllocatorConfig>, ConfigError> {
+        let cli = Cli::parse_from(
+            ["netcm", "--cluster-cidr=10.0.0.0/16,fd00::/56"]
+                .into_iter()
+                .chain(args.iter().copied()),
+        );
+        cli.flags.config()
+    }
+
+    #[test]
+    fn without_the_sizing_flag_no_family_is_sized() {
+        let c = config(&[]).expect("valid").expect("allocating");
+        assert!(c.families.iter().all(|f| f.sizing.is_none()));
+    }
+
+    #[test]
+    fn the_sizing_flags_size_the_ipv4_family_within_their_bounds() {
+        let c = config(&[
+            "--node-cidr-size-from-pods",
+            "--node-cidr-mask-size-ipv4-min=22",
+            "--node-cidr-mask-size-ipv4-max=27",
+        ])
+        .expect("valid")
+        .expect("allocating");
+        let sizing = c.families[0].sizing.expect("IPv4 is sized");
+        assert_eq!(
+            (sizing.largest, sizing.smallest, sizing.default),
+            (22, 27, 24)
+        );
+        assert_eq!(c.families[1].sizing, None);
+    }
+
+    #[test]
+    fn a_sizing_bound_without_the_flag_is_refused_at_validation() {
+        let err = config(&["--node-cidr-mask-size-ipv4-max=27"]).expect_err("refused");
+        assert!(
+            err.to_string().contains("needs --node-cidr-size-from-pods"),
+            "{err}"
+        );
     }
 }

@@ -29,13 +29,23 @@ use crate::allocator::{Allocator, NAME};
 use crate::flags::Flags;
 
 /// The flags whose values two leaders must share for claims to cover the earlier one's writes: they
-/// decide which CIDRs exist and how they are cut into blocks.
-const MUST_MATCH: [&str; 4] = [
+/// decide which CIDRs exist and how they are cut into blocks (a sized pool cuts them on its smallest
+/// size: [`crate::blocks::block_of_sized`]).
+const MUST_MATCH: [&str; 7] = [
     "--cluster-cidr",
     "--node-cidr-mask-size",
     "--node-cidr-mask-size-ipv4",
     "--node-cidr-mask-size-ipv6",
+    netcm_ipam::FLAG_SIZE_FROM_PODS,
+    netcm_ipam::FLAG_MIN_MASK_V4,
+    netcm_ipam::FLAG_MAX_MASK_V4,
 ];
+
+/// The value a flag added after the first release had before it existed: an earlier leader that does
+/// not publish it ran with that, so upgrading with the feature off is no configuration change.
+fn value_before_it_existed(flag: &str) -> Option<&'static str> {
+    (flag == netcm_ipam::FLAG_SIZE_FROM_PODS).then_some("false")
+}
 
 /// Nodes per page of the consistent list read after the wait.
 const PAGE: u32 = 500;
@@ -86,7 +96,10 @@ pub(crate) fn judge(takeover: Option<&Takeover>, ours: &Flags) -> Verdict {
             .filter(|v| !v.is_empty())
     };
     for flag in MUST_MATCH {
-        let (before, now) = (theirs.flag(flag), ours(flag));
+        let (before, now) = (
+            theirs.flag(flag).or_else(|| value_before_it_existed(flag)),
+            ours(flag),
+        );
         if before != now {
             return wait(format!(
                 "the earlier leader ran with {flag}={}, this one with {flag}={}",
@@ -286,6 +299,39 @@ mod tests {
             judge(Some(&takeover(Some(&not_allocating), until)), &ours),
             Verdict::Covered(_)
         ));
+    }
+
+    #[test]
+    fn an_earlier_leader_from_before_the_sizing_flags_is_covered_unless_this_one_sizes() {
+        let until = Instant::now();
+        let mut older = takeover(Some(&flags(&[CIDR])), until);
+        if let Some(c) = older.previous_configuration.as_mut() {
+            c.flags.retain(|flag, _| {
+                !flag.contains("size-from-pods")
+                    && !flag.ends_with("-min")
+                    && !flag.ends_with("-max")
+            });
+        }
+        assert!(matches!(
+            judge(Some(&older), &flags(&[CIDR])),
+            Verdict::Covered(_)
+        ));
+        let sized = flags(&[CIDR, "--node-cidr-size-from-pods"]);
+        let verdict = judge(Some(&older), &sized);
+        assert!(
+            matches!(&verdict, Verdict::WaitOut { why, .. } if why.contains("--node-cidr-size-from-pods=false")),
+            "{verdict:?}"
+        );
+        let other_bounds = flags(&[
+            CIDR,
+            "--node-cidr-size-from-pods",
+            "--node-cidr-mask-size-ipv4-max=27",
+        ]);
+        let verdict = judge(Some(&takeover(Some(&sized), until)), &other_bounds);
+        assert!(
+            matches!(&verdict, Verdict::WaitOut { why, .. } if why.contains("--node-cidr-mask-size-ipv4-max=27")),
+            "{verdict:?}"
+        );
     }
 
     #[test]

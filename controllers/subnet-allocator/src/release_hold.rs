@@ -17,7 +17,7 @@ use netcm_manager::{CachedNode, EventType};
 use tokio_util::sync::CancellationToken;
 
 use crate::allocator::{Allocator, SyncError, NAME};
-use crate::blocks::block_of;
+use crate::blocks::block_in;
 use crate::claims::Claim;
 use crate::release_hold_record::{self as record, ReleaseHoldRecord};
 
@@ -68,12 +68,7 @@ impl Allocator {
         let state = self.state.lock();
         cidrs
             .iter()
-            .map(|c| {
-                (
-                    *c,
-                    block_of(*c, state.pools.pool_of(*c).map(|(_, cluster)| cluster)),
-                )
-            })
+            .map(|c| (*c, block_in(&state.pools, *c)))
             .collect()
     }
 

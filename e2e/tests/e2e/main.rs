@@ -32,6 +32,7 @@ mod protobuf;
 mod release_hold;
 mod route_controller;
 mod secure_metrics;
+mod sizing;
 mod split_brain;
 mod subnet_allocator;
 mod takeover_from_another_configuration;

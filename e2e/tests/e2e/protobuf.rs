@@ -22,7 +22,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Every field a declaration can keep (of managedFields: every manager's annotations but netcm's).
 fn everything() -> NodeFields {
-    let mut f = NodeFields::none().pod_cidrs().taints().addresses();
+    let mut f = NodeFields::none()
+        .pod_cidrs()
+        .taints()
+        .addresses()
+        .capacity_pods();
     f.unschedulable = true;
     f.provider_id = true;
     ["Ready", "NetworkUnavailable"]
@@ -45,7 +49,8 @@ async fn create_fixtures(client: &kube::Client) {
         "spec": {"podCIDR": "10.7.0.0/24", "podCIDRs": ["10.7.0.0/24", "fd00:7::/64"],
                  "providerID": "aws:///zone/i-1", "unschedulable": true,
                  "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}, {"key": "bare", "effect": "NoExecute"}]},
-        "status": {"conditions": [
+        "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                   "conditions": [
                        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "a \"quoted\" message"},
                        {"type": "NetworkUnavailable", "status": "False"}],
                    "addresses": [{"type": "InternalIP", "address": "192.0.2.7"},
@@ -113,6 +118,7 @@ async fn through_protobuf_every_node_is_cached_as_the_full_json_node_trimmed_wou
     assert_eq!(full.name(), "pb-full");
     assert_eq!(full.raw_pod_cidrs().count(), 2);
     assert_eq!(full.addresses().count(), 3);
+    assert_eq!(full.capacity_pods(), Some(110));
     assert_eq!(
         full.annotation("odd"),
         Some("tab\tnewline\n\u{1}z\u{e9}\u{1F600}")

@@ -53,6 +53,7 @@ fn refused_objects(n: usize) -> Vec<ObjectPool> {
                 per_node_host_bits: 4,
                 ipv4: Some(slash24(i)),
                 ipv6: None,
+                sizing: None,
             }),
             deleting: false,
             modified: false,

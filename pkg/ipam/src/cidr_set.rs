@@ -53,6 +53,8 @@ pub struct CidrSet {
     words: Vec<u64>,
     allocated: u64,
     next_candidate: u64,
+    /// Per-Node size from capacity ([`CidrSet::new_sized`]): `node_mask` is then its smallest size.
+    sizing: Option<crate::sizing::NodeSizing>,
 }
 
 impl fmt::Debug for CidrSet {
@@ -103,6 +105,7 @@ impl CidrSet {
             words,
             allocated: 0,
             next_candidate: 0,
+            sizing: None,
         })
     }
 
@@ -116,7 +119,7 @@ impl CidrSet {
         self.span.family
     }
 
-    /// The prefix length of every node CIDR.
+    /// The prefix length of every node CIDR: of a bitmap bit, so the smallest node CIDR of a sized set.
     pub fn node_mask(&self) -> u8 {
         self.node_mask
     }
@@ -258,6 +261,7 @@ impl CidrSet {
 }
 
 mod free;
+mod sized;
 
 /// Bits of word `w` that fall in the block range `begin..=end`.
 fn range_mask(w: u64, begin: u64, end: u64) -> u64 {

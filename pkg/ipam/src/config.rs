@@ -11,6 +11,13 @@ use ipnet::IpNet;
 
 use crate::addr::{Family, Span};
 use crate::cidr_set::max_node_bits;
+use crate::sizing::NodeSizing;
+
+mod sizing;
+pub use sizing::{
+    SizingFlagError, SizingFlags, DEFAULT_MAX_MASK_V4, FLAG_MAX_MASK_V4, FLAG_MIN_MASK_V4,
+    FLAG_SIZE_FROM_PODS,
+};
 
 /// Default node mask for IPv4 (`--node-cidr-mask-size-ipv4`).
 pub const DEFAULT_NODE_MASK_V4: u8 = 24;
@@ -48,6 +55,9 @@ pub struct FamilyPool {
     pub node_mask: u8,
     /// Cluster CIDRs (normalized), in the order they are tried.
     pub cluster_cidrs: Vec<IpNet>,
+    /// Per-Node size from capacity ([`AllocatorConfig::with_sizing`]; IPv4 only): `node_mask` is then
+    /// the size of a Node without capacity. `None`, kube-controller-manager's fixed size, by default.
+    pub sizing: Option<NodeSizing>,
 }
 
 /// Validated allocator configuration.
@@ -62,6 +72,10 @@ pub struct AllocatorConfig {
 /// A flag combination kube-controller-manager (or netcm) refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// netcm's per-Node sizing flags are inconsistent ([`AllocatorConfig::with_sizing`]).
+    #[error("invalid sizing flags: {0}")]
+    Sizing(SizingFlagError),
+
     /// `--cluster-cidr` is empty.
     #[error("Must specify --cluster-cidr if --allocate-node-cidrs is set")]
     MissingClusterCidr,
@@ -203,6 +217,7 @@ impl AllocatorConfig {
                     family,
                     node_mask,
                     cluster_cidrs,
+                    sizing: None,
                 })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;

@@ -59,6 +59,21 @@ pub enum Error {
         clusters: Vec<IpNet>,
     },
 
+    /// A cluster CIDR sized from capacity has no free block of the size the Node needs (smaller ones may
+    /// be free: fragmentation). KCM's wording first, so what matches [`Error::Full`]'s text matches it.
+    #[error(
+        "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted \
+         range ({family} cluster CIDRs: {}): no free /{prefix_len} block", join_nets(.clusters)
+    )]
+    NoBlockOfSize {
+        /// The family.
+        family: Family,
+        /// The size the Node needs.
+        prefix_len: u8,
+        /// The cluster CIDRs of that family in the pool, none with such a block free.
+        clusters: Vec<IpNet>,
+    },
+
     /// Every pool selecting the Node is full.
     #[error(
         "CIDR allocation failed; every pool that selects the node is full (pools: {})",
@@ -74,6 +89,21 @@ pub enum Error {
     NoPool {
         /// The Node.
         node: String,
+    },
+
+    /// A block size a [`crate::CidrSet`] cannot hand out: larger than its cluster CIDR or smaller than
+    /// its node mask (the smallest size of a pool sized from capacity).
+    #[error(
+        "a /{prefix_len} block cannot be handed out of cluster CIDR {cluster}: sizes run from \
+         /{} to /{node_mask}", .cluster.prefix_len()
+    )]
+    SizeOutsideSet {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The set's node mask (its smallest block).
+        node_mask: u8,
+        /// The size asked for.
+        prefix_len: u8,
     },
 
     /// A CIDR shares no address with the cluster CIDR.

@@ -6,7 +6,8 @@
 //!
 //! - [`CidrSet`] — the node-sized blocks of one cluster CIDR in a bitmap,
 //!   handed out round-robin (like KCM's `cidrset.CidrSet`), with
-//!   [`CidrSet::occupy`] / [`CidrSet::release`] for CIDRs of any size.
+//!   [`CidrSet::occupy`] / [`CidrSet::release`] for CIDRs of any size, and
+//!   [`CidrSet::allocate_next_sized`] for aligned blocks of several sizes over the same bitmap.
 //! - [`AllocatorConfig`] — KCM's `--cluster-cidr`, `--node-cidr-mask-size*`
 //!   and `--service-cluster-ip-range` rules and messages, extended so a
 //!   family may have several cluster CIDRs, tried in the order given.
@@ -17,6 +18,8 @@
 //!   CIDRs: it allocates one CIDR per family (primary first), records CIDRs
 //!   read from the API, reports conflicts, and never hands out a CIDR that
 //!   overlaps one a node holds or a service range.
+//! - [`prefix_for_pods`], [`NodeSizing`] — per-Node size from capacity (opt-in): the smallest block
+//!   holding 2 addresses per pod, within the operator's bounds.
 //!
 //! ```
 //! use netcm_ipam::{AllocatorConfig, AllocatorFlags, Pools};
@@ -45,6 +48,7 @@ mod pool;
 mod pools;
 mod problems;
 mod selector;
+mod sizing;
 mod space;
 #[cfg(test)]
 mod test_fixtures;
@@ -52,16 +56,18 @@ mod test_fixtures;
 pub use addr::Family;
 pub use cidr_set::{max_node_bits, Allocation, CidrSet, MAX_NODE_BITS_V4, MAX_NODE_BITS_V6};
 pub use config::{
-    AllocatorConfig, AllocatorFlags, ConfigError, FamilyPool, DEFAULT_NODE_MASK_V4,
-    DEFAULT_NODE_MASK_V6,
+    AllocatorConfig, AllocatorFlags, ConfigError, FamilyPool, SizingFlagError, SizingFlags,
+    DEFAULT_MAX_MASK_V4, DEFAULT_NODE_MASK_V4, DEFAULT_NODE_MASK_V6, FLAG_MAX_MASK_V4,
+    FLAG_MIN_MASK_V4, FLAG_SIZE_FROM_PODS,
 };
 pub use error::Error;
 pub use outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
 pub use pool::{
-    ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
-    MIN_PER_NODE_HOST_BITS,
+    HostBitsRange, ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
+    MIN_PER_NODE_HOST_BITS, SIZE_FROM_PODS_ANNOTATION,
 };
 pub use pools::{Pools, ReleaseHoldUse};
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
 pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, SelectorTerm};
+pub use sizing::{prefix_for_pods, NodeSizing, SizingError, ADDRESSES_PER_POD};
 pub use space::PoolSpace;

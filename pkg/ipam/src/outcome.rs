@@ -142,14 +142,15 @@ pub struct PoolStats {
     pub cluster_cidr: String,
     /// Its address family.
     pub family: Family,
-    /// Node CIDRs in use.
+    /// Node CIDRs in use (in a sized set: blocks of its smallest size, so usage stays a share of
+    /// addresses).
     pub allocated: u64,
-    /// Node CIDRs that fit.
+    /// Node CIDRs that fit (in a sized set: of its smallest size).
     pub max: u64,
     /// `allocated / max`.
     pub usage: f64,
     /// Blocks it can still hand out, as (prefix length, count), largest block first: one size (the
-    /// node mask) for a fixed-size pool, none counted (0) while its pool is not active.
+    /// node mask) for a fixed-size pool, every size between its bounds for a sized one, none counted (0) while its pool is not active.
     pub free_blocks: Vec<(u8, u64)>,
     /// Node CIDRs in release hold (`--cidr-release-hold`): released by deleted Nodes, not free yet.
     pub release_hold: u64,

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use crate::addr::Family;
 use crate::cidr_set::max_node_bits;
 use crate::selector::NodeSelector;
+use crate::sizing::NodeSizing;
 
 /// The flag pool's name: node-ipam-controller's name for the ClusterCIDR it builds from the flags.
 pub const DEFAULT_POOL: &str = "default-cluster-cidr";
@@ -27,6 +28,39 @@ pub struct PoolSpec {
     pub ipv4: Option<IpNet>,
     /// `ipv6`, if set.
     pub ipv6: Option<IpNet>,
+    /// netcm's per-Node size from capacity for the `ipv4` range ([`SIZE_FROM_PODS_ANNOTATION`]); `None`:
+    /// `perNodeHostBits` for every Node, as node-ipam-controller.
+    pub sizing: Option<HostBitsRange>,
+}
+
+/// The annotation that sizes a ClusterCIDR's IPv4 node CIDRs from each Node's pod capacity, as host bits
+/// `"<min>-<max>"` (`"5-8"`: /27 to /24), `perNodeHostBits` lying between them being the size of a Node
+/// without capacity. An annotation, not a field: the spec is node-ipam-controller's schema, which would
+/// prune an unknown field, and a controller that does not know it still reads a valid fixed-size pool.
+pub const SIZE_FROM_PODS_ANNOTATION: &str = "ipam.netcm.io/node-cidr-size-from-pods";
+
+/// [`SIZE_FROM_PODS_ANNOTATION`]'s value: the host bits of the smallest and the largest node CIDR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostBitsRange {
+    /// Host bits of the smallest node CIDR.
+    pub min: i64,
+    /// Host bits of the largest node CIDR.
+    pub max: i64,
+}
+
+impl std::str::FromStr for HostBitsRange {
+    type Err = String;
+
+    /// Parses `"<min>-<max>"` (spaces allowed around either number).
+    fn from_str(s: &str) -> Result<HostBitsRange, String> {
+        let bad = || format!("{s:?} is not <min>-<max> host bits, like \"5-8\"");
+        let (min, max) = s.split_once('-').ok_or_else(bad)?;
+        let num = |v: &str| v.trim().parse::<i64>().map_err(|_| bad());
+        Ok(HostBitsRange {
+            min: num(min)?,
+            max: num(max)?,
+        })
+    }
 }
 
 /// A pool range and its node mask, checked.
@@ -35,6 +69,8 @@ pub(crate) struct PoolRange {
     pub family: Family,
     pub cidr: IpNet,
     pub node_mask: u8,
+    /// Per-Node size from capacity (IPv4 only); `node_mask` is then its default.
+    pub sizing: Option<NodeSizing>,
 }
 
 impl PoolSpec {
@@ -76,13 +112,56 @@ impl PoolSpec {
                     self.per_node_host_bits
                 )));
             }
+            let sizing = match (want, self.sizing) {
+                (Family::V4, Some(range)) => Some(self.sizing_of(range, cidr)?),
+                _ => None,
+            };
             out.push(PoolRange {
                 family: want,
                 cidr,
                 node_mask,
+                sizing,
             });
         }
         Ok(out)
+    }
+
+    /// The [`NodeSizing`] `range` gives the IPv4 range `cidr`, checked like `perNodeHostBits`.
+    fn sizing_of(&self, range: HostBitsRange, cidr: IpNet) -> Result<NodeSizing, Refusal> {
+        let invalid = |why: String| Refusal::Invalid(format!("{SIZE_FROM_PODS_ANNOTATION}: {why}"));
+        let HostBitsRange { min, max } = range;
+        if min < MIN_PER_NODE_HOST_BITS {
+            return Err(invalid(format!(
+                "{min} host bits is less than {MIN_PER_NODE_HOST_BITS}"
+            )));
+        }
+        if !(min..=max).contains(&self.per_node_host_bits) {
+            return Err(invalid(format!(
+                "perNodeHostBits {} must lie between {min} and {max}",
+                self.per_node_host_bits
+            )));
+        }
+        let room = i64::from(Family::V4.bits() - cidr.prefix_len());
+        if max > room {
+            return Err(invalid(format!(
+                "{max} host bits is more than {cidr} has ({room})"
+            )));
+        }
+        // Cannot truncate: MIN_PER_NODE_HOST_BITS <= min <= max <= room <= 32.
+        let mask = |bits: i64| Family::V4.bits() - bits as u8;
+        let limit = max_node_bits(Family::V4);
+        if mask(min) - cidr.prefix_len() > limit {
+            return Err(invalid(format!(
+                "{cidr} holds more than 2^{limit} node CIDRs of {min} host bits, more than netcm tracks"
+            )));
+        }
+        NodeSizing::new(
+            Family::V4,
+            mask(max),
+            mask(min),
+            mask(self.per_node_host_bits),
+        )
+        .map_err(|e| invalid(e.to_string()))
     }
 }
 

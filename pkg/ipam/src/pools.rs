@@ -86,7 +86,10 @@ impl Pools {
         for fam in &config.families {
             let start = sets.len();
             for &cluster in &fam.cluster_cidrs {
-                sets.push(CidrSet::new(cluster, fam.node_mask)?);
+                sets.push(match fam.sizing {
+                    Some(sizing) => CidrSet::new_sized(cluster, sizing)?,
+                    None => CidrSet::new(cluster, fam.node_mask)?,
+                });
             }
             families.push((fam.family, start..sets.len()));
         }
@@ -150,6 +153,17 @@ impl Pools {
         owner: &str,
         node: &NodeView<'_>,
     ) -> Result<NodeAllocation, Error> {
+        self.allocate_sized_for(owner, node, None)
+    }
+
+    /// [`Pools::allocate_for`] a Node reporting `pods` capacity (`status.capacity.pods`): a sized set
+    /// hands it the block [`crate::NodeSizing::prefix_for`] says, a fixed-size one ignores it.
+    pub fn allocate_sized_for(
+        &mut self,
+        owner: &str,
+        node: &NodeView<'_>,
+        pods: Option<u64>,
+    ) -> Result<NodeAllocation, Error> {
         if let Some(held) = self.ledger.held_by(owner) {
             return Ok(NodeAllocation {
                 cidrs: held.to_vec(),
@@ -172,7 +186,7 @@ impl Pools {
         }
         let mut last_full = None;
         for &p in &candidates {
-            match self.allocate_from(p) {
+            match self.allocate_from(p, pods) {
                 Ok(fresh) => return Ok(self.allocated(owner, p, fresh, None)),
                 Err(e) => last_full = Some(e),
             }
@@ -180,7 +194,7 @@ impl Pools {
         // Every candidate is full but for what deleted Nodes released: the oldest release hold goes first.
         for &p in &candidates {
             while let Some(released_by) = self.end_oldest_release_hold_in(p) {
-                if let Ok(fresh) = self.allocate_from(p) {
+                if let Ok(fresh) = self.allocate_from(p, pods) {
                     let used = ReleaseHoldUse {
                         released_by,
                         early: true,
@@ -274,33 +288,45 @@ impl Pools {
         (pool.selector.upstream_string(), cidr, pool.name.as_str())
     }
 
-    /// How many Nodes pool `i` can serve in all: its smallest family's node CIDR count.
+    /// How many Nodes pool `i` can serve in all: its smallest family's node CIDR count (at the default
+    /// size in a sized family, as node-ipam-controller would count from the spec).
     pub(crate) fn capacity(&self, i: usize) -> u64 {
         self.pools[i]
             .families
             .iter()
-            .map(|(_, r)| self.sets[r.clone()].iter().map(CidrSet::max_cidrs).sum())
+            .map(|(_, r)| {
+                self.sets[r.clone()]
+                    .iter()
+                    .map(CidrSet::default_cidrs)
+                    .sum()
+            })
             .min()
             .unwrap_or(0)
     }
 
-    /// Host bits of pool `i`'s node CIDRs in its first family.
+    /// Host bits of pool `i`'s node CIDRs (of the default size) in its first family.
     fn host_bits(&self, i: usize) -> u8 {
         self.pools[i]
             .families
             .first()
-            .and_then(|(f, r)| self.sets.get(r.start).map(|s| f.bits() - s.node_mask()))
+            .and_then(|(f, r)| self.sets.get(r.start).map(|s| f.bits() - s.default_mask()))
             .unwrap_or(u8::MAX)
     }
 
-    /// One node CIDR per family of pool `p`, or its [`Error::Full`] (giving back what it took).
-    fn allocate_from(&mut self, p: usize) -> Result<Vec<PoolTries>, Error> {
+    /// One node CIDR per family of pool `p` (sized from `pods` where the set is), or its [`Error::Full`]
+    /// (giving back what it took).
+    fn allocate_from(&mut self, p: usize, pods: Option<u64>) -> Result<Vec<PoolTries>, Error> {
         let families = self.pools[p].families.clone();
         let mut fresh: Vec<PoolTries> = Vec::with_capacity(families.len());
         for (family, range) in families {
+            // The size a sized family asks of each of its sets (one sizing per pool and family).
+            let wanted = self.sets[range.clone()]
+                .first()
+                .and_then(CidrSet::sizing)
+                .map(|z| z.prefix_for(family, pods));
             let got = self.sets[range.clone()].iter_mut().find_map(|set| {
                 let cluster = set.cluster();
-                set.allocate_next().ok().map(|a| PoolTries {
+                set.allocate_for_pods(pods).ok().map(|a| PoolTries {
                     cluster,
                     cidr: a.cidr,
                     tries: a.tries,
@@ -321,75 +347,19 @@ impl Pools {
                             &Span::of(&t.cidr),
                         );
                     }
-                    return Err(Error::Full {
-                        family,
-                        clusters: self.sets[range].iter().map(CidrSet::cluster).collect(),
+                    let clusters = self.sets[range].iter().map(CidrSet::cluster).collect();
+                    return Err(match wanted {
+                        Some(prefix_len) => Error::NoBlockOfSize {
+                            family,
+                            prefix_len,
+                            clusters,
+                        },
+                        None => Error::Full { family, clusters },
                     });
                 }
             }
         }
         Ok(fresh)
-    }
-
-    /// The pool `cidrs` (one per family) were allocated from: the first pool with a set containing
-    /// the first CIDR at its node mask.
-    pub fn pool_of_cidrs(&self, cidrs: &[IpNet]) -> Option<String> {
-        let first = cidrs.first()?;
-        self.pool_of(*first).map(|(p, _)| p.to_string())
-    }
-
-    /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at its node mask,
-    /// else the first set containing it.
-    pub fn pool_of(&self, cidr: IpNet) -> Option<(&str, IpNet)> {
-        let cidr = cidr.trunc();
-        let owner_of = |exact: bool| {
-            self.pools.iter().find_map(|p| {
-                p.families.iter().find_map(|(_, r)| {
-                    self.sets[r.clone()]
-                        .iter()
-                        .find(|s| {
-                            s.contains(cidr) && (!exact || s.node_mask() == cidr.prefix_len())
-                        })
-                        .map(|s| (p.name.as_str(), s.cluster()))
-                })
-            })
-        };
-        owner_of(true).or_else(|| owner_of(false))
-    }
-
-    /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:
-    /// one node-sized CIDR per family of the pool in its order, each inside a cluster CIDR of that family
-    /// and overlapping neither a service range nor anything held by another owner. Used before adopting a
-    /// CIDR another leader claimed, so a Node only ever receives CIDRs valid for the current pools.
-    pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
-        self.pools
-            .iter()
-            .filter(|p| p.state == PoolState::Active)
-            .any(|p| self.fits_pool(p, owner, cidrs))
-    }
-
-    fn fits_pool(&self, pool: &Pool, owner: &str, cidrs: &[IpNet]) -> bool {
-        if cidrs.len() != pool.families.len() || pool.families.is_empty() {
-            return false;
-        }
-        pool.families
-            .iter()
-            .zip(cidrs)
-            .all(|((family, range), cidr)| {
-                let cidr = cidr.trunc();
-                Family::of(&cidr) == *family
-                    && self.sets[range.clone()]
-                        .iter()
-                        .any(|s| s.contains(cidr) && s.node_mask() == cidr.prefix_len())
-                    && !self
-                        .services
-                        .iter()
-                        .any(|svc| Span::of(svc).overlaps(&Span::of(&cidr)))
-                    && self
-                        .ledger
-                        .overlapping(&Span::of(&cidr))
-                        .all(|h| h.node == owner)
-            })
     }
 
     /// Forgets `node`, returning what it held; blocks another node or a
@@ -475,6 +445,7 @@ pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], 
 }
 
 mod hold;
+mod lookup;
 mod objects;
 mod release_hold;
 mod stats;

@@ -28,9 +28,9 @@ pub struct Oversized {
     pub cidr: IpNet,
     /// The pool with the widest node CIDRs among those it overlaps (the first such).
     pub pool: String,
-    /// That pool's node CIDR prefix length.
+    /// That pool's node CIDR prefix length (its largest, where it hands out several).
     pub node_mask: u8,
-    /// How many of that pool's node CIDRs it covers (none of which is handed out while it is held).
+    /// How many of that pool's (largest) node CIDRs it covers (none of which is handed out while it is held).
     pub covers: u64,
 }
 

@@ -120,6 +120,7 @@ mod tests {
                 per_node_host_bits: 6,
                 ipv4: Some(net("10.100.0.0/16")),
                 ipv6: None,
+                sizing: None,
             }),
             deleting,
             modified: false,

@@ -45,6 +45,8 @@ pub struct NodeFields {
     pub provider_id: bool,
     /// `status.addresses`.
     pub addresses: bool,
+    /// `status.capacity.pods` (the other resources of the capacity are never kept).
+    pub capacity_pods: bool,
     /// `status.conditions` of these types.
     pub condition_types: BTreeSet<String>,
     /// Annotations whose key starts with one of these prefixes (`""` keeps every annotation).
@@ -78,6 +80,12 @@ impl NodeFields {
     /// Adds `status.addresses`.
     pub fn addresses(mut self) -> Self {
         self.addresses = true;
+        self
+    }
+
+    /// Adds `status.capacity.pods`.
+    pub fn capacity_pods(mut self) -> Self {
+        self.capacity_pods = true;
         self
     }
 
@@ -120,6 +128,7 @@ impl NodeFields {
         self.unschedulable |= other.unschedulable;
         self.provider_id |= other.provider_id;
         self.addresses |= other.addresses;
+        self.capacity_pods |= other.capacity_pods;
         self.condition_types
             .extend(other.condition_types.iter().cloned());
         self.annotation_prefixes
@@ -191,6 +200,11 @@ impl NodeFields {
                 b.address(a.map(String::as_str));
             }
         }
+        if let Some(pods) = status.capacity.and_then(|c| c.pods) {
+            if self.capacity_pods {
+                b.capacity_pods(&pods);
+            }
+        }
         for c in status.conditions.iter().flatten() {
             if self.condition_types.contains(&c.type_) {
                 b.condition(c.map(String::as_str));
@@ -224,6 +238,14 @@ impl NodeFields {
             ..NodeSpec::default()
         });
         node.status = old.status.map(|s| NodeStatus {
+            capacity: s
+                .capacity
+                .filter(|_| self.capacity_pods)
+                .map(|mut c| {
+                    c.retain(|resource, _| resource == "pods");
+                    c
+                })
+                .filter(|c| !c.is_empty()),
             addresses: s.addresses.filter(|_| self.addresses),
             conditions: s
                 .conditions
@@ -299,6 +321,7 @@ fn keep_prefixed(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, Taint};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn full_node() -> Node {
@@ -346,6 +369,11 @@ mod tests {
                     address: "192.0.2.1".into(),
                 }]),
                 conditions: Some(vec![cond("Ready"), cond("NetworkUnavailable")]),
+                capacity: Some(
+                    [("cpu", "4"), ("pods", "110")]
+                        .map(|(r, q)| (r.to_string(), Quantity(q.into())))
+                        .into(),
+                ),
                 ..Default::default()
             }),
         }
@@ -418,6 +446,22 @@ mod tests {
         assert_eq!(
             a.union(&NodeFields::none()),
             NodeFields::none().pod_cidrs().annotations("a/")
+        );
+    }
+
+    #[test]
+    fn of_the_capacity_only_pods_is_kept_and_only_when_declared() {
+        let capacity = |fields: &NodeFields| trimmed(fields).status.and_then(|s| s.capacity);
+        assert_eq!(capacity(&NodeFields::none()), None);
+        let kept = capacity(&NodeFields::none().capacity_pods()).expect("capacity");
+        assert_eq!(kept.keys().collect::<Vec<_>>(), ["pods"]);
+        assert_eq!(
+            CachedNode::from(&trimmed(&NodeFields::none())).capacity_pods(),
+            None
+        );
+        assert_eq!(
+            CachedNode::from(&trimmed(&NodeFields::none().capacity_pods())).capacity_pods(),
+            Some(110)
         );
     }
 }

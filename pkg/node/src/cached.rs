@@ -56,6 +56,10 @@ pub struct CachedNode {
     /// one annotation needs the map to exist (the allocator's fence, `ipam.netcm.io/fenced-at`).
     has_annotations: bool,
     pod_cidrs: Box<[CidrEntry]>,
+    /// `status.capacity.pods` as a plain count, 0 when absent (or not a count). Here, not in `Rest`:
+    /// every kubelet's Node carries it, so in `Rest` it would allocate one for every Node of a cluster
+    /// whose only declaration is the allocator's; here it fills padding (the struct stays 72 bytes).
+    capacity_pods: u32,
     /// Every other declared field, allocated only when the Node has one: the subnet-allocator alone
     /// declares none of them, and at 50,000 Nodes their empty slots would cost 4 MiB.
     rest: Option<Box<Rest>>,
@@ -148,6 +152,12 @@ impl CachedNode {
     /// `spec.unschedulable` (if declared).
     pub fn unschedulable(&self) -> bool {
         self.rest.as_ref().is_some_and(|r| r.unschedulable)
+    }
+
+    /// `status.capacity.pods` (if declared): how many pods the kubelet runs, as it registered. `None`
+    /// when absent or not a plain count (a Quantity like `1k`, which no kubelet writes for pods).
+    pub fn capacity_pods(&self) -> Option<u32> {
+        (self.capacity_pods != 0).then_some(self.capacity_pods)
     }
 
     /// `spec.providerID` (if declared).
@@ -304,6 +314,10 @@ impl From<&Node> for CachedNode {
             }
         }
         if let Some(status) = &node.status {
+            let pods = status.capacity.as_ref().and_then(|c| c.get("pods"));
+            if let Some(pods) = pods {
+                b.capacity_pods(&pods.0);
+            }
             for a in status.addresses.iter().flatten() {
                 b.address(Address {
                     type_: &a.type_,
@@ -354,6 +368,7 @@ impl PartialEq for CachedNode {
             && self.has_annotations == other.has_annotations
             && self.unschedulable() == other.unschedulable()
             && self.provider_id() == other.provider_id()
+            && self.capacity_pods() == other.capacity_pods()
             && self.pod_cidr_entries().eq(other.pod_cidr_entries())
             && self.addresses().eq(other.addresses())
             && self.annotations().eq(other.annotations())
@@ -376,6 +391,7 @@ impl fmt::Debug for CachedNode {
             .field("has_annotations", &self.has_annotations)
             .field("unschedulable", &self.unschedulable())
             .field("provider_id", &self.provider_id())
+            .field("capacity_pods", &self.capacity_pods())
             .field("pod_cidrs", &self.pod_cidr_entries().collect::<Vec<_>>())
             .field("addresses", &self.addresses().collect::<Vec<_>>())
             .field("annotations", &self.annotations().collect::<Vec<_>>())

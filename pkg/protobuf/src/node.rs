@@ -52,6 +52,8 @@ pub struct NodeView<'a> {
     pub unschedulable: bool,
     /// `spec.taints`.
     pub taints: Vec<Taint<&'a str>>,
+    /// `status.capacity["pods"]`, the Quantity's text (the other resources are skipped).
+    pub capacity_pods: Option<&'a str>,
     /// `status.addresses`.
     pub addresses: Vec<Address<&'a str>>,
     /// `status.conditions`.
@@ -250,12 +252,37 @@ fn read_status<'a>(node: &mut NodeView<'a>, raw: &'a [u8]) -> Result<(), Protobu
     const M: &str = "NodeStatus";
     for field in wire::fields(raw) {
         match field? {
+            (1, v) => {
+                if let ("pods", quantity) = read_quantity_entry(v.bytes(M, 1)?)? {
+                    node.capacity_pods = Some(quantity);
+                }
+            }
             (4, v) => node.conditions.push(read_condition(v.bytes(M, 4)?)?),
             (5, v) => node.addresses.push(read_address(v.bytes(M, 5)?)?),
             _ => {}
         }
     }
     Ok(())
+}
+
+/// One entry of a `map<string, Quantity>` (a ResourceList): key = 1, value = 2, a `Quantity` whose
+/// string = 1 is its text.
+fn read_quantity_entry(raw: &[u8]) -> Result<(&str, &str), ProtobufError> {
+    let (mut key, mut quantity) = ("", "");
+    for field in wire::fields(raw) {
+        match field? {
+            (1, v) => key = v.str("ResourceList entry", 1)?,
+            (2, v) => {
+                for field in wire::fields(v.bytes("ResourceList entry", 2)?) {
+                    if let (1, v) = field? {
+                        quantity = v.str("Quantity", 1)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((key, quantity))
 }
 
 fn read_condition(raw: &[u8]) -> Result<Condition<&str>, ProtobufError> {
@@ -355,6 +382,11 @@ impl NodeView<'_> {
         }
         spec.close();
         let mut status = Object::open(node.key("status"));
+        if let Some(pods) = self.capacity_pods {
+            let mut capacity = Object::open(status.key("capacity"));
+            capacity.str("pods", pods);
+            capacity.close();
+        }
         if !self.addresses.is_empty() {
             status.array("addresses", &self.addresses, |out, a| {
                 let mut o = Object::open(out);

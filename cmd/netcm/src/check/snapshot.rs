@@ -9,7 +9,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
-use netcm_ipam::{AllocatorConfig, AllocatorFlags, ObjectPool};
+use netcm_ipam::{
+    AllocatorConfig, AllocatorFlags, ObjectPool, SizingFlags, FLAG_MAX_MASK_V4, FLAG_MIN_MASK_V4,
+    FLAG_SIZE_FROM_PODS,
+};
 use netcm_manager::published::EffectiveConfiguration;
 use netcm_node::PodCidrs;
 
@@ -253,6 +256,15 @@ impl Settings {
                     .or_else(|| from("--service-cluster-ip-range"))
                     .unwrap_or_default(),
             })
+            // The leader's per-Node sizing decides which sizes its pools hand out; off when it
+            // publishes none (it predates the flags, or runs without them).
+            .and_then(|c| {
+                c.with_sizing(&SizingFlags {
+                    size_from_pods: from(FLAG_SIZE_FROM_PODS).as_deref() == Some("true"),
+                    min_mask_ipv4: from(FLAG_MIN_MASK_V4).and_then(|v| v.parse().ok()),
+                    max_mask_ipv4: from(FLAG_MAX_MASK_V4).and_then(|v| v.parse().ok()),
+                })
+            })
             .map_err(|e| e.to_string())
         });
         let runs =
@@ -441,6 +453,27 @@ mod tests {
         assert_eq!(s.cluster_cidr, "10.244.0.0/16");
         assert_eq!(s.allocates, Some(true));
         assert_eq!(s.routes, Some(false));
+    }
+
+    #[test]
+    fn the_leaders_per_node_sizing_is_the_pools_sizing() {
+        let mut leader = published("10.244.0.0/16");
+        let sized = |p: &EffectiveConfiguration| {
+            let s = Settings::resolve(&GivenFlags::default(), Some(p));
+            let config = s.allocator.expect("known").expect("valid");
+            config.families[0].sizing
+        };
+        assert_eq!(sized(&leader), None);
+        leader.flags.extend([
+            (FLAG_SIZE_FROM_PODS.to_string(), "true".to_string()),
+            (FLAG_MIN_MASK_V4.to_string(), String::new()),
+            (FLAG_MAX_MASK_V4.to_string(), "27".to_string()),
+        ]);
+        let sizing = sized(&leader).expect("sized");
+        assert_eq!(
+            (sizing.largest, sizing.smallest, sizing.default),
+            (24, 27, 24)
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use netcm_ipam::{
     NodeSelector, ObjectPool, PoolReport, PoolSpec, PoolState, Requirement, SelectorTerm,
+    SIZE_FROM_PODS_ANNOTATION,
 };
 use serde_json::{json, Value};
 
@@ -30,7 +31,7 @@ pub fn object_pool(obj: &DynamicObject) -> ObjectPool {
     ObjectPool {
         name: obj.metadata.name.clone().unwrap_or_default(),
         uid: obj.metadata.uid.clone().unwrap_or_default(),
-        spec: spec(&obj.data["spec"]),
+        spec: spec(&obj.data["spec"]).and_then(|s| sized(s, obj)),
         deleting: obj.metadata.deletion_timestamp.is_some(),
         modified: obj.metadata.generation.unwrap_or(1) > unmodified_generation(obj),
     }
@@ -45,6 +46,23 @@ fn unmodified_generation(obj: &DynamicObject) -> i64 {
     } else {
         1
     }
+}
+
+/// `spec` with the object's [`SIZE_FROM_PODS_ANNOTATION`], if any: a value that does not parse makes the
+/// spec unusable (the pool is refused with the reason) rather than silently fixed-size.
+fn sized(mut spec: PoolSpec, obj: &DynamicObject) -> Result<PoolSpec, String> {
+    let value = obj
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SIZE_FROM_PODS_ANNOTATION));
+    if let Some(value) = value {
+        let range = value
+            .parse()
+            .map_err(|e| format!("{SIZE_FROM_PODS_ANNOTATION}: {e}"))?;
+        spec.sizing = Some(range);
+    }
+    Ok(spec)
 }
 
 /// Reads a ClusterCIDR spec; an error says what is wrong with it.
@@ -74,6 +92,7 @@ pub(crate) fn spec(v: &Value) -> Result<PoolSpec, String> {
         per_node_host_bits,
         ipv4: cidr("ipv4")?,
         ipv6: cidr("ipv6")?,
+        sizing: None,
     })
 }
 

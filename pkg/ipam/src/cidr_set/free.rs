@@ -25,23 +25,27 @@ impl CidrSet {
                 .filter(|c| c.iter().all(|w| *w == 0))
                 .count() as u64;
         }
-        let group = 1u32 << k;
-        // One bit at the start of every aligned group of the word.
-        let starts = (0..64 / group).fold(0u64, |m, i| m | 1u64 << (i * group));
         self.words
             .iter()
-            .map(|w| {
-                // After the loop bit i is set when bits i..i+group of the word are all free.
-                let mut free = !w;
-                let mut width = 1;
-                while width < group {
-                    free &= free >> width;
-                    width *= 2;
-                }
-                u64::from((free & starts).count_ones())
-            })
+            .map(|w| u64::from(free_groups(*w, k).count_ones()))
             .sum()
     }
+}
+
+/// The bits of `word` that start an aligned group of `2^k` free blocks (`k < 6`: a group lies inside
+/// one word): bit `i` is set when `i` is a multiple of `2^k` and bits `i..i + 2^k` are all clear.
+pub(super) fn free_groups(word: u64, k: u32) -> u64 {
+    let group = 1u32 << k;
+    // One bit at the start of every aligned group of the word.
+    let starts = (0..64 / group).fold(0u64, |m, i| m | 1u64 << (i * group));
+    // After the loop bit i is set when bits i..i+group of the word are all free.
+    let mut free = !word;
+    let mut width = 1;
+    while width < group {
+        free &= free >> width;
+        width *= 2;
+    }
+    free & starts
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ fn single_stack_ipv4_defaults_to_slash_24() {
             family: Family::V4,
             node_mask: 24,
             cluster_cidrs: vec![net("10.244.0.0/16")],
+            sizing: None,
         }]
     );
     assert!(c.service_ranges.is_empty());

@@ -150,13 +150,13 @@ impl Pools {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.span().overlaps(&span))
-            .min_by_key(|(k, s)| (s.node_mask(), *k))?;
-        if span.prefix >= set.node_mask() {
+            .min_by_key(|(k, s)| (s.largest(), *k))?;
+        if span.prefix >= set.largest() {
             return None;
         }
         let part = set.span().intersect(&span)?;
         let covers = 1u64
-            .checked_shl(u32::from(set.node_mask().saturating_sub(part.prefix)))
+            .checked_shl(u32::from(set.largest().saturating_sub(part.prefix)))
             .unwrap_or(u64::MAX);
         let pool = self
             .set_owner
@@ -167,7 +167,7 @@ impl Pools {
         Some(Oversized {
             cidr: *cidr,
             pool,
-            node_mask: set.node_mask(),
+            node_mask: set.largest(),
             covers,
         })
     }

@@ -196,7 +196,11 @@ impl Pools {
         let mut families = Vec::new();
         for r in ranges {
             // Cannot fail: `PoolSpec::ranges` checked mask and size.
-            let Ok(mut set) = CidrSet::new(r.cidr, r.node_mask) else {
+            let set = match r.sizing {
+                Some(sizing) => CidrSet::new_sized(r.cidr, sizing),
+                None => CidrSet::new(r.cidr, r.node_mask),
+            };
+            let Ok(mut set) = set else {
                 continue;
             };
             let span = *set.span();
@@ -261,13 +265,13 @@ impl Pools {
         removed
     }
 
-    /// Owners holding a CIDR from pool `i`: inside one of its sets at that set's node mask.
+    /// Owners holding a CIDR from pool `i`: inside one of its sets at a size that set hands out.
     fn holders(&self, i: usize) -> usize {
         let mut owners: HashSet<&str> = HashSet::new();
         for (_, r) in &self.pools[i].families {
             for s in &self.sets[r.clone()] {
                 for h in self.ledger.overlapping(s.span()) {
-                    if s.contains(h.cidr) && h.cidr.prefix_len() == s.node_mask() {
+                    if s.contains(h.cidr) && s.hands_out(h.cidr.prefix_len()) {
                         owners.insert(h.node);
                     }
                 }
@@ -319,7 +323,7 @@ impl Pools {
             } else {
                 sets.iter().map(|s| s.cluster()).collect()
             },
-            node_masks: sets.iter().map(|s| s.node_mask()).collect(),
+            node_masks: sets.iter().map(|s| s.default_mask()).collect(),
             selector: p.selector.summary(),
             // A scan of the pool's holdings: only ClusterCIDR objects show it (status), and
             // this runs every second, so the flag pool of a 50,000-Node cluster is not scanned.

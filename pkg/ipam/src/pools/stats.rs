@@ -23,14 +23,12 @@ impl Pools {
                             allocated: s.allocated(),
                             max: s.max_cidrs(),
                             usage: s.usage(),
-                            free_blocks: vec![(
-                                s.node_mask(),
-                                if active {
-                                    s.free_blocks(s.node_mask())
-                                } else {
-                                    0
-                                },
-                            )],
+                            // Every size the set hands out: one for a fixed-size set.
+                            free_blocks: (s.largest()..=s.node_mask())
+                                .map(|prefix| {
+                                    (prefix, if active { s.free_blocks(prefix) } else { 0 })
+                                })
+                                .collect(),
                             release_hold: self.release_hold_count(i),
                         })
                 })

@@ -338,3 +338,5 @@ fn a_claimed_cidr_is_adoptable_only_if_it_fits_todays_configuration_and_overlaps
     assert!(!p.is_valid_allocation("a", &nets(&["10.244.7.0/24", "fd00:10:0:3::/64"])));
     assert!(p.is_valid_allocation("other", &nets(&["10.244.7.0/24", "fd00:10:0:7::/64"])));
 }
+
+mod sizing;

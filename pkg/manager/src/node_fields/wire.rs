@@ -170,8 +170,15 @@ pub(super) struct WireSpec {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(super) struct WireStatus {
+    pub(super) capacity: Option<WireCapacity>,
     pub(super) addresses: Option<Vec<Address<String>>>,
     pub(super) conditions: Option<Vec<Condition<String>>>,
+}
+
+/// `status.capacity`, of which only `pods` can be declared (the other resources are skipped unread).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(super) struct WireCapacity {
+    pub(super) pods: Option<String>,
 }
 
 impl From<WireObject> for WireNode {
@@ -285,7 +292,11 @@ mod tests {
     }
 
     fn everything() -> NodeFields {
-        let mut f = NodeFields::none().pod_cidrs().taints().addresses();
+        let mut f = NodeFields::none()
+            .pod_cidrs()
+            .taints()
+            .addresses()
+            .capacity_pods();
         f.unschedulable = true;
         f.provider_id = true;
         ["Ready", "NetworkUnavailable", "MemoryPressure"]
@@ -306,6 +317,7 @@ mod tests {
         assert_eq!(wire.taints().count(), 1);
         assert_eq!(wire.provider_id(), Some("aws:///zone/i-1"));
         assert!(wire.unschedulable() && wire.is_deleting());
+        assert_eq!(wire.capacity_pods(), Some(110));
         assert_eq!(wire.conditions().count(), 3);
         assert_eq!(wire.addresses().count(), 2);
         assert_eq!(wire.annotations().count(), 4);
@@ -398,7 +410,7 @@ mod tests {
     proptest! {
         #[test]
         fn for_any_declaration_the_wire_node_caches_what_the_trimmed_full_node_did(
-            flags in proptest::array::uniform5(any::<bool>()),
+            flags in proptest::array::uniform6(any::<bool>()),
             conditions in some_of(&["Ready", "NetworkUnavailable", "DiskPressure"]),
             annotations in some_of(&["", "flannel.alpha.coreos.com/", "node.alpha.", "absent/"]),
             labels in some_of(&["", "example.io/", "topology.", "absent/"]),
@@ -406,7 +418,7 @@ mod tests {
             own in proptest::sample::select(&["netcm", "kubelet", "flanneld", ""][..]),
         ) {
             let mut fields = NodeFields::none();
-            [fields.pod_cidrs, fields.taints, fields.unschedulable, fields.provider_id, fields.addresses] = flags;
+            [fields.pod_cidrs, fields.taints, fields.unschedulable, fields.provider_id, fields.addresses, fields.capacity_pods] = flags;
             let fields = conditions.into_iter().fold(fields, |f, c| f.condition(c));
             let fields = annotations.into_iter().fold(fields, |f, p| f.annotations(p));
             let fields = labels.into_iter().fold(fields, |f, p| f.labels(p));

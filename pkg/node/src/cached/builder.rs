@@ -22,6 +22,7 @@ struct Parts {
     deleting: bool,
     has_annotations: bool,
     unschedulable: bool,
+    capacity_pods: u32,
     pod_cidrs: Vec<CidrEntry>,
     addresses: Vec<Address<Span>>,
     annotations: Vec<Pair>,
@@ -78,6 +79,13 @@ impl CachedNodeBuilder {
     /// Marks `metadata.annotations` as having entries (declared or not).
     pub fn has_annotations(&mut self, has: bool) -> &mut Self {
         self.node.has_annotations = has;
+        self
+    }
+
+    /// `status.capacity.pods`, as its Quantity text: kept when a plain count (`"110"`), else dropped
+    /// (and 0 reads as absent: no Node runs without pods, and either way it gets the default size).
+    pub fn capacity_pods(&mut self, quantity: &str) -> &mut Self {
+        self.node.capacity_pods = quantity.trim().parse().unwrap_or(0);
         self
     }
 
@@ -198,6 +206,7 @@ impl CachedNodeBuilder {
             deleting: node.deleting,
             has_annotations,
             pod_cidrs: node.pod_cidrs.into_boxed_slice(),
+            capacity_pods: node.capacity_pods,
             rest: (!rest.is_empty()).then(|| Box::new(rest)),
             text,
         }

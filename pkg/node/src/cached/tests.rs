@@ -2,6 +2,7 @@
 
 use super::*;
 use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, Taint as K8sTaint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     FieldsV1, ManagedFieldsEntry, ObjectMeta, Time,
 };
@@ -51,6 +52,13 @@ fn full() -> Node {
                 message: None,
                 ..Default::default()
             }]),
+            capacity: Some(
+                [
+                    ("cpu".to_string(), Quantity("4".into())),
+                    ("pods".to_string(), Quantity("110".into())),
+                ]
+                .into(),
+            ),
             ..Default::default()
         }),
     }
@@ -62,6 +70,7 @@ fn a_node_read_from_the_api_keeps_everything_a_cached_node_can_hold() {
     assert_eq!((n.name(), n.uid(), n.resource_version()), ("n1", "u1", "7"));
     assert!(n.is_deleting() && n.unschedulable());
     assert_eq!(n.provider_id(), Some("p"));
+    assert_eq!(n.capacity_pods(), Some(110));
     assert_eq!(
         n.raw_pod_cidrs().collect::<Vec<_>>(),
         ["10.0.0.7/24", "banana"]
@@ -251,4 +260,24 @@ fn a_stored_entry_costs_what_the_caches_own_entry_types_did() {
     assert_eq!(size_of::<Address<Span>>(), 16);
     assert_eq!(size_of::<Condition<Span>>(), 40);
     assert_eq!(size_of::<Taint<Span>>(), 28);
+}
+
+#[test]
+fn pod_capacity_is_kept_only_as_a_plain_count() {
+    let with = |quantity: &str| {
+        let mut b = CachedNode::builder("n", "u", "1");
+        b.capacity_pods(quantity);
+        b.build().capacity_pods()
+    };
+    assert_eq!(with("110"), Some(110));
+    assert_eq!(with(" 16 "), Some(16));
+    for odd in ["1k", "-1", "", "1e3", "4294967296", "0"] {
+        assert_eq!(with(odd), None, "{odd:?}");
+    }
+    let n = CachedNode::builder("n", "u", "1").build();
+    assert_eq!(n.capacity_pods(), None, "not declared or absent");
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.capacity_pods("110");
+    assert!(b.build().rest.is_none(), "no Rest allocated for it");
+    assert_eq!(std::mem::size_of::<CachedNode>(), 72, "it fills padding");
 }

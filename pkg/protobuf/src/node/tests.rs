@@ -58,6 +58,14 @@ fn node_bytes() -> Vec<u8> {
     encode::bytes(&mut spec, 7, b"fd00::/64");
     let mut status = Vec::new();
     encode::bytes(&mut status, 8, b"images are skipped");
+    for (resource, quantity) in [("cpu", "4"), ("pods", "110")] {
+        let mut q = Vec::new();
+        encode::bytes(&mut q, 1, quantity.as_bytes());
+        let mut entry = Vec::new();
+        encode::bytes(&mut entry, 1, resource.as_bytes());
+        encode::bytes(&mut entry, 2, &q);
+        encode::bytes(&mut status, 1, &entry);
+    }
     let mut cond = Vec::new();
     encode::bytes(&mut cond, 1, b"Ready");
     encode::bytes(&mut cond, 2, b"True");
@@ -104,6 +112,11 @@ fn a_node_reads_the_fields_the_informer_decodes_and_skips_the_rest() {
     );
     assert_eq!(node.conditions[0].reason, Some(""), "sent, if empty");
     assert_eq!(node.conditions[0].type_, "Ready");
+    assert_eq!(
+        node.capacity_pods,
+        Some("110"),
+        "of the capacity, pods only"
+    );
 }
 
 #[test]
@@ -126,7 +139,8 @@ fn the_json_leaves_out_what_the_api_server_leaves_out() {
                          "managedFields": [{"manager": "flanneld", "fieldsV1": {"f:metadata": {"f:annotations": {
                              "f:flannel.alpha.coreos.com/public-ip": {}, "f:a\"b": {}}}}}]},
             "spec": {"podCIDRs": ["10.0.0.0/24", "fd00::/64"]},
-            "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.1"}],
+            "status": {"capacity": {"pods": "110"},
+                       "addresses": [{"type": "InternalIP", "address": "192.0.2.1"}],
                        "conditions": [{"type": "Ready", "status": "True"}]}
         })
     );

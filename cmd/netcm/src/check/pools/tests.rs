@@ -205,6 +205,7 @@ fn cluster_cidr_object(name: &str, ipv4: &str) -> netcm_ipam::ObjectPool {
             per_node_host_bits: 8,
             ipv4: Some(ipv4.parse().expect("test CIDR")),
             ipv6: None,
+            sizing: None,
         }),
         deleting: false,
         modified: false,

@@ -401,3 +401,35 @@ fn no_selector_is_the_fallback_and_bad_data_says_what_is_wrong() {
         {"matchExpressions": [{"key": "a", "operator": "Near"}]}]}});
     assert!(spec(&near).unwrap_err().contains("Near"));
 }
+
+fn annotated(value: &str) -> DynamicObject {
+    let mut obj = object(1, false);
+    obj.metadata.annotations = Some(
+        [(SIZE_FROM_PODS_ANNOTATION.to_string(), value.to_string())]
+            .into_iter()
+            .collect(),
+    );
+    obj
+}
+
+#[test]
+fn the_sizing_annotation_sizes_the_pool_and_leaves_the_spec_as_upstream_reads_it() {
+    let pool = object_pool(&annotated("5-8"));
+    let spec = pool.spec.unwrap();
+    assert_eq!(
+        spec.sizing,
+        Some(netcm_ipam::HostBitsRange { min: 5, max: 8 })
+    );
+    assert_eq!(spec.per_node_host_bits, 8);
+    assert!(!pool.modified, "an annotation is not a spec change");
+    assert_eq!(object_pool(&object(1, false)).spec.unwrap().sizing, None);
+}
+
+#[test]
+fn a_sizing_annotation_that_does_not_parse_makes_the_spec_unusable() {
+    let err = object_pool(&annotated("eight")).spec.unwrap_err();
+    assert!(
+        err.starts_with("ipam.netcm.io/node-cidr-size-from-pods: \"eight\" is not"),
+        "{err}"
+    );
+}

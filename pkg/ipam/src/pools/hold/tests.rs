@@ -168,6 +168,7 @@ fn a_node_cidr_no_wider_than_the_widest_node_cidrs_of_pools_sharing_its_range_is
             per_node_host_bits: bits,
             ipv4: Some(net("10.50.0.0/16")),
             ipv6: None,
+            sizing: None,
         }),
         deleting: false,
         modified: false,

@@ -30,6 +30,7 @@ fn obj(name: &str, selector: NodeSelector, bits: i64, v4: &str, v6: &str) -> Obj
             per_node_host_bits: bits,
             ipv4: (!v4.is_empty()).then(|| net(v4)),
             ipv6: (!v6.is_empty()).then(|| net(v6)),
+            sizing: None,
         }),
         deleting: false,
         modified: false,

@@ -1,0 +1,82 @@
+//! Which pool a node CIDR belongs to, and whether CIDRs another leader claimed are ones this leader's
+//! pools could have handed out: the lookups that ask each set whether it [`crate::CidrSet::hands_out`] a size.
+
+use ipnet::IpNet;
+
+use super::{Pool, Pools};
+use crate::addr::{Family, Span};
+use crate::cidr_set::CidrSet;
+use crate::pool::PoolState;
+
+impl Pools {
+    /// The pool `cidrs` (one per family) were allocated from: the first pool with a set containing
+    /// the first CIDR at a size it hands out.
+    pub fn pool_of_cidrs(&self, cidrs: &[IpNet]) -> Option<String> {
+        let first = cidrs.first()?;
+        self.pool_of(*first).map(|(p, _)| p.to_string())
+    }
+
+    /// The pool and cluster CIDR a node CIDR belongs to: the first set holding it at a size it hands
+    /// out, else the first set containing it.
+    pub fn pool_of(&self, cidr: IpNet) -> Option<(&str, IpNet)> {
+        self.find_set(cidr)
+            .map(|(p, s)| (p.name.as_str(), s.cluster()))
+    }
+
+    /// The set [`Pools::pool_of`] finds for `cidr`: its cluster CIDR and the sizes it hands out, which
+    /// is what claim blocks are cut by.
+    pub fn set_of(&self, cidr: IpNet) -> Option<&CidrSet> {
+        self.find_set(cidr).map(|(_, s)| s)
+    }
+
+    fn find_set(&self, cidr: IpNet) -> Option<(&Pool, &CidrSet)> {
+        let cidr = cidr.trunc();
+        let owner_of = |exact: bool| {
+            self.pools.iter().find_map(|p| {
+                p.families.iter().find_map(|(_, r)| {
+                    self.sets[r.clone()]
+                        .iter()
+                        .find(|s| s.contains(cidr) && (!exact || s.hands_out(cidr.prefix_len())))
+                        .map(|s| (p, s))
+                })
+            })
+        };
+        owner_of(true).or_else(|| owner_of(false))
+    }
+
+    /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:
+    /// one node CIDR of a size its set hands out per family of the pool in its order, each inside a
+    /// cluster CIDR of that family and overlapping neither a service range nor anything held by another
+    /// owner. Used before adopting a CIDR another leader claimed, so a Node only ever receives CIDRs
+    /// valid for the current pools.
+    pub fn is_valid_allocation(&self, owner: &str, cidrs: &[IpNet]) -> bool {
+        self.pools
+            .iter()
+            .filter(|p| p.state == PoolState::Active)
+            .any(|p| self.fits_pool(p, owner, cidrs))
+    }
+
+    pub(super) fn fits_pool(&self, pool: &Pool, owner: &str, cidrs: &[IpNet]) -> bool {
+        if cidrs.len() != pool.families.len() || pool.families.is_empty() {
+            return false;
+        }
+        pool.families
+            .iter()
+            .zip(cidrs)
+            .all(|((family, range), cidr)| {
+                let cidr = cidr.trunc();
+                Family::of(&cidr) == *family
+                    && self.sets[range.clone()]
+                        .iter()
+                        .any(|s| s.contains(cidr) && s.hands_out(cidr.prefix_len()))
+                    && !self
+                        .services
+                        .iter()
+                        .any(|svc| Span::of(svc).overlaps(&Span::of(&cidr)))
+                    && self
+                        .ledger
+                        .overlapping(&Span::of(&cidr))
+                        .all(|h| h.node == owner)
+            })
+    }
+}
