@@ -26,6 +26,7 @@ pub mod cluster_cidrs;
 mod decision;
 pub mod flags;
 pub mod metrics;
+mod pod_cidr_patch;
 mod predecessor;
 mod release_hold;
 mod release_hold_record;

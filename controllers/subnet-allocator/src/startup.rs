@@ -15,9 +15,9 @@ use netcm_manager::supervision::ControllerHealth;
 use netcm_manager::{CachedNode, EventType};
 
 use crate::allocator::{Allocator, SyncError, NAME};
-use crate::assign::{classify_patch_error, PatchFailure};
 use crate::blocks::{Blocks, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
 use crate::claims::{ClaimError, Claims};
+use crate::pod_cidr_patch::{classify_patch_error, PatchFailure};
 
 impl Allocator {
     /// Lists the claims (retrying until it works or `shutdown` fires) and starts this leader's blocks.

@@ -157,8 +157,7 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
             "not a readable log line (timestamp, level, message): {line:?}"
         );
     }
-    let cluster_cidr_text = cluster.fact("CLUSTER_CIDR").replace(',', " ");
-    let cluster_cidr_text = cluster_cidr_text.split(' ').next().unwrap_or_default();
+    let cluster_cidr_text = cluster_cidr.to_string();
     one_line(
         &log,
         "the effective configuration",
@@ -174,7 +173,7 @@ async fn a_user_installs_netcm_with_helm_reads_its_logs_scrapes_it_fails_it_over
         &[
             "effective configuration",
             "--cluster-cidr",
-            cluster_cidr_text,
+            &cluster_cidr_text,
         ],
     );
     let leadership = one_line(

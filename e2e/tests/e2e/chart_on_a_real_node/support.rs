@@ -207,8 +207,12 @@ impl LeaseLog {
     }
 }
 
-/// Samples every running netcm pod's `leader_election_master_status` until stopped; returns the
-/// largest number of pods that said "I lead" in one sample, and that sample.
+/// Samples every running netcm process's `leader_election_master_status` until stopped; returns the
+/// largest number of processes that said "I lead" in one sample, and their pods.
+///
+/// On the host network the metrics port belongs to the node, not the pod: a terminating pod and its
+/// replacement on one node share an address, and whichever process holds the port answers for both.
+/// So each address is asked once and counts once; two leaders can only be on two addresses.
 pub(super) fn sample_leaders(
     client: &kube::Client,
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -218,18 +222,19 @@ pub(super) fn sample_leaders(
         let mut worst = (0, Vec::new());
         let mut samples = 0;
         while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-            let running: Vec<(String, String)> = pods(&client, DEPLOYMENT_PODS)
-                .await
-                .iter()
-                .filter_map(|p| Some((name(p), pod_ip(p)?)))
-                .collect();
+            let mut pods_at: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for p in pods(&client, DEPLOYMENT_PODS).await {
+                if let Some(ip) = pod_ip(&p) {
+                    pods_at.entry(ip).or_default().push(name(&p));
+                }
+            }
             let statuses =
-                futures::future::join_all(running.iter().map(|(_, ip)| master_status(ip))).await;
-            let leaders: Vec<String> = running
-                .iter()
+                futures::future::join_all(pods_at.keys().map(|ip| master_status(ip))).await;
+            let leaders: Vec<String> = pods_at
+                .into_iter()
                 .zip(statuses)
                 .filter(|(_, s)| *s == Some(1.0))
-                .map(|((n, _), _)| n.clone())
+                .map(|((ip, names), _)| format!("{ip} ({})", names.join(" or ")))
                 .collect();
             samples += 1;
             if leaders.len() > worst.0 {
