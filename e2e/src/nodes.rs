@@ -19,6 +19,8 @@ pub struct NodeFixture {
     /// `status.capacity.pods`, sent with the create as a kubelet registers (so no allocator ever sees
     /// the Node without it).
     pub capacity_pods: Option<u32>,
+    /// `spec.providerID`: the machine the Node runs on, as a cloud provider names it.
+    pub provider_id: Option<String>,
 }
 
 impl NodeFixture {
@@ -58,6 +60,11 @@ impl NodeFixture {
         self.capacity_pods = Some(pods);
         self
     }
+
+    pub fn provider_id(mut self, id: &str) -> Self {
+        self.provider_id = Some(id.into());
+        self
+    }
 }
 
 /// Creates the Node (and its status addresses with a status PATCH, as a kubelet would).
@@ -73,6 +80,7 @@ pub async fn create_node(client: &kube::Client, f: &NodeFixture) -> Node {
         spec: Some(NodeSpec {
             pod_cidr: f.pod_cidrs.first().cloned(),
             pod_cidrs: (!f.pod_cidrs.is_empty()).then(|| f.pod_cidrs.clone()),
+            provider_id: f.provider_id.clone(),
             ..Default::default()
         }),
         status: f.capacity_pods.map(|pods| NodeStatus {

@@ -117,6 +117,7 @@ fuzz_target!(|data: &[u8]| {
     let view = NodeView {
         name: "node",
         labels: &labels,
+        provider_id: None,
     };
     if let Ok(got) = pools.allocate_for("node", &view) {
         let pool = reports

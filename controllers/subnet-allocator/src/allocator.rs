@@ -168,12 +168,16 @@ impl Allocator {
         held_until: Option<Instant>,
     ) -> Result<(), SyncError> {
         let mut held = Vec::new();
+        let mut held_provider_id = None;
         let released = {
-            let mut state = self.state.lock();
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
             let pools = &mut state.pools;
             let released = match held_until {
                 Some(until) => {
-                    held = pools.release_node_with_hold(uid, name, until);
+                    let provider_id = state.provider_ids.get(name).map(|id| &**id);
+                    held = pools.release_node_with_hold(uid, name, provider_id, until);
+                    held_provider_id = provider_id.map(str::to_string);
                     self.publish_usage(pools);
                     if !held.is_empty() {
                         self.release_hold_started.notify_one();
@@ -189,7 +193,8 @@ impl Allocator {
             released
         };
         if !held.is_empty() {
-            self.record_release_hold(name, &held).await;
+            self.record_release_hold(name, held_provider_id, &held)
+                .await;
         }
         {
             let mut state = self.state.lock();
@@ -197,6 +202,9 @@ impl Allocator {
             state.bad_data.forget(name);
             self.publish_bad_data(&state.bad_data);
             state.waiting.remove(name);
+            if self.nodes.get(name).is_none_or(|n| n.uid() == uid) {
+                state.provider_ids.remove(name);
+            }
         }
         if released.is_empty() {
             return Ok(());
@@ -303,6 +311,9 @@ impl Allocator {
             tracing::info!(controller = NAME, node = name, old_uid = %previous, "node was re-created under its name; releasing what the old node held");
             self.release_deleted(name, previous).await?;
         }
+        if let Some(node) = &node {
+            self.remember_provider_id(name, node.provider_id());
+        }
         match (decision.action, node, facts) {
             (Action::Release, _, _) => {
                 if let Some(uid) = &recorded.uid {
@@ -320,6 +331,23 @@ impl Allocator {
                 self.allocate_and_write(&node, name, &facts.uid).await
             }
             _ => Ok(SyncOutcome::Done),
+        }
+    }
+
+    /// Keeps the Node's `spec.providerID` for its release hold, when there is one to keep.
+    fn remember_provider_id(&self, name: &str, provider_id: Option<&str>) {
+        if self.release_hold.is_zero() {
+            return;
+        }
+        let mut state = self.state.lock();
+        match provider_id.filter(|id| !id.is_empty()) {
+            Some(id) if state.provider_ids.get(name).map(|k| &**k) != Some(id) => {
+                state.provider_ids.insert(name.into(), id.into());
+            }
+            Some(_) => {}
+            None => {
+                state.provider_ids.remove(name);
+            }
         }
     }
 
@@ -404,11 +432,18 @@ impl Reconciler for Allocator {
     /// ([`Allocator::labels_for_pools`]). The pod capacity, for pools sized from it: declared whatever
     /// the flags, because a ClusterCIDR can ask for sizing at any time, and it costs no memory (it fills
     /// the cached Node's padding).
+    /// With a release hold, `spec.providerID` too: a Node re-created under another name on the same
+    /// machine gets back what its machine held.
     fn node_fields(&self) -> NodeFields {
-        NodeFields::none()
+        let fields = NodeFields::none()
             .pod_cidrs()
             .annotations(crate::blocks::FENCED_AT_ANNOTATION)
-            .capacity_pods()
+            .capacity_pods();
+        if self.release_hold.is_zero() {
+            fields
+        } else {
+            fields.provider_id()
+        }
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {

@@ -78,6 +78,7 @@ impl Allocator {
                 let view = netcm_ipam::NodeView {
                     name,
                     labels: labels.as_ref().unwrap_or(&no_labels),
+                    provider_id: node.provider_id(),
                 };
                 // Read only here: pod CIDRs never change once set, so a later capacity change is moot.
                 let pods = node.capacity_pods().map(u64::from);

@@ -386,6 +386,7 @@ impl Allocator {
             for i in pools.candidates(&NodeView {
                 name: &name,
                 labels: labels.get(&name).unwrap_or(&no_labels),
+                provider_id: None,
             }) {
                 if let Some(name) = pools.name_of(i) {
                     *out.entry(name.to_string()).or_default() += 1;

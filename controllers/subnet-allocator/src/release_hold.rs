@@ -38,12 +38,16 @@ impl Allocator {
         used: &ReleaseHoldUse,
     ) {
         if !used.early {
-            tracing::info!(
-                controller = NAME,
-                node = name,
-                pool,
-                "a node that came back under its name gets the pod CIDRs it held before"
-            );
+            if used.released_by == name {
+                tracing::info!(
+                    controller = NAME,
+                    node = name,
+                    pool,
+                    "a node that came back under its name gets the pod CIDRs it held before"
+                );
+            } else {
+                tracing::info!(controller = NAME, node = name, pool, released_by = %used.released_by, provider_id = node.provider_id().unwrap_or_default(), "a node that came back on the same machine (spec.providerID) under another name gets the pod CIDRs its machine held before");
+            }
             return;
         }
         self.metrics.release_hold_cut_short(pool);
@@ -74,7 +78,12 @@ impl Allocator {
 
     /// Writes the hold `name` just started for `cidrs` on their blocks' claims, so a new leader finds it.
     /// A failed write is logged: the hold goes on in this leader's memory.
-    pub(crate) async fn record_release_hold(&self, name: &str, cidrs: &[IpNet]) {
+    pub(crate) async fn record_release_hold(
+        &self,
+        name: &str,
+        provider_id: Option<String>,
+        cidrs: &[IpNet],
+    ) {
         let Some(claims) = &self.claims else {
             return;
         };
@@ -83,6 +92,7 @@ impl Allocator {
         };
         let value = record::value(&ReleaseHoldRecord {
             node: name.to_string(),
+            provider_id,
             until,
             cidrs: cidrs.to_vec(),
         });
@@ -142,7 +152,8 @@ impl Allocator {
                 if left.is_zero() {
                     continue;
                 }
-                if pools.restore_release_hold(&r.node, &r.cidrs, Instant::now() + left) {
+                let until = Instant::now() + left;
+                if pools.restore_release_hold(&r.node, r.provider_id.as_deref(), &r.cidrs, until) {
                     restored += 1;
                 }
             }

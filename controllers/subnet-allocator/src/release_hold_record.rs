@@ -1,7 +1,8 @@
 //! How a release hold is written down so the next leader finds it: one annotation per held CIDR on the
 //! PodCIDRClaim of the CIDR's block. The key names the CIDR, so writers of different CIDRs never touch
-//! the same key; the value names the Node, when the hold ends, and all of the Node's CIDRs (a dual-stack
-//! Node's two CIDRs lie in two blocks, each annotated with both, in the Node's order).
+//! the same key; the value names the Node, its `spec.providerID` if it had one, when the hold ends, and
+//! all of the Node's CIDRs (a dual-stack Node's two CIDRs lie in two blocks, each annotated with both, in
+//! the Node's order).
 //!
 //! Annotations are removed when a hold ends on time. One that outlives its hold otherwise (given back,
 //! handed out early, ended by a Node the API shows with the CIDR) is harmless: a new leader restores a hold
@@ -19,6 +20,8 @@ pub(crate) const KEY_PREFIX: &str = "release-hold.ipam.netcm.io/";
 pub(crate) struct ReleaseHoldRecord {
     /// The deleted Node's name.
     pub node: String,
+    /// The deleted Node's `spec.providerID`, if it had one.
+    pub provider_id: Option<String>,
     /// When the hold ends.
     pub until: jiff::Timestamp,
     /// Every CIDR the Node held, in its order.
@@ -29,6 +32,13 @@ pub(crate) struct ReleaseHoldRecord {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Wire {
     node: String,
+    // Absent in records of leaders before providerIDs were kept, and for Nodes without one.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    provider_id: Option<String>,
     until: String,
     cidrs: Vec<String>,
 }
@@ -37,6 +47,7 @@ impl ReleaseHoldRecord {
     fn from_wire(w: Wire) -> Option<ReleaseHoldRecord> {
         Some(ReleaseHoldRecord {
             node: w.node,
+            provider_id: w.provider_id.filter(|id| !id.is_empty()),
             until: w.until.parse().ok()?,
             cidrs: w
                 .cidrs
@@ -62,6 +73,7 @@ pub(crate) fn key(cidr: &IpNet) -> String {
 pub(crate) fn value(record: &ReleaseHoldRecord) -> String {
     serde_json::json!(Wire {
         node: record.node.clone(),
+        provider_id: record.provider_id.clone(),
         until: record.until.to_string(),
         cidrs: record.cidrs.iter().map(ToString::to_string).collect(),
     })
@@ -125,6 +137,7 @@ mod tests {
     fn a_record_reads_back_as_written_and_others_values_are_named_not_fatal() {
         let record = ReleaseHoldRecord {
             node: "node-b".into(),
+            provider_id: Some("aws:///us-east-1a/i-0b".into()),
             until: "2026-11-26T05:00:00Z".parse().unwrap(),
             cidrs: vec![net("10.0.1.0/24"), net("fd00:0:0:1::/64")],
         };

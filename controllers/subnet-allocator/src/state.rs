@@ -27,6 +27,9 @@ pub(crate) struct State {
     /// Nodes whose pod CIDRs are currently bad data (for `netcm_node_cidr_conflicts` and
     /// `netcm_node_cidr_oversized`), and when their Events were published.
     pub(crate) bad_data: BadData,
+    /// Each Node's `spec.providerID`, by name, kept only with a release hold (`--cidr-release-hold`): a
+    /// deleted Node is gone from the cache, and its hold answers a Node that comes back on its machine.
+    pub(crate) provider_ids: HashMap<Box<str>, Box<str>>,
 }
 
 impl State {
@@ -39,6 +42,7 @@ impl State {
             waiting: BTreeSet::new(),
             waiting_labels: HashMap::new(),
             bad_data: BadData::default(),
+            provider_ids: HashMap::new(),
         }
     }
 }

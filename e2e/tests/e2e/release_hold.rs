@@ -1,7 +1,8 @@
 //! `--cidr-release-hold` on the real control plane: a deleted Node's pod CIDR goes to no other Node while
 //! the hold runs, comes back to a Node re-created under its name, is handed out early only by a full pool
 //! (with a Warning Event and a counter), is free again once the hold ends, and survives a leader change
-//! (recorded on the block's PodCIDRClaim).
+//! (recorded on the block's PodCIDRClaim), as does the `spec.providerID` a Node back on the same machine
+//! under another name is recognised by.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -39,8 +40,14 @@ fn start(env: &TestEnv, label: &str, hold: &str) -> Netcm {
 /// Creates `names` and waits until every Node has its CIDR; returns them by name.
 async fn allocate_all(env: &TestEnv, names: &[&str]) -> BTreeMap<String, String> {
     let fixtures = names.iter().map(|n| NodeFixture::named(*n)).collect();
-    create_nodes(&env.client, fixtures, names.len()).await;
-    wait_all_allocated(&env.client, names.len(), Duration::from_secs(30)).await;
+    allocate_fixtures(env, fixtures).await
+}
+
+/// [`allocate_all`] for Nodes built by the caller.
+async fn allocate_fixtures(env: &TestEnv, fixtures: Vec<NodeFixture>) -> BTreeMap<String, String> {
+    let count = fixtures.len();
+    create_nodes(&env.client, fixtures, count).await;
+    wait_all_allocated(&env.client, count, Duration::from_secs(30)).await;
     all_nodes(&env.client)
         .await
         .iter()
@@ -183,7 +190,9 @@ async fn hold_records(env: &TestEnv) -> usize {
 async fn a_hold_survives_a_leader_change_and_its_node_still_gets_its_cidr_back() {
     let env = TestEnv::new().await;
     let mut first = start(&env, "release-hold-first", "1h");
-    let before = allocate_all(&env, &["lead-a", "lead-b", "lead-c", "lead-d"]).await;
+    let fixtures = ["lead-a", "lead-b", "lead-c", "lead-d"]
+        .map(|n| NodeFixture::named(n).provider_id(&format!("netcm-e2e:///machine-{n}")));
+    let before = allocate_fixtures(&env, fixtures.into()).await;
     delete_and_wait_gone(&env, "lead-a").await;
     delete_and_wait_gone(&env, "lead-b").await;
     first
@@ -226,5 +235,21 @@ async fn a_hold_survives_a_leader_change_and_its_node_still_gets_its_cidr_back()
             Duration::from_secs(20),
         )
         .await;
+    // lead-a's machine registers again under another name: its providerID, recorded on the claim before
+    // the hand-over, names the hold.
+    create_node(
+        &env.client,
+        &NodeFixture::named("renamed-a").provider_id("netcm-e2e:///machine-lead-a"),
+    )
+    .await;
+    assert_eq!(
+        cidr_of(&env, "renamed-a").await,
+        before["lead-a"],
+        "the Node on lead-a's machine gets lead-a's CIDR back"
+    );
+    second
+        .wait_metric(HELD, "no hold left", |v| v == 0.0, Duration::from_secs(20))
+        .await;
+    assert_eq!(second.metric(CUT_SHORT).await.unwrap_or(0.0), 0.0);
     assert_no_overlaps(&all_nodes(&env.client).await);
 }

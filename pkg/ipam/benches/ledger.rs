@@ -57,6 +57,7 @@ fn measure(cluster_cidr: &str, n: usize, rounds: usize) -> Measured {
             let view = NodeView {
                 name,
                 labels: &labels,
+                provider_id: None,
             };
             pools.allocate_for(name, &view).expect("the pool has room");
         }

@@ -137,6 +137,7 @@ impl Pools {
             &NodeView {
                 name: node,
                 labels: &labels,
+                provider_id: None,
             },
         )
     }
@@ -173,16 +174,19 @@ impl Pools {
             });
         }
         let candidates = self.candidates(node);
-        if let Some((cidrs, pool)) = self.reclaim_release_hold(owner, node.name, &candidates) {
-            return Ok(NodeAllocation {
-                cidrs,
-                fresh: Vec::new(),
-                pool,
-                release_hold: Some(ReleaseHoldUse {
-                    released_by: node.name.to_string(),
-                    early: false,
-                }),
-            });
+        if let Some(released_by) = self.rejoins(node) {
+            if let Some((cidrs, pool)) = self.reclaim_release_hold(owner, &released_by, &candidates)
+            {
+                return Ok(NodeAllocation {
+                    cidrs,
+                    fresh: Vec::new(),
+                    pool,
+                    release_hold: Some(ReleaseHoldUse {
+                        released_by,
+                        early: false,
+                    }),
+                });
+            }
         }
         let mut last_full = None;
         for &p in &candidates {

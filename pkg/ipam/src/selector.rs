@@ -114,13 +114,16 @@ pub enum NodeSelector {
     Terms(Vec<SelectorTerm>),
 }
 
-/// What a selector looks at: the Node's name and labels.
+/// What the pools look at of a Node: its name and labels (selectors), and its `spec.providerID` (a Node
+/// re-created under another name but on the same machine gets back what it released).
 #[derive(Clone, Copy)]
 pub struct NodeView<'a> {
     /// `metadata.name`.
     pub name: &'a str,
     /// `metadata.labels`.
     pub labels: &'a dyn Labels,
+    /// `spec.providerID`, when the caller keeps it.
+    pub provider_id: Option<&'a str>,
 }
 
 /// A Node's labels, however they are held (a map, or the informer's cached Node).
@@ -254,6 +257,7 @@ mod tests {
         let n = NodeView {
             name: "a",
             labels: &l,
+            provider_id: None,
         };
         let yes = |r: Requirement| NodeSelector::Terms(vec![term(vec![r])]).score(&n) == Some(1);
         assert!(yes(req("role", "In", &["gpu", "cpu"])));
@@ -272,6 +276,7 @@ mod tests {
         let n = NodeView {
             name: "n",
             labels: &l,
+            provider_id: None,
         };
         let s = NodeSelector::Terms(vec![
             term(vec![req("a", "Exists", &[])]),
@@ -289,6 +294,7 @@ mod tests {
         let n = NodeView {
             name: "n",
             labels: &l,
+            provider_id: None,
         };
         assert_eq!(
             NodeSelector::Terms(vec![SelectorTerm::default()]).score(&n),
@@ -304,6 +310,7 @@ mod tests {
         let n = NodeView {
             name: "n1",
             labels: &l,
+            provider_id: None,
         };
         let by = |key: &str| {
             NodeSelector::Terms(vec![SelectorTerm {

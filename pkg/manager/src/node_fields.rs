@@ -77,6 +77,12 @@ impl NodeFields {
         self
     }
 
+    /// Adds `spec.providerID`.
+    pub fn provider_id(mut self) -> Self {
+        self.provider_id = true;
+        self
+    }
+
     /// Adds `status.addresses`.
     pub fn addresses(mut self) -> Self {
         self.addresses = true;

@@ -2,8 +2,9 @@
 //! while, because routes, neighbour entries, conntrack and flannel leases elsewhere still point at their
 //! old owner. Held CIDRs stay in the ledger under an owner of their own (`release-hold:<node name>`), so
 //! every guarantee of the ledger covers them. A Node that comes back under the same name within the hold
-//! gets its CIDRs back (sticky re-join); a pool with nothing else free hands out held CIDRs, the oldest
-//! hold first, and says so ([`ReleaseHoldUse::early`]).
+//! gets its CIDRs back (sticky re-join), and so does a Node under another name with the deleted Node's
+//! `spec.providerID` (the same machine, registered again under a new name); a pool with nothing else free
+//! hands out held CIDRs, the oldest hold first, and says so ([`ReleaseHoldUse::early`]).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use ipnet::IpNet;
 
 use super::Pools;
 use crate::addr::Span;
+use crate::selector::NodeView;
 
 /// How the ledger owner of a release hold starts: no Node UID has this shape.
 const OWNER_PREFIX: &str = "release-hold:";
@@ -25,12 +27,15 @@ pub(crate) fn release_hold_owner(name: &str) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct ReleaseHolds {
     ends: HashMap<String, Instant>,
+    /// The held Node's name by its `spec.providerID`, for the Nodes that had one.
+    by_provider_id: HashMap<String, String>,
 }
 
 /// How an allocation used a release hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseHoldUse {
-    /// The Node whose released CIDRs these were.
+    /// The Node whose released CIDRs these were (another name than the receiver's when it came back
+    /// with the same `spec.providerID`).
     pub released_by: String,
     /// The hold had not ended: the pool had nothing else free (another Node's CIDRs, given early).
     /// False when a Node re-joining under its name got its own CIDRs back.
@@ -39,21 +44,39 @@ pub struct ReleaseHoldUse {
 
 impl Pools {
     /// Forgets `owner` (a Node's UID) as [`Pools::release_node`] does, but keeps its CIDRs out of
-    /// allocation until `until`, under the Node's `name`. A hold the name still had ends first.
+    /// allocation until `until`, under the Node's `name` and its `provider_id`. A hold the name still had
+    /// ends first.
     pub fn release_node_with_hold(
         &mut self,
         owner: &str,
         name: &str,
+        provider_id: Option<&str>,
         until: Instant,
     ) -> Vec<IpNet> {
         let Some(held) = self.ledger.held_by(owner).map(<[IpNet]>::to_vec) else {
             return Vec::new();
         };
-        self.release_node(&release_hold_owner(name));
+        self.end_release_hold(name);
         self.release_node(owner);
-        self.record(&release_hold_owner(name), &held);
-        self.release_holds.ends.insert(name.to_string(), until);
+        self.start_release_hold(name, provider_id, &held, until);
         held
+    }
+
+    fn start_release_hold(
+        &mut self,
+        name: &str,
+        provider_id: Option<&str>,
+        cidrs: &[IpNet],
+        until: Instant,
+    ) {
+        self.record(&release_hold_owner(name), cidrs);
+        self.release_holds.ends.insert(name.to_string(), until);
+        if let Some(id) = provider_id.filter(|id| !id.is_empty()) {
+            // A providerID names one machine: its latest Node's hold is the one to give back.
+            self.release_holds
+                .by_provider_id
+                .insert(id.to_string(), name.to_string());
+        }
     }
 
     /// Ends every release hold due by `now`; returns each Node name with the CIDRs now free.
@@ -78,6 +101,15 @@ impl Pools {
         self.release_holds.ends.values().min().copied()
     }
 
+    /// The `spec.providerID` of the held Node `name`, if it had one.
+    pub fn release_hold_provider_id(&self, name: &str) -> Option<&str> {
+        self.release_holds
+            .by_provider_id
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(id, _)| id.as_str())
+    }
+
     /// The CIDRs in release hold, with the Node that released them.
     pub fn release_holds(&self) -> impl Iterator<Item = (&str, &[IpNet])> {
         self.release_holds.ends.keys().map(|name| {
@@ -91,15 +123,20 @@ impl Pools {
 
     /// Restores a hold an earlier leader recorded: `name` keeps `cidrs` out of allocation until `until`,
     /// if it has no hold yet and they are free (no Node holds any of them) and still a valid allocation.
-    pub fn restore_release_hold(&mut self, name: &str, cidrs: &[IpNet], until: Instant) -> bool {
+    pub fn restore_release_hold(
+        &mut self,
+        name: &str,
+        provider_id: Option<&str>,
+        cidrs: &[IpNet],
+        until: Instant,
+    ) -> bool {
         let hold_owner = release_hold_owner(name);
         if self.release_holds.ends.contains_key(name)
             || !self.is_valid_allocation(&hold_owner, cidrs)
         {
             return false;
         }
-        self.record(&hold_owner, cidrs);
-        self.release_holds.ends.insert(name.to_string(), until);
+        self.start_release_hold(name, provider_id, cidrs, until);
         true
     }
 
@@ -119,8 +156,25 @@ impl Pools {
     }
 
     fn end_release_hold(&mut self, name: &str) -> Vec<IpNet> {
-        self.release_holds.ends.remove(name);
+        if self.release_holds.ends.remove(name).is_none() {
+            return Vec::new();
+        }
+        if !self.release_holds.by_provider_id.is_empty() {
+            self.release_holds.by_provider_id.retain(|_, n| n != name);
+        }
         self.release_node(&release_hold_owner(name))
+    }
+
+    /// The held Node a Node re-joins as: one under its name, else one with its `spec.providerID`.
+    pub(crate) fn rejoins(&self, node: &NodeView<'_>) -> Option<String> {
+        if self.release_holds.ends.is_empty() {
+            return None;
+        }
+        if self.release_holds.ends.contains_key(node.name) {
+            return Some(node.name.to_string());
+        }
+        let id = node.provider_id.filter(|id| !id.is_empty())?;
+        self.release_holds.by_provider_id.get(id).cloned()
     }
 
     /// Gives `owner` what the Node `name` released, if that is still a valid allocation from a pool that
@@ -131,7 +185,7 @@ impl Pools {
         name: &str,
         candidates: &[usize],
     ) -> Option<(Vec<IpNet>, String)> {
-        if self.release_holds.ends.is_empty() {
+        if !self.release_holds.ends.contains_key(name) {
             return None;
         }
         let hold_owner = release_hold_owner(name);

@@ -49,8 +49,15 @@ fn alloc(
     name: &str,
     l: &BTreeMap<String, String>,
 ) -> Result<(String, Vec<String>), Error> {
-    p.allocate_for(name, &NodeView { name, labels: l })
-        .map(|a| (a.pool, a.cidrs.iter().map(ToString::to_string).collect()))
+    p.allocate_for(
+        name,
+        &NodeView {
+            name,
+            labels: l,
+            provider_id: None,
+        },
+    )
+    .map(|a| (a.pool, a.cidrs.iter().map(ToString::to_string).collect()))
 }
 
 fn state(p: &Pools, name: &str) -> PoolState {
@@ -128,7 +135,7 @@ fn a_deleted_pool_ends_its_release_holds_so_only_its_nodes_keep_it_draining() {
     p.sync_objects(std::slice::from_ref(&o));
     alloc(&mut p, "a", &big).unwrap();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3600);
-    p.release_node_with_hold("a", "node-a", until);
+    p.release_node_with_hold("a", "node-a", None, until);
     o.deleting = true;
     p.sync_objects(std::slice::from_ref(&o));
     assert!(
@@ -301,6 +308,7 @@ fn candidates_rank_specific_then_small_then_narrow_then_by_name_and_the_fallback
         .candidates(&NodeView {
             name: "n",
             labels: &l,
+            provider_id: None,
         })
         .into_iter()
         .map(|i| p.reports()[i].name.clone())

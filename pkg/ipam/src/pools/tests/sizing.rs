@@ -37,6 +37,7 @@ fn alloc(p: &mut Pools, node: &str, pods: Option<u64>) -> Result<Vec<IpNet>, Err
     let view = NodeView {
         name: node,
         labels: &labels,
+        provider_id: None,
     };
     p.allocate_sized_for(node, &view, pods).map(|a| a.cidrs)
 }
@@ -348,11 +349,12 @@ fn a_node_back_within_its_release_hold_gets_its_old_cidr_whatever_its_capacity_n
         nets(&["10.0.0.0/27"])
     );
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    p.release_node_with_hold("a", "a", until);
+    p.release_node_with_hold("a", "a", None, until);
     let labels = BTreeMap::new();
     let view = NodeView {
         name: "a",
         labels: &labels,
+        provider_id: None,
     };
     let back = p.allocate_sized_for("a-again", &view, Some(110)).unwrap();
     assert_eq!(back.cidrs, nets(&["10.0.0.0/27"]));

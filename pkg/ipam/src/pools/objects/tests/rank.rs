@@ -25,6 +25,7 @@ fn order(p: &Pools, with: &[&str]) -> Vec<String> {
     p.candidates(&NodeView {
         name: "n",
         labels: &l,
+        provider_id: None,
     })
     .into_iter()
     .map(|i| p.reports()[i].name.clone())
