@@ -311,8 +311,12 @@ impl Allocator {
             tracing::info!(controller = NAME, node = name, old_uid = %previous, "node was re-created under its name; releasing what the old node held");
             self.release_deleted(name, previous).await?;
         }
-        if let Some(node) = &node {
-            self.remember_provider_id(name, node.provider_id());
+        match &node {
+            Some(node) => self.remember_provider_id(name, node.provider_id()),
+            // Gone before it held anything: nothing to hold, nothing to remember.
+            None if recorded.uid.is_none() => self.remember_provider_id(name, None),
+            // Its release below records the providerID with the hold, then forgets it.
+            None => {}
         }
         match (decision.action, node, facts) {
             (Action::Release, _, _) => {
