@@ -370,3 +370,15 @@ pub fn built_image(target: &str) -> (String, String) {
             .clone(),
     )
 }
+
+/// `leader_election_master_status{name="netcm"}` of the netcm process at `ip`, from its plain metrics
+/// port (10271), scraped from the host.
+pub async fn master_status(ip: &str) -> Option<f64> {
+    let (code, body) = curl(&format!("http://{ip}:10271/metrics"), None, None).await;
+    if code != 200 {
+        return None;
+    }
+    let prefix = format!("{} ", crate::netcm::MASTER_STATUS);
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.trim().parse().ok()))
+}

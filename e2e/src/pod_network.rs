@@ -11,7 +11,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use crate::multinode::{eventually, Cluster};
+use crate::multinode::{eventually, master_status, Cluster};
 use crate::probe::{self, ProbePod};
 
 /// The status (`"True"`, `"False"`, …) of the Node's condition `kind`.
@@ -285,19 +285,7 @@ async fn leading_pod(cluster: &Cluster, timeout: Duration) -> String {
             .await;
         for p in pods["items"].as_array().into_iter().flatten() {
             let ip = p["status"]["podIP"].as_str().unwrap_or_default();
-            let out = tokio::process::Command::new("curl")
-                .args([
-                    "-s",
-                    "--max-time",
-                    "3",
-                    &format!("http://{ip}:10271/metrics"),
-                ])
-                .output()
-                .await
-                .expect("run curl");
-            if String::from_utf8_lossy(&out.stdout)
-                .contains("leader_election_master_status{name=\"netcm\"} 1")
-            {
+            if master_status(ip).await == Some(1.0) {
                 return p["metadata"]["name"].as_str().map(String::from);
             }
         }

@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, WatchEvent, WatchParams};
-use netcm_e2e::multinode::{built_image, curl, in_node, Cluster};
+use netcm_e2e::multinode::{built_image, curl, in_node, master_status, Cluster};
 use netcm_e2e::nodes::{create_node, NodeFixture};
 use netcm_e2e::{client_for, wait_for};
 use serde_json::Value;

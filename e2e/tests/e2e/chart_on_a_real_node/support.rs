@@ -122,18 +122,6 @@ pub(super) async fn leading_pod(client: &kube::Client, but_not: Option<&str>) ->
     .await
 }
 
-/// `leader_election_master_status{name="netcm"}` of a pod, from its plain metrics port.
-pub(super) async fn master_status(ip: &str) -> Option<f64> {
-    let (code, body) = curl(&format!("http://{ip}:10271/metrics"), None, None).await;
-    if code != 200 {
-        return None;
-    }
-    body.lines().find_map(|l| {
-        l.strip_prefix("leader_election_master_status{name=\"netcm\"} ")
-            .and_then(|v| v.trim().parse().ok())
-    })
-}
-
 /// Every change of the Lease, as seen by a watch that resumes from the last resourceVersion (so no
 /// intermediate state is skipped): (when, holder or "" when released).
 #[derive(Clone, Default)]
