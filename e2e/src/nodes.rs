@@ -3,9 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+use crate::wait_for;
 
 /// What a test Node carries.
 #[derive(Debug, Clone, Default)]
@@ -199,4 +202,34 @@ pub async fn count_allocated(client: &kube::Client, names: &[String]) -> usize {
         .filter(|n| n.metadata.name.as_ref().is_some_and(|m| names.contains(m)))
         .filter(|n| !pod_cidrs(n).is_empty())
         .count()
+}
+
+/// Waits until every named Node has pod CIDRs; returns name → CIDRs.
+pub async fn wait_allocated(
+    client: &kube::Client,
+    names: &[String],
+    timeout: Duration,
+) -> BTreeMap<String, Vec<IpNet>> {
+    let api: Api<Node> = Api::all(client.clone());
+    wait_for(
+        &format!("{} nodes to have pod CIDRs", names.len()),
+        timeout,
+        || async {
+            let mut out = BTreeMap::new();
+            for n in names {
+                let node = api.get_opt(n).await.ok()??;
+                let cidrs = pod_cidrs(&node);
+                if cidrs.is_empty() {
+                    return None;
+                }
+                let parsed = cidrs
+                    .iter()
+                    .map(|c| c.parse().ok())
+                    .collect::<Option<_>>()?;
+                out.insert(n.clone(), parsed);
+            }
+            Some(out)
+        },
+    )
+    .await
 }

@@ -3,14 +3,13 @@
 //! overlapping pool refused, node-ipam-controller's own example manifests (`examples.rs`), and what a
 //! pool's status says (`status.rs`).
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use netcm_e2e::nodes::{assert_no_overlaps, create_node, pod_cidrs, NodeFixture};
+use netcm_e2e::nodes::{assert_no_overlaps, create_node, wait_allocated, NodeFixture};
 use netcm_e2e::{cluster_cidrs, tool, wait_for, Netcm, TestEnv};
 use serde_json::{json, Value};
 
@@ -47,33 +46,6 @@ fn kubectl(env: &TestEnv, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Waits until every named Node has pod CIDRs; returns name → CIDRs.
-async fn wait_allocated(
-    client: &kube::Client,
-    names: &[String],
-    timeout: Duration,
-) -> BTreeMap<String, Vec<IpNet>> {
-    let api: Api<Node> = Api::all(client.clone());
-    wait_for(
-        &format!("{} nodes to have pod CIDRs", names.len()),
-        timeout,
-        || async {
-            let mut out = BTreeMap::new();
-            for n in names {
-                let node = api.get_opt(n).await.ok()??;
-                let cidrs = pod_cidrs(&node);
-                if cidrs.is_empty() {
-                    return None;
-                }
-                let parsed = cidrs.iter().map(|c| c.parse().expect("cidr")).collect();
-                out.insert(n.clone(), parsed);
-            }
-            Some(out)
-        },
-    )
-    .await
 }
 
 async fn pool_status(client: &kube::Client, name: &str) -> Option<Value> {

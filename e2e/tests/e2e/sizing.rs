@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject, PostParams};
-use netcm_e2e::nodes::{all_nodes, assert_no_overlaps, create_node, pod_cidrs, NodeFixture};
-use netcm_e2e::{cluster_cidrs, wait_for, Netcm, TestEnv};
+use kube::api::{DynamicObject, PostParams};
+use netcm_e2e::nodes::{self, all_nodes, assert_no_overlaps, create_node, NodeFixture};
+use netcm_e2e::{cluster_cidrs, Netcm, TestEnv};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,21 +40,11 @@ fn selecting(name: &str) -> Value {
 
 /// Waits until every named Node has pod CIDRs; returns name → its first (IPv4) CIDR.
 async fn wait_allocated(client: &kube::Client, names: &[String]) -> BTreeMap<String, IpNet> {
-    let api: Api<Node> = Api::all(client.clone());
-    wait_for(
-        &format!("{} nodes to have pod CIDRs", names.len()),
-        TIMEOUT,
-        || async {
-            let mut out = BTreeMap::new();
-            for n in names {
-                let node = api.get_opt(n).await.ok()??;
-                let first = pod_cidrs(&node).first()?.parse().ok()?;
-                out.insert(n.clone(), first);
-            }
-            Some(out)
-        },
-    )
-    .await
+    nodes::wait_allocated(client, names, TIMEOUT)
+        .await
+        .into_iter()
+        .map(|(n, cidrs)| (n, cidrs[0]))
+        .collect()
 }
 
 /// Creates the sized Nodes (`<prefix>-<pods>`, and `<prefix>-none` without capacity) and the fixed ones
