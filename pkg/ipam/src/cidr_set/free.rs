@@ -25,33 +25,67 @@ impl CidrSet {
                 .filter(|c| c.iter().all(|w| *w == 0))
                 .count() as u64;
         }
+        // Called for every size after every allocation (the pools' gauges): an empty word, most of a
+        // young pool, is counted without looking at its bits.
+        let per_empty_word = 64u64 >> k;
         self.words
             .iter()
-            .map(|w| u64::from(free_groups(*w, k).count_ones()))
+            .map(|w| match *w {
+                0 => per_empty_word,
+                w => u64::from(free_groups(w, k).count_ones()),
+            })
             .sum()
     }
 }
 
+/// One bit at the start of every aligned group of `2^k` bits of a word, for `k` in `0..6`.
+const GROUP_STARTS: [u64; 6] = [
+    u64::MAX,
+    0x5555_5555_5555_5555,
+    0x1111_1111_1111_1111,
+    0x0101_0101_0101_0101,
+    0x0001_0001_0001_0001,
+    0x0000_0001_0000_0001,
+];
+
 /// The bits of `word` that start an aligned group of `2^k` free blocks (`k < 6`: a group lies inside
 /// one word): bit `i` is set when `i` is a multiple of `2^k` and bits `i..i + 2^k` are all clear.
 pub(super) fn free_groups(word: u64, k: u32) -> u64 {
-    let group = 1u32 << k;
-    // One bit at the start of every aligned group of the word.
-    let starts = (0..64 / group).fold(0u64, |m, i| m | 1u64 << (i * group));
-    // After the loop bit i is set when bits i..i+group of the word are all free.
+    // After the loop bit i is set when bits i..i+2^k of the word are all free.
     let mut free = !word;
-    let mut width = 1;
-    while width < group {
-        free &= free >> width;
-        width *= 2;
+    for shift in 0..k {
+        free &= free >> (1u32 << shift);
     }
-    free & starts
+    free & GROUP_STARTS[k as usize]
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_group_starts_are_the_multiples_of_each_group_size() {
+        for (k, starts) in GROUP_STARTS.iter().enumerate() {
+            let want = (0..64).step_by(1 << k).fold(0u64, |m, i| m | 1 << i);
+            assert_eq!(*starts, want, "k = {k}");
+        }
+    }
+
+    #[test]
+    fn free_groups_agree_with_a_bit_by_bit_count() {
+        let words = [0u64, u64::MAX, 0x8000_0000_0000_0001, 0x0f0f_00ff_1234_5678, 1 << 17];
+        for w in words {
+            for k in 0..6u32 {
+                let g = 1u32 << k;
+                let want = (0..64 / g)
+                    .map(|i| i * g)
+                    .filter(|start| (0..g).all(|b| w & (1u64 << (start + b)) == 0))
+                    .fold(0u64, |m, start| m | 1 << start);
+                assert_eq!(free_groups(w, k), want, "word {w:#x}, k {k}");
+            }
+        }
+    }
     use ipnet::IpNet;
 
     fn net(s: &str) -> IpNet {
