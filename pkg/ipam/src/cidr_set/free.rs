@@ -74,7 +74,13 @@ mod tests {
 
     #[test]
     fn free_groups_agree_with_a_bit_by_bit_count() {
-        let words = [0u64, u64::MAX, 0x8000_0000_0000_0001, 0x0f0f_00ff_1234_5678, 1 << 17];
+        let words = [
+            0u64,
+            u64::MAX,
+            0x8000_0000_0000_0001,
+            0x0f0f_00ff_1234_5678,
+            1 << 17,
+        ];
         for w in words {
             for k in 0..6u32 {
                 let g = 1u32 << k;
