@@ -467,3 +467,21 @@ fn print_space(cfg: &Config, seed: u64, runs: &[Run]) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mix_draws_each_class_near_its_share_and_the_same_for_one_seed() {
+        assert_eq!(MIX.iter().map(|c| c.share).sum::<u64>(), 100);
+        let mut counts = [0u64; MIX.len()];
+        for i in 0..10_000 {
+            counts[draw(29, i).0] += 1;
+            assert_eq!(draw(29, i), draw(29, i));
+        }
+        for (class, n) in MIX.iter().zip(counts) {
+            assert!(n.abs_diff(class.share * 100) < 200, "{}: {n}", class.source);
+        }
+    }
+}
