@@ -11,6 +11,9 @@
 #                     MODE=scale NODES=50000 hack/bench.sh allocation   ceiling, netcm and KCM at QPS=1000 (BURST=2×QPS)
 #                     MODE=scale NODES=5000 ROUNDS=3 hack/bench.sh allocation   three rounds, then the medians of the ratios
 #                     MODE=churn NODES=5000 CHURN_SECONDS=300 hack/bench.sh allocation   20 Nodes/s created + deleted
+#                     MODE=sizing hack/bench.sh allocation   5,000 Nodes of a seeded max-pods mix (SEED, 29), netcm at
+#                                   a fixed /24 vs --node-cidr-size-from-pods (/24../28), ROUNDS (3) alternating:
+#                                   time, addresses used, prefixes, Nodes per /16 (docs/pools.md has numbers)
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
@@ -106,5 +109,5 @@ case "$name" in
     controlplane_up
     export NODES=${1:-5000}
     run_debug bench-routes ;;
-  *) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

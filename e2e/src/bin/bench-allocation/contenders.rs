@@ -139,16 +139,30 @@ pub async fn reset(client: &kube::Client, max_index: usize) {
 }
 
 /// Runs one contender on a fresh backlog of `cfg.nodes` Nodes.
-pub async fn run_backlog(client: &kube::Client, cfg: &Config, mut c: Contender) -> Row {
-    let n = cfg.nodes;
+pub async fn run_backlog(client: &kube::Client, cfg: &Config, c: Contender) -> Row {
     let set = set_name(&c.label);
-    create_nodes(client, &set, n, cfg.creators).await;
-    let watch = SetWatch::start(client, &set).await;
+    create_nodes(client, &set, cfg.nodes, cfg.creators).await;
+    let row = allocate_backlog(client, cfg, c, &set).await;
+    reset(client, cfg.nodes).await;
+    row
+}
+
+/// Starts the contender on the backlog `set` of `cfg.nodes` Nodes, created already, and measures it
+/// until every Node has a CIDR and through the idle window; stops it and leaves the Nodes as they are
+/// (the caller may read them before [`reset`]).
+pub async fn allocate_backlog(
+    client: &kube::Client,
+    cfg: &Config,
+    mut c: Contender,
+    set: &str,
+) -> Row {
+    let n = cfg.nodes;
+    let watch = SetWatch::start(client, set).await;
     let mark = AuditMark::now(&control_plane().audit_log);
     let apiserver = apiserver_pid();
     let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
     let start = Instant::now();
-    let child = spawn(&mut c, &set);
+    let child = spawn(&mut c, set);
     let Some(finished) = watch.wait_allocated(n, cfg.timeout).await else {
         let done = watch.allocated();
         stop(child);
@@ -178,7 +192,6 @@ pub async fn run_backlog(client: &kube::Client, cfg: &Config, mut c: Contender) 
          CPU {:.1} s, idle CPU {idle_cpu_pct:.2} %",
         c.label, writes.node, writes.claim, writes.failed, stats.peak_rss_mib, stats.cpu_seconds
     );
-    reset(client, cfg.nodes).await;
     Row {
         contender: c.label,
         seconds,

@@ -27,8 +27,24 @@ const CHUNK: usize = 1000;
 /// runs made Nodes in two requests (create, then status) with 12 images: ~6.3 KB.
 const IMAGES: usize = 28;
 
-/// A Node status of realistic size: conditions, addresses, capacity, nodeInfo and images.
-pub fn realistic_status(i: usize) -> serde_json::Value {
+/// What tells one bench Node's machine from another's: its pod capacity (`status.capacity.pods`, which
+/// the subnet allocator sizes a Node's CIDR from with `--node-cidr-size-from-pods`) and the instance type
+/// label a cloud's kubelet sets beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub pods: u32,
+    pub instance_type: &'static str,
+}
+
+/// The Node every mode but `sizing` creates: kubelet's default max-pods on a large instance.
+pub const DEFAULT_SHAPE: Shape = Shape {
+    pods: 110,
+    instance_type: "m5.4xlarge",
+};
+
+/// A Node status of realistic size: conditions, addresses, capacity, nodeInfo and images; `pods` is
+/// both its capacity and its allocatable, as a kubelet reports its max-pods.
+pub fn realistic_status(i: usize, pods: u32) -> serde_json::Value {
     let now = jiff::Timestamp::now().to_string();
     let cond = |t: &str, s: &str, reason: &str, msg: &str| {
         json!({"type": t, "status": s, "reason": reason, "message": msg,
@@ -53,9 +69,9 @@ pub fn realistic_status(i: usize) -> serde_json::Value {
             {"type": "InternalIP", "address": format!("198.51.{}.{}", (i / 250) % 250, i % 250 + 1)},
             {"type": "Hostname", "address": format!("bench-host-{i}.example.com")}
         ],
-        "capacity": {"cpu": "16", "memory": "65843856Ki", "pods": "110", "ephemeral-storage": "203056560Ki",
+        "capacity": {"cpu": "16", "memory": "65843856Ki", "pods": pods.to_string(), "ephemeral-storage": "203056560Ki",
                      "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
-        "allocatable": {"cpu": "15800m", "memory": "63644816Ki", "pods": "110",
+        "allocatable": {"cpu": "15800m", "memory": "63644816Ki", "pods": pods.to_string(),
                         "ephemeral-storage": "187136900936", "hugepages-1Gi": "0", "hugepages-2Mi": "0"},
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
         "nodeInfo": {"machineID": format!("{:032x}", i * 104_729), "systemUUID": format!("ec2{:029x}", i),
@@ -72,16 +88,28 @@ pub fn node_name(set: &str, i: usize) -> String {
     format!("{set}-{i:05}")
 }
 
-/// Creates Node `name` (index `i` of `set`) with its status in the same POST, as a kubelet registers:
-/// the API server keeps a created Node's status, so one request per Node instead of two.
+/// Creates Node `name` (index `i` of `set`) of [`DEFAULT_SHAPE`]; see [`create_shaped_node`].
 pub async fn create_node(client: &kube::Client, set: &str, i: usize, name: &str) {
+    create_shaped_node(client, set, i, name, DEFAULT_SHAPE).await
+}
+
+/// Creates Node `name` (index `i` of `set`) with its status in the same POST, as a kubelet registers:
+/// the API server keeps a created Node's status, so one request per Node instead of two (and no
+/// allocator ever sees the Node without its pod capacity).
+pub async fn create_shaped_node(
+    client: &kube::Client,
+    set: &str,
+    i: usize,
+    name: &str,
+    shape: Shape,
+) {
     let body = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "node.kubernetes.io/instance-type": "m5.4xlarge", "topology.kubernetes.io/zone": "zone-a",
+            "node.kubernetes.io/instance-type": shape.instance_type, "topology.kubernetes.io/zone": "zone-a",
             SET_LABEL: set, CHUNK_LABEL: (i / CHUNK).to_string()}},
-        "status": realistic_status(i),
+        "status": realistic_status(i, shape.pods),
     });
     let body = serde_json::to_vec(&body).unwrap();
     // Under a backlog of tens of thousands the API server may shed load (429) or time out: retry, and
@@ -100,11 +128,25 @@ pub async fn create_node(client: &kube::Client, set: &str, i: usize, name: &str)
     }
 }
 
-/// Creates Nodes `0..n` of `set`, `concurrency` POSTs at a time.
+/// Creates Nodes `0..n` of `set` of [`DEFAULT_SHAPE`], `concurrency` POSTs at a time.
 pub async fn create_nodes(client: &kube::Client, set: &str, n: usize, concurrency: usize) {
+    create_shaped_nodes(client, set, n, concurrency, |_| DEFAULT_SHAPE).await
+}
+
+/// Creates Nodes `0..n` of `set`, Node `i` of `shape(i)`, `concurrency` POSTs at a time.
+pub async fn create_shaped_nodes(
+    client: &kube::Client,
+    set: &str,
+    n: usize,
+    concurrency: usize,
+    shape: impl Fn(usize) -> Shape,
+) {
     let start = Instant::now();
+    let shape = &shape;
     futures::stream::iter(0..n)
-        .map(|i| async move { create_node(client, set, i, &node_name(set, i)).await })
+        .map(|i| async move {
+            create_shaped_node(client, set, i, &node_name(set, i), shape(i)).await
+        })
         .buffer_unordered(concurrency)
         .collect::<Vec<_>>()
         .await;
@@ -236,6 +278,16 @@ pub struct SlimNode {
     metadata: ObjectMeta,
     #[serde(default)]
     spec: SlimSpec,
+}
+
+impl SlimNode {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn pod_cidrs(&self) -> &[String] {
+        &self.spec.pod_cidrs
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -12,6 +12,9 @@
 //!   ROUNDS times (1), then the median of each round's ratios.
 //! - `churn`: N = 5,000 allocated, then Nodes created and deleted at CHURN_RATE/s for CHURN_SECONDS:
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
+//! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
+//!   /24 against netcm sizing CIDRs from pods (/24../28), ROUNDS (3) in alternating order: allocation
+//!   time, address space used, prefixes handed out, Nodes per /16 (method in `sizing.rs`).
 //!
 //! Per contender: writes per Node from the API server's audit log, peak RSS (VmHWM), CPU seconds
 //! (utime + stime) until the last allocation, and idle CPU in the IDLE_SECONDS after it; per row, the
@@ -23,6 +26,7 @@ mod churn;
 mod contenders;
 mod fixtures;
 mod measure;
+mod sizing;
 mod summary;
 
 use std::time::Duration;
@@ -51,8 +55,8 @@ pub struct Config {
     pub churn_seconds: f64,
     /// When into churn the "early" RSS is taken (at most half of the churn).
     pub rss_early_seconds: f64,
-    /// Scale mode: how many times the whole set of contenders runs; with more than one, the medians of
-    /// the per-round ratios are printed after the rounds' tables.
+    /// Scale and sizing modes: how many times the whole set of contenders runs; with more than one, the
+    /// medians of the per-round ratios are printed after the rounds' tables.
     pub rounds: usize,
 }
 
@@ -77,13 +81,14 @@ impl Config {
             cluster_cidr: env("CLUSTER_CIDR", "10.0.0.0/8".to_string()),
             netcm_extra_args: env("NETCM_EXTRA_ARGS", String::new()),
             timeout: Duration::from_secs(env("TIMEOUT_SECONDS", 3600)),
-            idle: Duration::from_secs(env("IDLE_SECONDS", 30)),
+            // Sizing mode reports no idle CPU: a short window only lets the peak RSS settle.
+            idle: Duration::from_secs(env("IDLE_SECONDS", if mode == "sizing" { 5 } else { 30 })),
             qps,
             burst: env("BURST", qps * 2),
             churn_rate: env("CHURN_RATE", 20.0),
             churn_seconds: env("CHURN_SECONDS", 300.0),
             rss_early_seconds: env("RSS_EARLY_SECONDS", 60.0),
-            rounds: env("ROUNDS", 1usize).max(1),
+            rounds: env("ROUNDS", if mode == "sizing" { 3 } else { 1usize }).max(1),
         }
     }
 }
@@ -121,7 +126,8 @@ async fn main() {
         "default" => default_mode(&client, &cfg).await,
         "scale" => scale_mode(&client, &cfg).await,
         "churn" => churn_mode(&client, &cfg).await,
-        other => panic!("MODE={other}: expected default, scale or churn"),
+        "sizing" => sizing::sizing_mode(&client, &cfg).await,
+        other => panic!("MODE={other}: expected default, scale, churn or sizing"),
     }
 }
 
