@@ -322,6 +322,10 @@ impl Allocator {
             (Action::Release, _, _) => {
                 if let Some(uid) = &recorded.uid {
                     self.release_deleted(name, uid).await?;
+                    // A Node waiting on a full pool may take CIDRs just put in release hold (its pool
+                    // has nothing else); without this it waits out its backoff, up to the queue's
+                    // longest. Not on a re-creation: the new Node under the name takes them back first.
+                    self.wake_waiting();
                 }
                 Ok(SyncOutcome::Done)
             }

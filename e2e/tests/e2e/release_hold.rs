@@ -253,3 +253,44 @@ async fn a_hold_survives_a_leader_change_and_its_node_still_gets_its_cidr_back()
     assert_eq!(second.metric(CUT_SHORT).await.unwrap_or(0.0), 0.0);
     assert_no_overlaps(&all_nodes(&env.client).await);
 }
+
+#[tokio::test]
+async fn a_node_waiting_on_a_full_pool_is_woken_by_a_release_hold_and_gets_the_held_cidr_before_its_backoff(
+) {
+    let env = TestEnv::new().await;
+    let n = start(&env, "release-hold-wakes", "1h");
+    let before = allocate_all(&env, &["wake-a", "wake-b", "wake-c", "wake-d"]).await;
+    let retries = r#"workqueue_retries_total{name="subnet-allocator"}"#;
+    let retried_before = n.metric(retries).await.unwrap_or(0.0);
+    create_node(&env.client, &NodeFixture::named("waiting")).await;
+    // After its 12th failure the workqueue's backoff (5 ms doubling per failure) parks the Node for
+    // 5 ms × 2^11 ≈ 10 s: served within 8 s of the deletion, it was woken by the hold, not its retry.
+    n.wait_metric(
+        retries,
+        "12 failures of the waiting node",
+        |v| v >= retried_before + 12.0,
+        Duration::from_secs(30),
+    )
+    .await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    api.delete("wake-c", &DeleteParams::default())
+        .await
+        .expect("delete node");
+    wait_for(
+        "the waiting node to get wake-c's held CIDR before its backoff ends",
+        Duration::from_secs(8),
+        || async {
+            let node = api.get_opt("waiting").await.ok().flatten()?;
+            (pod_cidrs(&node).join(",") == before["wake-c"]).then_some(())
+        },
+    )
+    .await;
+    n.wait_metric(
+        CUT_SHORT,
+        "the hold cut short once",
+        |v| v == 1.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_no_overlaps(&all_nodes(&env.client).await);
+}
