@@ -335,6 +335,25 @@ async fn the_charts_rbac_lets_netcm_allocate_lead_record_events_and_find_its_nod
         netcm.identity().await,
         "the Lease holder is this netcm"
     );
+    // The chart's release hold: a deleted Node's CIDR is recorded on its block's claim (a PATCH).
+    nodes
+        .delete(NODES[2], &DeleteParams::default())
+        .await
+        .expect("delete node");
+    let claims = netcm_e2e::pod_cidr_claims(&env.client);
+    wait_for(
+        "the release hold recorded on a PodCIDRClaim",
+        TIMEOUT,
+        || async {
+            let list = claims.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .flat_map(|c| c.metadata.annotations.iter().flatten())
+                .any(|(k, _)| k.starts_with("release-hold.ipam.netcm.io/"))
+                .then_some(())
+        },
+    )
+    .await;
     // The Pod lookup (its Node), the Lease, Events, claims and Node writes: none refused.
     assert_eq!(
         forbidden_requests(&netcm).await,

@@ -56,8 +56,8 @@ pub(super) static CASES: [Case; 11] = [
     Case {
         role: "ClusterRole",
         resource: "podcidrclaims",
-        verbs: &["create", "list"],
-        feature: "PodCIDRClaims (one claim per block of CIDRs handed out of)",
+        verbs: &["create", "list", "patch"],
+        feature: "PodCIDRClaims (one claim per block of CIDRs handed out of; release holds recorded on them)",
         probe: Probe("list", "ipam.netcm.io", "podcidrclaims", None, None),
         message: "listing PodCIDRClaims failed",
         error: "cannot list resource \"podcidrclaims\"",
