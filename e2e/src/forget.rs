@@ -97,8 +97,10 @@ pub enum Holder {
     /// flanneld vxlan: the permanent neighbour and the FDB entry of the Node's VTEPs.
     FlannelVtep,
     /// kube-proxy: the conntrack entry of a UDP flow to a ClusterIP DNATed to the Node's pod, its sender
-    /// still sending (only kube-proxy's cleanup ends it then).
+    /// still sending (only kube-proxy's cleanup ends it then), the Service keeping a backend elsewhere.
     ConntrackService,
+    /// The same through a Service whose only backend was the Node's pod.
+    ConntrackServiceEmptied,
     /// The kernel: the conntrack entry of a UDP flow to the Node's pod IP, its sender stopped at the
     /// deletion (the timeout ends it).
     ConntrackPod,
@@ -113,7 +115,10 @@ impl Holder {
             Holder::FlannelRoutes => "flanneld: routes to the subnet",
             Holder::FlannelVtep => "flanneld vxlan: VTEP neighbour + FDB entries",
             Holder::ConntrackService => {
-                "kube-proxy: UDP conntrack via a Service (DNAT to the old pod)"
+                "kube-proxy: UDP conntrack via a Service to the old pod, a backend left elsewhere"
+            }
+            Holder::ConntrackServiceEmptied => {
+                "kube-proxy: UDP conntrack via a Service to the old pod, its only backend"
             }
             Holder::ConntrackPod => "conntrack: UDP pod-IP flow, sender stopped at deletion",
             Holder::Neighbour => "neighbour entries of the node's addresses",
@@ -127,7 +132,7 @@ impl Holder {
             Holder::FlannelVtep => {
                 "`ip neigh show nud permanent`, `bridge fdb show` on flannel.1/flannel-v6.1"
             }
-            Holder::ConntrackService => {
+            Holder::ConntrackService | Holder::ConntrackServiceEmptied => {
                 "`conntrack -L -p udp`: orig dst the ClusterIP, reply src the old pod; 10 datagrams/s on"
             }
             Holder::ConntrackPod => "`conntrack -L -p udp`: orig dst the old pod IP (ASSURED before)",
@@ -143,7 +148,10 @@ pub struct Target {
     pub cidrs: Vec<IpNet>,
     pub node_ips: Vec<IpAddr>,
     pub pod_ip: IpAddr,
-    pub service_ip: IpAddr,
+    /// The ClusterIP of a Service backed by the Node's pod and the survivor's.
+    pub shared_service_ip: IpAddr,
+    /// The ClusterIP of a Service backed by the Node's pod alone.
+    pub sole_service_ip: IpAddr,
     /// flannel: the Node's lease (read before the deletion) and the backend; `None` for netcm alone.
     pub flannel: Option<(Backend, SubnetLease)>,
     pub cluster_cidrs: Vec<IpNet>,
@@ -177,16 +185,17 @@ pub async fn present(holder: Holder, t: &Target) -> Vec<String> {
                 .cloned()
                 .collect()
         }
-        Holder::ConntrackService | Holder::ConntrackPod => {
+        Holder::ConntrackService | Holder::ConntrackServiceEmptied | Holder::ConntrackPod => {
             let (_, out) = in_node(node, &["conntrack", "-L", "-p", "udp"]).await;
             out.lines()
                 .filter(|l| {
                     let (orig_dst, reply_src) = conntrack_addresses(l);
-                    if holder == Holder::ConntrackService {
-                        orig_dst == Some(t.service_ip) && reply_src == Some(t.pod_ip)
-                    } else {
-                        orig_dst == Some(t.pod_ip)
-                    }
+                    let dst = match holder {
+                        Holder::ConntrackService => t.shared_service_ip,
+                        Holder::ConntrackServiceEmptied => t.sole_service_ip,
+                        _ => return orig_dst == Some(t.pod_ip),
+                    };
+                    orig_dst == Some(dst) && reply_src == Some(t.pod_ip)
                 })
                 .map(str::to_string)
                 .collect()
@@ -201,6 +210,16 @@ pub async fn present(holder: Holder, t: &Target) -> Vec<String> {
             out
         }
     }
+}
+
+/// An entry as it is compared between two readings: a conntrack line without its countdown (its third
+/// field), so a change means a changed entry, not a second gone by.
+pub fn without_countdown(entry: &str) -> String {
+    let mut words: Vec<&str> = entry.split_whitespace().collect();
+    if words.first() == Some(&"udp") && words.len() > 2 {
+        words.remove(2);
+    }
+    words.join(" ")
 }
 
 /// A `conntrack -L` line's original destination and reply source (the second `src=`): who the flow was
@@ -302,6 +321,10 @@ mod tests {
                     src=198.19.130.5 dst=198.19.254.11 sport=8080 dport=40002 mark=0 use=1";
         let (dst, reply) = conntrack_addresses(line);
         assert_eq!(dst, reply);
+        assert_eq!(
+            without_countdown(line),
+            without_countdown(&line.replace(" 29 ", " 28 "))
+        );
         assert_eq!(
             conntrack_addresses("conntrack v1.4.8: 0 flow entries"),
             (None, None)

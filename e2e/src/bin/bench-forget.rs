@@ -6,14 +6,15 @@
 //! For each configuration — netcm alone (route-controller DaemonSet, bridge + host-local, as
 //! `e2e/tests/e2e/pod_network.rs`), flannel host-gw and flannel vxlan beside netcm (as
 //! `pod_network_flannel.rs`) — one fresh cluster of two nodes with probe pods, then REPEATS times: a third
-//! node joins; from the first node's namespace a UDP flow goes to that node's probe pod through a Service
-//! selecting only it, another to its pod IP, both answered (so conntrack keeps them as streams); the node
-//! dies as a machine does — kubelet and kube-proxy killed, its link down, its pods still "Running" in the
-//! API — and its Node is deleted (time zero: the DELETE is sent; a dead kubelet cannot register it
-//! again). The pod-IP flow stops there, the Service flow keeps sending, as a client that has not noticed
-//! would. Every 250 ms, until all are gone or OBSERVE_SECONDS (default 150) have passed, the first node's
-//! namespace is read for each holder's entries about the dead node (`netcm_e2e::forget` says what each
-//! is and how it is read). Then the kernel settings that bound the rest, read in the same namespace.
+//! node joins; from the first node's namespace UDP flows go to that node's probe pod through a Service
+//! selecting only it, through one selecting it and the first node's pod, and to its pod IP, all answered
+//! (so conntrack keeps them as streams); the node dies as a machine does — kubelet and kube-proxy killed,
+//! its link down, its pods still "Running" in the API — and its Node is deleted (time zero: the DELETE is
+//! sent; a dead kubelet cannot register it again). The pod-IP flow stops there, the Service flows keep
+//! sending, as a client that has not noticed would. Every 250 ms, until all are gone or OBSERVE_SECONDS
+//! (default 150) have passed, the first node's namespace is read for each holder's entries about the dead
+//! node (`netcm_e2e::forget` says what each is and how it is read). Then the kernel settings that bound
+//! the rest, read in the same namespace.
 //!
 //! Prints markdown tables: per holder and configuration the median and the maximum time until its last
 //! entry was gone (`> OBSERVE_SECONDS` when one outlived the observation), and the settings.
@@ -37,13 +38,20 @@ use nix::unistd::Pid;
 const POLL: Duration = Duration::from_millis(250);
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A Service in front of the probe pod of the node about to die, and of nothing else: its conntrack
-/// entries DNAT to that pod only.
-const SERVICE: &str = r#"apiVersion: v1
+/// Two Services in front of the probe pod of the node about to die: `forget` of nothing else, so the
+/// deletion leaves it without a backend; `forget-shared` also of the survivor's probe pod, so one is left.
+const SERVICES: &str = r#"apiVersion: v1
 kind: Service
 metadata: {name: forget, namespace: default}
 spec:
   selector: {app: probe, forget: target}
+  ports: [{name: udp, protocol: UDP, port: 8080, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: forget-shared, namespace: default}
+spec:
+  selector: {app: probe, forget-shared: "yes"}
   ports: [{name: udp, protocol: UDP, port: 8080, targetPort: 8080}]
 "#;
 
@@ -63,6 +71,7 @@ impl Config {
         };
         h.extend([
             Holder::ConntrackService,
+            Holder::ConntrackServiceEmptied,
             Holder::ConntrackPod,
             Holder::Neighbour,
         ]);
@@ -111,11 +120,14 @@ async fn boot(config: Config, images: &Images) -> Cluster {
         .apply(&cluster.kubectl, &cluster.kubeconfig);
     }
     cluster.apply(&probe::daemonset(&images.probe.0)).await;
-    cluster.apply(SERVICE).await;
-    eventually("a ready probe pod on both nodes", TIMEOUT, || async {
-        (probe::ready_pods(&cluster).await.len() == 2).then_some(())
+    cluster.apply(SERVICES).await;
+    let survivor = cluster.nodes()[0].name.clone();
+    let pod = eventually("a ready probe pod on both nodes", TIMEOUT, || async {
+        let mut pods = probe::ready_pods(&cluster).await;
+        (pods.len() == 2).then(|| pods.remove(&survivor)).flatten()
     })
     .await;
+    label(&cluster, &pod.name, "forget-shared=yes").await;
     cluster
 }
 
@@ -157,25 +169,12 @@ async fn join(cluster: &Cluster, config: Config, survivor: &str) -> (String, Pro
             .await,
         )),
     };
-    let service_ip: IpAddr = cluster
-        .kubectl(&[
-            "get",
-            "service",
-            "-n",
-            "default",
-            "forget",
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ])
-        .await
-        .trim()
-        .parse()
-        .unwrap();
     let target = Target {
         survivor: survivor.to_string(),
         node_ips: vec![node.ipv4.parse().unwrap(), node.ipv6.parse().unwrap()],
         pod_ip: v4(&pod),
-        service_ip,
+        shared_service_ip: cluster_ip(cluster, "forget-shared").await,
+        sole_service_ip: cluster_ip(cluster, "forget").await,
         cidrs,
         flannel,
         cluster_cidrs: cluster_cidrs(cluster),
@@ -212,6 +211,29 @@ async fn join(cluster: &Cluster, config: Config, survivor: &str) -> (String, Pro
     (doomed, pod, target)
 }
 
+async fn cluster_ip(cluster: &Cluster, service: &str) -> IpAddr {
+    cluster
+        .kubectl(&[
+            "get",
+            "service",
+            "-n",
+            "default",
+            service,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .await
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn label(cluster: &Cluster, pod: &str, label: &str) {
+    cluster
+        .kubectl(&["label", "pod", "-n", "default", pod, label, "--overwrite"])
+        .await;
+}
+
 /// The Node's flannel lease once complete (vxlan: with the VTEP MACs only its own flanneld knows).
 async fn lease_of(cluster: &Cluster, node: &str, backend: Backend) -> Option<SubnetLease> {
     let lease = flannel_routes::subnet_leases(&cluster.get_json(&["nodes"]).await)
@@ -232,6 +254,22 @@ async fn answered_flow(from: &str, to: SocketAddr) -> UdpFlow {
         }
     }
     panic!("no UDP echo from {to} to {from} within a minute");
+}
+
+/// A flow through the shared Service that kube-proxy DNATed to the doomed pod (each socket's first
+/// datagram picks a backend at random).
+async fn flow_to_the_doomed_pod(target: &Target) -> UdpFlow {
+    let to = SocketAddr::new(target.shared_service_ip, probe::PORT);
+    for _ in 0..20 {
+        let flow = answered_flow(&target.survivor, to).await;
+        if !forget::present(Holder::ConntrackService, target)
+            .await
+            .is_empty()
+        {
+            return flow;
+        }
+    }
+    panic!("20 flows to {to} all went to the survivor's pod");
 }
 
 /// Kills what would register the Node again or clean up after it, and takes the node off the wire.
@@ -262,11 +300,14 @@ async fn one_deletion(
 ) -> Vec<(Holder, Outcome)> {
     let survivor = cluster.nodes()[0].name.clone();
     let (doomed, pod, target) = join(cluster, config, &survivor).await;
-    cluster
-        .kubectl(&["label", "pod", "-n", "default", &pod.name, "forget=target"])
-        .await;
-    let mut service_flow =
-        answered_flow(&survivor, SocketAddr::new(target.service_ip, probe::PORT)).await;
+    label(cluster, &pod.name, "forget=target").await;
+    label(cluster, &pod.name, "forget-shared=yes").await;
+    let mut sole_flow = answered_flow(
+        &survivor,
+        SocketAddr::new(target.sole_service_ip, probe::PORT),
+    )
+    .await;
+    let mut shared_flow = flow_to_the_doomed_pod(&target).await;
     let mut pod_flow = answered_flow(&survivor, SocketAddr::new(target.pod_ip, probe::PORT)).await;
     // Answered for more than 2 s: the kernel gives a UDP flow the stream timeout only after that.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -298,7 +339,7 @@ async fn one_deletion(
                 eprintln!("  {at:6.1} s  {h:?} gone");
                 left.remove(&h);
                 outcomes.push((h, Outcome::Gone(at)));
-            } else if now != left[&h] {
+            } else if changed(&now, &left[&h]) {
                 eprintln!("  {at:6.1} s  {h:?}: {now:?}");
                 left.insert(h, now);
             }
@@ -311,7 +352,8 @@ async fn one_deletion(
     }
     let (v4, v6) = forget::neighbour_count(&survivor).await;
     eprintln!("  {survivor} holds {v4} IPv4 and {v6} IPv6 neighbour entries");
-    service_flow.stop();
+    sole_flow.stop();
+    shared_flow.stop();
     // The dead node's pods stay in the API until the pod GC's orphan quarantine ends; the Service must
     // not keep the next node's pod company.
     cluster
@@ -327,6 +369,12 @@ async fn one_deletion(
         .await;
     cluster.remove_node(&doomed);
     outcomes
+}
+
+fn changed(now: &[String], before: &[String]) -> bool {
+    let strip =
+        |v: &[String]| -> Vec<String> { v.iter().map(|e| forget::without_countdown(e)).collect() };
+    strip(now) != strip(before)
 }
 
 /// Median and maximum over the deletions that had something to forget; a deletion whose entries
