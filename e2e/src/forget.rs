@@ -256,7 +256,14 @@ pub async fn forget_sysctls(node: &str) -> Vec<(String, String)> {
         "ipv6/neigh/eth0/gc_stale_time",
     ] {
         let path = format!("/proc/sys/net/{key}");
-        let (ok, value) = in_node(node, &["cat", &path]).await;
+        // The table's own settings (`neigh/default/gc_*`) exist only in the host's namespace: one table
+        // for every namespace.
+        let (ok, value) = if key.contains("default/gc_") {
+            let v = std::fs::read_to_string(&path);
+            (v.is_ok(), v.unwrap_or_default())
+        } else {
+            in_node(node, &["cat", &path]).await
+        };
         out.push((
             key.to_string(),
             if ok {
