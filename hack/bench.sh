@@ -26,6 +26,13 @@
 #                   cached Node, time; and size_of::<CachedNode>(). No cluster needed.
 #                     hack/bench.sh decode                              5,000 Nodes, 5 rounds
 #                     NODES=50000 ROUNDS=3 hack/bench.sh decode
+#   forget          on the multi-node cluster of hack/cluster.sh (root; it downs any cluster first and leaves
+#                   none): how long netcm's route controller, flanneld (host-gw, vxlan), kube-proxy's UDP
+#                   conntrack, the kernel's conntrack and neighbour tables on a surviving node keep pointing
+#                   at a Node that died and was deleted — what --cidr-release-hold must outlast
+#                   (e2e/src/bin/bench-forget.rs).
+#                     hack/bench.sh forget                              REPEATS=3 deletions per configuration
+#                     CONFIGS=alone,host-gw,vxlan OBSERVE_SECONDS=150 REPEATS=5 hack/bench.sh forget
 #   handover        two replicas on the real control plane: how long the standby takes to hold the Lease
 #                   after SIGTERM on the leader (a release) and after kill -9 (an expiry at a 4 s lease)
 #                   (e2e/src/bin/bench-handover.rs).
@@ -52,7 +59,7 @@
 #                   Node's gateway (e2e/src/bin/bench-routes.rs).
 #                     hack/bench.sh routes [NODES]
 #
-# hack/bench-pod-network.sh (the multi-node cluster of hack/cluster.sh) is not run from here.
+# hack/bench-pod-network.sh (the multi-node cluster of hack/cluster.sh) is not run from here; forget is.
 # The benchmarks on the real control plane start (or reuse) the one of NETCM_CONTROLPLANE_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -93,6 +100,11 @@ case "$name" in
     log "MODE=${MODE:-default} NODES=${NODES:-default} on $(nproc) cores; df: $(df -h / | awk 'NR==2 {print $4}') free"
     exec "$root/target/release/bench-allocation" ;;
   decode) exec cargo bench --locked -p netcm-manager --bench decode ;;
+  forget)
+    # It boots its own cluster (hack/cluster.sh), so no control plane of hack/controlplane.sh; no netcm
+    # binary either: netcm runs from hack/image.sh build's image.
+    cargo build --quiet --locked -p netcm-e2e --bin bench-forget
+    exec "$root/target/debug/bench-forget" ;;
   handover)
     controlplane_up
     export ROUNDS=${1:-10}
@@ -109,5 +121,5 @@ case "$name" in
     controlplane_up
     export NODES=${1:-5000}
     run_debug bench-routes ;;
-  *) sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,63p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

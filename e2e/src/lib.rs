@@ -16,6 +16,7 @@ pub mod flannel;
 pub mod flannel_daemonset;
 pub mod flannel_routes;
 pub mod flanneld;
+pub mod forget;
 pub mod multinode;
 pub mod netcm;
 pub mod netns;

@@ -3,7 +3,9 @@
 // reachability by ICMP and TCP, IPv4 and IPv6. Standard library only and static (CGO_ENABLED=0), so the
 // image is one file; it runs as root in the pod so ICMP can use a raw socket.
 //
-//	probe serve [PORT]              HTTP on [::]:PORT (default 8080): the body is $POD_NAME (or the hostname)
+//	probe serve [PORT]              HTTP on [::]:PORT (default 8080): the body is $POD_NAME (or the hostname);
+//	                                UDP datagrams to the same port are echoed back (hack/bench.sh forget's
+//	                                flows, which need replies to become conntrack streams)
 //	probe ping ADDR                 one ICMP echo; exit 0 on a reply within 2 s
 //	probe get HOST:PORT             HTTP GET /; prints the body; exit 0 on 200
 //	probe stream ADDR COUNT MS      COUNT echoes every MS milliseconds; prints "sent N received M"
@@ -81,12 +83,30 @@ func serve(port string) {
 	if name == "" {
 		name, _ = os.Hostname()
 	}
+	go echoUDP(port)
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, name)
 	})
 	// "tcp" on [::] takes both families (bindv6only is 0 in a pod's namespace).
 	if err := http.ListenAndServe(":"+port, nil); err != nil {
 		fail(err.Error())
+	}
+}
+
+// echoUDP sends every datagram to PORT back to its sender.
+func echoUDP(port string) {
+	// "udp" on [::] takes both families, as serve's TCP listener does.
+	c, err := net.ListenPacket("udp", ":"+port)
+	if err != nil {
+		fail(err.Error())
+	}
+	buf := make([]byte, 2048)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			fail(err.Error())
+		}
+		_, _ = c.WriteTo(buf[:n], from)
 	}
 }
 
