@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 
 use crate::flannel_daemonset::Backend;
-use crate::multinode::in_node;
+use crate::multinode::in_node_json;
 use crate::pod_network::cidrs_of;
 
 /// flannel's annotation prefix (kube-subnet-manager mode).
@@ -103,7 +103,7 @@ pub fn expected(node: &str, backend: Backend, leases: &[SubnetLease]) -> BTreeSe
 pub async fn programmed(node: &str, backend: Backend, cluster_cidrs: &[IpNet]) -> BTreeSet<String> {
     let mut have = BTreeSet::new();
     for family in ["-4", "-6"] {
-        for r in json(node, &["ip", "-j", family, "route", "show"]).await {
+        for r in in_node_json(node, &["ip", "-j", family, "route", "show"]).await {
             let Some(dst) = r["dst"].as_str().and_then(|d| d.parse::<IpNet>().ok()) else {
                 continue;
             };
@@ -120,7 +120,7 @@ pub async fn programmed(node: &str, backend: Backend, cluster_cidrs: &[IpNet]) -
     }
     if backend == Backend::Vxlan {
         for dev in ["flannel.1", "flannel-v6.1"] {
-            for n in json(
+            for n in in_node_json(
                 node,
                 &["ip", "-j", "neigh", "show", "dev", dev, "nud", "permanent"],
             )
@@ -132,7 +132,7 @@ pub async fn programmed(node: &str, backend: Backend, cluster_cidrs: &[IpNet]) -
                     n["lladdr"].as_str().unwrap_or("?")
                 ));
             }
-            for f in json(node, &["bridge", "-j", "fdb", "show", "dev", dev]).await {
+            for f in in_node_json(node, &["bridge", "-j", "fdb", "show", "dev", dev]).await {
                 if let Some(dst) = f["dst"].as_str() {
                     have.insert(format!(
                         "fdb {dev} {} dst {dst}",
@@ -169,16 +169,6 @@ pub async fn wait_programmed(
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-/// A JSON listing of `iproute2` inside the node's namespace (empty when the command fails, e.g. a
-/// device that does not exist yet).
-async fn json(node: &str, args: &[&str]) -> Vec<Value> {
-    let (ok, out) = in_node(node, args).await;
-    if !ok {
-        return Vec::new();
-    }
-    serde_json::from_str(&out).unwrap_or_default()
 }
 
 #[cfg(test)]

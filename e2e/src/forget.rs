@@ -16,11 +16,10 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
-use serde_json::Value;
 
 use crate::flannel_daemonset::Backend;
 use crate::flannel_routes::{self, SubnetLease};
-use crate::multinode::in_node;
+use crate::multinode::{in_node, in_node_json};
 
 /// One datagram every this often: a flow a client keeps alive, at a rate that keeps the log small.
 const SEND_EVERY: Duration = Duration::from_millis(100);
@@ -164,7 +163,9 @@ pub async fn present(holder: Holder, t: &Target) -> Vec<String> {
         Holder::NetcmRoutes => {
             let mut out = Vec::new();
             for family in ["-4", "-6"] {
-                for r in json(node, &["ip", "-j", family, "route", "show", "proto", "199"]).await {
+                for r in
+                    in_node_json(node, &["ip", "-j", family, "route", "show", "proto", "199"]).await
+                {
                     let dst = r["dst"].as_str().and_then(|d| d.parse::<IpNet>().ok());
                     if dst.is_some_and(|d| t.cidrs.contains(&d)) {
                         out.push(format!("{} via {}", r["dst"], r["gateway"]));
@@ -203,7 +204,9 @@ pub async fn present(holder: Holder, t: &Target) -> Vec<String> {
         Holder::Neighbour => {
             let mut out = Vec::new();
             for ip in &t.node_ips {
-                for n in json(node, &["ip", "-j", "neigh", "show", "to", &ip.to_string()]).await {
+                for n in
+                    in_node_json(node, &["ip", "-j", "neigh", "show", "to", &ip.to_string()]).await
+                {
                     out.push(format!("{ip} dev {} {}", n["dev"], n["state"]));
                 }
             }
@@ -280,8 +283,12 @@ pub async fn forget_sysctls(node: &str) -> Vec<(String, String)> {
 /// collection of stale entries skips a table below `gc_thresh1`).
 pub async fn neighbour_count(node: &str) -> (usize, usize) {
     (
-        json(node, &["ip", "-j", "-4", "neigh", "show"]).await.len(),
-        json(node, &["ip", "-j", "-6", "neigh", "show"]).await.len(),
+        in_node_json(node, &["ip", "-j", "-4", "neigh", "show"])
+            .await
+            .len(),
+        in_node_json(node, &["ip", "-j", "-6", "neigh", "show"])
+            .await
+            .len(),
     )
 }
 
@@ -294,14 +301,6 @@ pub async fn snapshot(holders: &[Holder], t: &Target) -> BTreeSet<String> {
         }
     }
     all
-}
-
-async fn json(node: &str, args: &[&str]) -> Vec<Value> {
-    let (ok, out) = in_node(node, args).await;
-    if !ok {
-        return Vec::new();
-    }
-    serde_json::from_str(&out).unwrap_or_default()
 }
 
 #[cfg(test)]

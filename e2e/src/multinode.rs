@@ -302,6 +302,16 @@ pub async fn in_node(node: &str, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// A JSON listing (`ip -j`, `bridge -j`) of a command inside the node's network namespace; empty when
+/// the command fails, e.g. for a device that does not exist yet.
+pub async fn in_node_json(node: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let (ok, out) = in_node(node, args).await;
+    if !ok {
+        return Vec::new();
+    }
+    serde_json::from_str(&out).unwrap_or_default()
+}
+
 /// An HTTP(S) GET with curl, from the host or (`netns`) inside a node's network namespace, where its
 /// kube-proxy serves ClusterIPs: (status, body); status 0 when nothing answered.
 pub async fn curl(url: &str, bearer: Option<&str>, netns: Option<&str>) -> (u16, String) {
