@@ -18,6 +18,9 @@ pub enum Needed {
     NodeWriters,
     /// With the route controller (NetworkUnavailable).
     Routes,
+    /// With the allocator's release hold, recorded on PodCIDRClaims; optional, as the flag's default is
+    /// off (without it a hold lives in one leader's memory).
+    ReleaseHold,
     /// With `--secure-port` (the chart's default).
     SecureMetrics,
 }
@@ -69,6 +72,15 @@ pub const RULES: &[Rule] = &[
         lease_only: false,
         needed: Needed::Allocator,
         feature: "PodCIDRClaims",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "ipam.netcm.io",
+        resource: "podcidrclaims",
+        verbs: &["patch"],
+        lease_only: false,
+        needed: Needed::ReleaseHold,
+        feature: "release holds recorded on PodCIDRClaims (--cidr-release-hold)",
     },
     Rule {
         role: "ClusterRole",
@@ -215,6 +227,10 @@ pub fn requests(settings: &Settings, lease_namespace: &str, lease_name: &str) ->
                 false,
             ),
             Needed::Routes => (settings.routes == Some(true), false),
+            Needed::ReleaseHold => (
+                settings.allocates != Some(false) && settings.pod_cidr_claims != Some(false),
+                true,
+            ),
             Needed::SecureMetrics => (true, true),
         };
         if !applies {
