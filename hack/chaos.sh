@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fault campaign (issue 26): netcm replicas split across two kube-apiservers on one etcd, Nodes and
 # ClusterCIDRs churning, and a seeded random fault every few seconds; prints a table (leader changes,
-# faults by kind, overlapping pod CIDRs, late landed writes, Nodes left without CIDRs) and exits 1 on any
-# overlap or late landed write (e2e/src/bin/chaos/main.rs; docs/chaos.md says what each number means).
+# faults by kind, overlapping pod CIDRs, late landed and stale writes, Nodes left without CIDRs) and exits
+# 1 on any overlap or stale write (e2e/src/bin/chaos/main.rs; docs/chaos.md says what each number means).
 #
 #   CHAOS_MINUTES=5 CHAOS_SEED=<n> hack/chaos.sh      (seed printed; the same seed replays the schedule)
 #   CHAOS_FAULTS=leader-stop,leader-kill,apiserver-stop,etcd-stop,path,config,claim-delete (default: all)

@@ -7,8 +7,8 @@
 //! API server or etcd frozen, delay and loss on a replica's path to its API server, a replica restarted
 //! with another configuration, a PodCIDRClaim deleted by hand. A checker watches the Nodes and the Lease
 //! throughout; at the end the audit logs of both API servers say which writes landed after their
-//! writer's term. Prints a table and exits 1 on any overlap or late landed write, 2 when the campaign
-//! itself could not run, 130 when interrupted.
+//! writer's term, and which landed once a successor led (stale). Prints a table and exits 1 on any
+//! overlap or stale write, 2 when the campaign itself could not run, 130 when interrupted.
 //!
 //! Environment: `CHAOS_MINUTES` (5), `CHAOS_SEED` (from the clock; printed), `CHAOS_FAULTS` (comma
 //! separated kinds, default all: leader-stop, leader-kill, apiserver-stop, etcd-stop, path, config,

@@ -41,7 +41,13 @@ pub struct Summary {
 impl Summary {
     /// Whether the run found what it must exit non-zero for.
     pub fn failed(&self) -> bool {
-        !self.overlaps.is_empty() || !self.late.is_empty()
+        !self.overlaps.is_empty() || self.stale_writes() > 0
+    }
+
+    /// Late landed writes that landed once a successor led: the ones the fence and the quarantine are
+    /// there to make harmless, and that the campaign fails on.
+    pub fn stale_writes(&self) -> usize {
+        self.late.iter().filter(|l| l.after_successor).count()
     }
 
     /// Lease holder changes: every term after the first.
@@ -115,7 +121,16 @@ impl Summary {
             "overlapping pairs ever seen",
             self.overlaps.len().to_string(),
         );
-        row(&mut out, "late landed writes", self.late.len().to_string());
+        row(
+            &mut out,
+            "late landed writes (after the writer's term)",
+            self.late.len().to_string(),
+        );
+        row(
+            &mut out,
+            "  of them stale (landed once a successor led)",
+            self.stale_writes().to_string(),
+        );
         row(
             &mut out,
             "Nodes without CIDRs at the end",
@@ -188,7 +203,12 @@ impl Summary {
             );
         }
         for l in &self.late {
-            let _ = writeln!(out, "LATE LANDED WRITE:");
+            let what = if l.after_successor {
+                "STALE WRITE (landed once a successor led)"
+            } else {
+                "LATE LANDED WRITE (after its term, before any successor led)"
+            };
+            let _ = writeln!(out, "{what}:");
             self.late_line(&mut out, l);
             let from = l.write.received - jiff::SignedDuration::from_secs(20);
             self.fault_lines(&mut out, from, l.write.completed);

@@ -9,7 +9,10 @@
 //! receive time of the last renewal when the reads missed it) — or at the release, when the holder gave
 //! the Lease up (the checker saw it with no holder). A write of the identity received by an API server
 //! after its term's end is a late landed write; one received within the term but answered after its
-//! end is a late completion (it may have been committed in time, so it is reported, not failed).
+//! end is a late completion (it may have been committed in time, so it is reported, not failed). A late
+//! landed write that landed once another identity's term had begun (or by a writer that never led) is
+//! a stale write: that is what the campaign fails on (`docs/chaos.md` says why the rest are counted, not
+//! failed).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -170,6 +173,9 @@ pub struct Late {
     pub term_end: Option<jiff::Timestamp>,
     /// For a Node write: when a Node watch first saw the Node with pod CIDRs.
     pub seen: Option<jiff::Timestamp>,
+    /// It landed once another identity's term had begun after the writer's own (or the writer never
+    /// led): a stale write, not only a late one.
+    pub after_successor: bool,
 }
 
 /// (late landed writes, late completions): successful non-Lease writes received after their writer's
@@ -188,6 +194,16 @@ pub fn late_writes(
     let within = |ts: &[&Term], at: jiff::Timestamp| {
         ts.iter()
             .any(|t| t.start <= at && t.end.is_none_or(|end| at <= end))
+    };
+    // Whether `identity`, whose own terms are `ts`, wrote at `landed` after another identity's term
+    // began following its last one.
+    let after_successor = |identity: &str, ts: &[&Term], landed: jiff::Timestamp| {
+        let Some(own) = ts.iter().map(|t| t.start).filter(|s| *s <= landed).max() else {
+            return true;
+        };
+        terms
+            .iter()
+            .any(|t| t.identity != identity && t.start > own && t.start <= landed)
     };
     let (mut landed, mut completed) = (Vec::new(), Vec::new());
     for w in writes
@@ -213,19 +229,21 @@ pub fn late_writes(
                 write: w.clone(),
                 term_end,
                 seen,
+                after_successor: after_successor(&w.identity, ts, w.received),
             });
         } else if !within(ts, w.completed) {
+            // Seen after the term's end, between receipt and answer (or the watch's delay after it):
+            // that is when it landed.
+            let answered = w.completed + jiff::SignedDuration::from_secs(1);
+            let landed_at =
+                seen.filter(|at| *at >= w.received && *at <= answered && !within(ts, *at));
             let late = Late {
                 write: w.clone(),
                 term_end: ts.iter().filter_map(|t| t.end).max(),
                 seen,
+                after_successor: landed_at.is_some_and(|at| after_successor(&w.identity, ts, at)),
             };
-            // Seen after the term's end, between receipt and answer (or the watch's delay after it):
-            // that is when it landed.
-            let answered = w.completed + jiff::SignedDuration::from_secs(1);
-            let landed_late =
-                seen.is_some_and(|at| at >= w.received && at <= answered && !within(ts, at));
-            if landed_late {
+            if landed_at.is_some() {
                 landed.push(late);
             } else {
                 completed.push(late);
@@ -301,6 +319,9 @@ mod tests {
             received,
             vec![("c_3".to_string(), at(3.0)), ("a_1".to_string(), at(6.5))]
         );
+        // c_3 never led: stale. a_1's write at 6.5 came after its term, before b_2's began at 7.
+        let stale: Vec<bool> = landed.iter().map(|l| l.after_successor).collect();
+        assert_eq!(stale, vec![true, false]);
         assert_eq!(completed.len(), 1);
         assert_eq!(completed[0].write.received, at(5.9));
         assert!(early_takeovers(&ts).is_empty());
@@ -311,6 +332,36 @@ mod tests {
         assert_eq!(landed.len(), 3);
         assert!(landed.iter().any(|l| l.write.received == at(5.9)));
         assert!(completed.is_empty());
+    }
+
+    #[test]
+    fn a_write_that_lands_once_a_successor_leads_is_stale_and_one_before_is_only_late() {
+        // a_1's term ends at 2 + 4 = 6; b_2 takes over at 7; a_1 leads again from 20.
+        let mut writes = vec![
+            write("a_1", "leases", 0.0, 0.0),
+            write("a_1", "leases", 2.0, 2.0),
+            write("b_2", "leases", 7.0, 7.0),
+            write("b_2", "leases", 9.0, 9.0),
+            write("a_1", "leases", 20.0, 20.0),
+            write("a_1", "nodes", 6.5, 6.6),
+            write("a_1", "nodes", 7.5, 7.6),
+            write("a_1", "nodes", 21.0, 21.0),
+        ];
+        writes.sort_by_key(|w| w.completed);
+        let mut seen = Seen::default();
+        seen.renewals.insert("a_1".into(), at(2.0));
+        seen.renewals.insert("b_2".into(), at(9.0));
+        seen.versions.insert(1, Some("a_1".into()));
+        seen.versions.insert(5, Some("b_2".into()));
+        seen.versions.insert(9, Some("a_1".into()));
+        let ts = terms(&writes, &seen, Duration::from_secs(4));
+        let (landed, _) = late_writes(&writes, &ts, &Default::default());
+        let judged: Vec<(jiff::Timestamp, bool)> = landed
+            .iter()
+            .map(|l| (l.write.received, l.after_successor))
+            .collect();
+        // The write at 21 is inside a_1's second term: neither late nor stale.
+        assert_eq!(judged, vec![(at(6.5), false), (at(7.5), true)]);
     }
 
     #[test]
