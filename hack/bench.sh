@@ -17,7 +17,8 @@
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
-#                   CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, CLUSTER_CIDR
+#                   CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, NETCM_BIN_BEFORE
+#                   (scale: a row for that netcm build before this one's), CLUSTER_CIDR
 #                   (10.0.0.0/8), TIMEOUT_SECONDS (3600). At 50,000 Nodes kube-apiserver holds ~4 GiB.
 #   decode          what the informer spends per Node decoding a watch event and caching it, the full
 #                   k8s-openapi Node trimmed in kube-runtime's reflector store (before) against WireNode →

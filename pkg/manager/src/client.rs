@@ -3,7 +3,8 @@
 //! stack every request passes (`layer`): kube's retry policy on top, so each attempt passes the client's
 //! own token bucket, then the leader fence and deadline for writes, then the `rest_client_*` metrics.
 //!
-//! The process has two clients: the shared one (`--kube-api-qps`/`--kube-api-burst`, writes fenced) and
+//! The process has a client per controller and one for its own requests (each its own
+//! `--kube-api-qps`/`--kube-api-burst` bucket, as KCM's per-controller clientsets; writes fenced), and
 //! leader election's own ([`build_unfenced_client`]), so renewals never queue behind a backlog.
 
 mod layer;

@@ -25,7 +25,7 @@ use crate::sync_metrics;
 /// and build queues here; they spawn nothing.
 #[derive(Clone)]
 pub struct InitContext {
-    /// The API client (rate-limited, metered, fenced for writes).
+    /// This controller's own API client: its own `--kube-api-qps` token bucket, metered, writes fenced.
     pub client: kube::Client,
     /// The process-wide Node informer; subscribe before it starts.
     pub nodes: SharedInformer<CachedNode>,

@@ -20,7 +20,8 @@ pub struct GenericFlags {
     #[arg(long)]
     pub master: Option<String>,
 
-    /// QPS to use while talking with kube-apiserver (client-side token bucket).
+    /// QPS to use while talking with kube-apiserver: a client-side token bucket per controller, as KCM's
+    /// (the process's own requests and leader election have one each too).
     #[arg(long, default_value_t = 500.0)]
     pub kube_api_qps: f32,
 

@@ -120,8 +120,12 @@ struct Manager {
     /// The loaded client configuration; the secure port's reviews build their own client from it.
     config: kube::Config,
     user_agent: String,
-    /// The shared client: token bucket, fence and deadline for writes, metrics.
+    /// The process's own client (Events, the effective configuration, finding its Node): token bucket,
+    /// fence and deadline for writes, metrics. Each controller gets one of its own ([`Manager::init`]).
     client: kube::Client,
+    /// What builds a controller's client: options, metrics.
+    client_opts: ClientOptions,
+    client_metrics: ClientMetrics,
     /// Leader election's own client: its own token bucket, no fence.
     election_client: kube::Client,
     /// Cancelled on SIGTERM or SIGINT, or when the replica fails.
@@ -208,7 +212,12 @@ impl Manager {
             client_opts.burst,
             client_metrics.clone(),
         )?;
-        let client = build_client(config.clone(), &client_opts, guard.clone(), client_metrics)?;
+        let client = build_client(
+            config.clone(),
+            &client_opts,
+            guard.clone(),
+            client_metrics.clone(),
+        )?;
 
         let shutdown = CancellationToken::new();
         tokio::spawn({
@@ -230,8 +239,10 @@ impl Manager {
             workqueue_metrics,
             guard,
             config,
-            user_agent: client_opts.user_agent,
+            user_agent: client_opts.user_agent.clone(),
             client,
+            client_opts,
+            client_metrics,
             election_client,
             shutdown,
             failure,
@@ -359,7 +370,17 @@ impl Manager {
                 let jitter = rand::rng().random_range(0.0..1.0);
                 tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
             }
+            // A client, so a token bucket, per controller, as KCM's controllers each get their own
+            // clientset at --kube-api-qps: one controller's backlog (the annotation syncer's, say)
+            // does not halve another's allocation rate.
+            let client = build_client(
+                self.config.clone(),
+                &self.client_opts,
+                self.guard.clone(),
+                self.client_metrics.clone(),
+            )?;
             let ctx = InitContext {
+                client,
                 workers: d.workers(),
                 readiness: ControllerHealth::default(),
                 ..ctx.clone()

@@ -42,7 +42,12 @@ const NETCM_IMAGE_MALLOC_ENV: [(&str, &str); 2] = [
 
 /// netcm with only the subnet allocator, the bench's cluster CIDR, `extra` args and then NETCM_EXTRA_ARGS.
 pub fn netcm(cfg: &Config, label: &str, extra: &[&str]) -> Contender {
-    let mut cmd = Command::new(netcm_e2e::netcm::netcm_binary());
+    netcm_from(netcm_e2e::netcm::netcm_binary(), cfg, label, extra)
+}
+
+/// [`netcm`] from the binary at `bin` (another build, to compare before and after in one run).
+pub fn netcm_from(bin: &std::path::Path, cfg: &Config, label: &str, extra: &[&str]) -> Contender {
+    let mut cmd = Command::new(bin);
     cmd.args([
         &format!("--kubeconfig={}", control_plane().kubeconfig.display()),
         "--controllers=subnet-allocator",

@@ -9,7 +9,8 @@
 //!   defaults, without claims and at qps 5000, kube-controller-manager's nodeipam at qps 500 and at its
 //!   default qps 20. Then 200 Nodes arriving one at a time: create → CIDR latency.
 //! - `scale`: the same backlog at N = 50,000: the ceiling, netcm and KCM at one QPS (default 1000),
-//!   ROUNDS times (1), then the median of each round's ratios.
+//!   ROUNDS times (1), then the median of each round's ratios; NETCM_BIN_BEFORE adds a row for another
+//!   netcm build before this one's, to measure a change in one run.
 //! - `churn`: N = 5,000 allocated, then Nodes created and deleted at CHURN_RATE/s for CHURN_SECONDS:
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
 //! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
@@ -31,7 +32,9 @@ mod summary;
 
 use std::time::Duration;
 
-use contenders::{api_ceiling, kcm, netcm, run_backlog, CeilingLoad, CeilingPatch, Row};
+use contenders::{
+    api_ceiling, kcm, netcm, netcm_from, run_backlog, CeilingLoad, CeilingPatch, Row,
+};
 use measure::{ms, percentile};
 
 /// Settings from the environment (names in capitals in the README).
@@ -221,6 +224,12 @@ async fn scale_mode(client: &kube::Client, cfg: &Config) {
             eprintln!("[bench] round {round} of {}", cfg.rounds);
         }
         let mut rows = ceilings(client, cfg).await;
+        // NETCM_BIN_BEFORE: another build first, so a change is measured against it in one run.
+        if let Ok(before) = std::env::var("NETCM_BIN_BEFORE") {
+            let label = format!("netcm before (qps {qps}, burst {burst})");
+            let before = netcm_from(std::path::Path::new(&before), cfg, &label, &fair);
+            rows.push(run_backlog(client, cfg, before).await);
+        }
         let label = format!("netcm (qps {qps}, burst {burst})");
         rows.push(run_backlog(client, cfg, netcm(cfg, &label, &fair)).await);
         if !flag("ONLY_NETCM") {
