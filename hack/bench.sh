@@ -59,8 +59,15 @@
 #                   routes programmed", the time to every RouteCreated condition, and a live change of every
 #                   Node's gateway (e2e/src/bin/bench-routes.rs).
 #                     hack/bench.sh routes [NODES]
+#   token-expiry    on the multi-node cluster of hack/cluster.sh (root; it downs any cluster first and leaves
+#                   none), ~15 minutes: netcm's pod given a ServiceAccount token that expires after 600 s (the
+#                   least the API server issues) keeps working past it — probe Nodes get pod CIDRs every 30 s,
+#                   no restart, the Lease kept, the audit log shows netcm switching to the kubelet's next token
+#                   before the first expires (e2e/src/bin/bench-token-expiry.rs).
+#                     hack/bench.sh token-expiry                        OBSERVE_SECONDS=780
 #
-# hack/bench-pod-network.sh (the multi-node cluster of hack/cluster.sh) is not run from here; forget is.
+# hack/bench-pod-network.sh (the multi-node cluster of hack/cluster.sh) is not run from here; forget and
+# token-expiry are.
 # The benchmarks on the real control plane start (or reuse) the one of NETCM_CONTROLPLANE_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -122,5 +129,9 @@ case "$name" in
     controlplane_up
     export NODES=${1:-5000}
     run_debug bench-routes ;;
-  *) sed -n '2,63p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  token-expiry)
+    # As forget: its own cluster, netcm from hack/image.sh build's image.
+    cargo build --quiet --locked -p netcm-e2e --bin bench-token-expiry
+    exec "$root/target/debug/bench-token-expiry" ;;
+  *) sed -n '2,70p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

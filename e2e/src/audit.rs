@@ -1,5 +1,7 @@
-//! Reading kube-apiserver's audit log (JSON lines, metadata level for writes to nodes, leases, events).
+//! Reading kube-apiserver's audit log (JSON lines, metadata level for writes to nodes, leases, events),
+//! and grouping a user's requests by the credential they were authenticated with.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -8,6 +10,8 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
+    #[serde(default, rename = "auditID")]
+    pub audit_id: String,
     pub stage: String,
     pub verb: String,
     #[serde(default)]
@@ -21,7 +25,30 @@ pub struct AuditEvent {
     /// The path and query as sent, e.g. `/api/v1/nodes/n?timeout=9500ms`.
     #[serde(default, rename = "requestURI")]
     pub request_uri: String,
+    /// Who made the request; empty for one that failed authentication.
+    #[serde(default)]
+    pub user: UserInfo,
 }
+
+/// The authenticated user, as the API server recorded it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// E.g. `authentication.kubernetes.io/credential-id` (`JTI=<uuid>` for a ServiceAccount token),
+    /// `authentication.kubernetes.io/pod-name`, `…/pod-uid` for a token bound to a pod.
+    #[serde(default)]
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The `user.extra` key naming the credential a request was authenticated with.
+pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+/// The `user.extra` key naming the pod a bound ServiceAccount token belongs to.
+pub const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+/// The `user.extra` key with that pod's UID.
+pub const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
 
 /// What was written.
 #[derive(Debug, Clone, Deserialize)]
@@ -61,6 +88,16 @@ impl AuditEvent {
         }
     }
 
+    /// The HTTP code, if the response started.
+    pub fn code(&self) -> Option<u16> {
+        self.response_status.as_ref().map(|s| s.code)
+    }
+
+    /// The first value of `user.extra[key]`.
+    pub fn extra(&self, key: &str) -> Option<&str> {
+        self.user.extra.get(key)?.first().map(String::as_str)
+    }
+
     /// When the request was received.
     pub fn received(&self) -> Option<jiff::Timestamp> {
         self.request_received_timestamp.parse().ok()
@@ -75,4 +112,137 @@ pub fn read(path: &Path) -> Vec<AuditEvent> {
         .filter_map(|l| serde_json::from_str::<AuditEvent>(l).ok())
         .filter(|e| e.stage == "ResponseComplete")
         .collect()
+}
+
+/// Every request in the audit log once, at its last recorded stage: a request that failed authentication
+/// is recorded only at `ResponseStarted`, as is a watch still open (its `ResponseComplete` comes when it
+/// ends), so reading `ResponseComplete` alone misses both.
+pub fn read_every_request(path: &Path) -> Vec<AuditEvent> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read audit log {}: {e}", path.display()));
+    last_stage_of_each(
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<AuditEvent>(l).ok()),
+    )
+}
+
+/// One event per audit ID, the last one given (stages are logged in order); in the order of first sight.
+pub fn last_stage_of_each(events: impl IntoIterator<Item = AuditEvent>) -> Vec<AuditEvent> {
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out: Vec<AuditEvent> = Vec::new();
+    for e in events {
+        match index.get(&e.audit_id) {
+            Some(&i) if !e.audit_id.is_empty() => out[i] = e,
+            _ => {
+                index.insert(e.audit_id.clone(), out.len());
+                out.push(e);
+            }
+        }
+    }
+    out
+}
+
+/// What one credential was used for: the requests authenticated with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialUse {
+    /// The first and the last request's receipt time.
+    pub first: jiff::Timestamp,
+    pub last: jiff::Timestamp,
+    pub count: usize,
+    /// Requests by response code (0: no response recorded).
+    pub codes: BTreeMap<u16, usize>,
+    /// The pods the credential was bound to, as the API server recorded them.
+    pub pods: BTreeSet<String>,
+}
+
+/// `username`'s requests grouped by `user.extra[CREDENTIAL_ID]` (`""` when the request recorded none).
+pub fn by_credential<'a>(
+    events: impl IntoIterator<Item = &'a AuditEvent>,
+    username: &str,
+) -> BTreeMap<String, CredentialUse> {
+    let mut out: BTreeMap<String, CredentialUse> = BTreeMap::new();
+    for e in events {
+        if e.user.username != username {
+            continue;
+        }
+        let Some(at) = e.received() else { continue };
+        let id = e.extra(CREDENTIAL_ID).unwrap_or_default().to_string();
+        let entry = out.entry(id).or_insert_with(|| CredentialUse {
+            first: at,
+            last: at,
+            count: 0,
+            codes: BTreeMap::new(),
+            pods: BTreeSet::new(),
+        });
+        entry.first = entry.first.min(at);
+        entry.last = entry.last.max(at);
+        entry.count += 1;
+        *entry.codes.entry(e.code().unwrap_or(0)).or_default() += 1;
+        if let Some(pod) = e.extra(POD_NAME) {
+            entry.pods.insert(pod.to_string());
+        }
+    }
+    out
+}
+
+/// The requests answered 401: failed authentication, recorded without a user.
+pub fn unauthorized<'a>(events: impl IntoIterator<Item = &'a AuditEvent>) -> Vec<&'a AuditEvent> {
+    events
+        .into_iter()
+        .filter(|e| e.code() == Some(401))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(line: &str) -> AuditEvent {
+        serde_json::from_str(line).unwrap()
+    }
+
+    fn request(id: &str, stage: &str, at: &str, jti: &str, code: u16) -> AuditEvent {
+        event(&format!(
+            r#"{{"auditID":"{id}","stage":"{stage}","verb":"update","requestReceivedTimestamp":"{at}",
+            "user":{{"username":"system:serviceaccount:kube-system:netcm","groups":["system:serviceaccounts"],
+            "extra":{{"authentication.kubernetes.io/credential-id":["JTI={jti}"],
+            "authentication.kubernetes.io/pod-name":["netcm-abc"]}}}},
+            "objectRef":{{"resource":"leases","namespace":"kube-system","name":"netcm"}},
+            "responseStatus":{{"code":{code}}}}}"#
+        ))
+    }
+
+    #[test]
+    fn requests_are_grouped_by_credential_with_first_last_count_and_codes() {
+        let failed = event(
+            r#"{"auditID":"x","stage":"ResponseStarted","verb":"update","requestReceivedTimestamp":"2026-11-26T10:00:09Z",
+            "user":{},"objectRef":{"resource":"leases"},"responseStatus":{"code":401}}"#,
+        );
+        let other = event(
+            r#"{"auditID":"o","stage":"ResponseComplete","verb":"patch","requestReceivedTimestamp":"2026-11-26T10:00:01Z",
+            "user":{"username":"system:admin"},"responseStatus":{"code":200}}"#,
+        );
+        let events = last_stage_of_each([
+            request("a", "ResponseComplete", "2026-11-26T10:00:02Z", "one", 200),
+            request("w", "ResponseStarted", "2026-11-26T10:00:00Z", "one", 200),
+            request("b", "ResponseComplete", "2026-11-26T10:00:05Z", "one", 409),
+            request("w", "ResponseComplete", "2026-11-26T10:00:00Z", "one", 200),
+            request("c", "ResponseComplete", "2026-11-26T10:00:08Z", "two", 200),
+            failed,
+            other,
+        ]);
+        assert_eq!(events.len(), 6, "the watch's two stages are one request");
+        let by = by_credential(&events, "system:serviceaccount:kube-system:netcm");
+        assert_eq!(by.keys().collect::<Vec<_>>(), ["JTI=one", "JTI=two"]);
+        let one = &by["JTI=one"];
+        assert_eq!(one.first, "2026-11-26T10:00:00Z".parse().unwrap());
+        assert_eq!(one.last, "2026-11-26T10:00:05Z".parse().unwrap());
+        assert_eq!(one.count, 3);
+        assert_eq!(one.codes, BTreeMap::from([(200, 2), (409, 1)]));
+        assert_eq!(one.pods, BTreeSet::from(["netcm-abc".to_string()]));
+        assert_eq!(by["JTI=two"].count, 1);
+        let denied = unauthorized(&events);
+        assert_eq!(denied.len(), 1);
+        assert_eq!(denied[0].user.username, "");
+    }
 }

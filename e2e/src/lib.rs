@@ -17,6 +17,7 @@ pub mod flannel_daemonset;
 pub mod flannel_routes;
 pub mod flanneld;
 pub mod forget;
+pub mod jwt;
 pub mod multinode;
 pub mod netcm;
 pub mod netns;
