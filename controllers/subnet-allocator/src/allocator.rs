@@ -133,6 +133,35 @@ pub(crate) fn facts(node: &CachedNode) -> NodeFacts {
     }
 }
 
+/// Why a Node's CIDRs were released, as the log says it: a write refused is not a Node deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReason {
+    /// The Node was deleted (or re-created under its name with another UID).
+    NodeDeleted,
+    /// The API said the Node is gone when its CIDRs were written.
+    NodeGone,
+    /// The write was refused or could not be confirmed; the Node is synced again.
+    WriteNotLanded,
+    /// An earlier leader claimed the chosen CIDR's block; another CIDR is chosen.
+    BlockClaimedEarlier,
+}
+
+impl ReleaseReason {
+    /// The log's words for it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::NodeDeleted => "the node was deleted",
+            ReleaseReason::NodeGone => "the node was gone when its CIDRs were written",
+            ReleaseReason::WriteNotLanded => {
+                "the write of its CIDRs did not land; the node is synced again"
+            }
+            ReleaseReason::BlockClaimedEarlier => {
+                "an earlier leader claimed the block; choosing elsewhere"
+            }
+        }
+    }
+}
+
 impl Allocator {
     pub(crate) fn publish_usage(&self, pools: &Pools) {
         self.metrics.publish(&pools.stats());
@@ -153,10 +182,15 @@ impl Allocator {
         self.publish_usage(pools);
     }
 
-    /// Releases what the Node `name` with UID `uid` held or had pending and wakes the Nodes waiting for a
-    /// CIDR. Its block stays claimed: the CIDRs go back to this leader's blocks.
-    pub(crate) async fn release(&self, name: &str, uid: &str) -> Result<(), SyncError> {
-        self.release_until(name, uid, None).await
+    /// Releases what the Node `name` with UID `uid` held or had pending, `why` (for the log), and wakes the
+    /// Nodes waiting for a CIDR. Its block stays claimed: the CIDRs go back to this leader's blocks.
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        uid: &str,
+        why: ReleaseReason,
+    ) -> Result<(), SyncError> {
+        self.release_until(name, uid, None, why).await
     }
 
     /// [`Allocator::release`], or with `held_until` the release hold: the CIDRs stay out of allocation
@@ -166,6 +200,7 @@ impl Allocator {
         name: &str,
         uid: &str,
         held_until: Option<Instant>,
+        why: ReleaseReason,
     ) -> Result<(), SyncError> {
         let mut held = Vec::new();
         let mut held_provider_id = None;
@@ -209,7 +244,7 @@ impl Allocator {
         if released.is_empty() {
             return Ok(());
         }
-        tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), "released the pod CIDRs of a deleted node");
+        tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), reason = why.as_str(), "released pod CIDRs");
         self.wake_waiting();
         // A draining ClusterCIDR may have lost its last holder: its finalizer can go now.
         if let Some(changed) = &self.pools_changed {

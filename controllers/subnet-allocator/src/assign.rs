@@ -10,7 +10,7 @@ use kube::api::{Patch, PatchParams};
 use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
-use crate::allocator::{Allocator, SyncError, NAME};
+use crate::allocator::{Allocator, ReleaseReason, SyncError, NAME};
 use crate::blocks::{block_in, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
 use crate::claims::{BlockClaim, Claims};
 use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
@@ -145,7 +145,8 @@ impl Allocator {
                 Some(block) => {
                     taken += 1;
                     tracing::info!(controller = NAME, node = name, block = %block, "an earlier leader claimed this block; choosing a CIDR elsewhere until it is usable");
-                    self.release(name, uid).await?;
+                    self.release(name, uid, ReleaseReason::BlockClaimedEarlier)
+                        .await?;
                     if taken >= MAX_TAKEN_CLAIMS_PER_SYNC {
                         return Err(SyncError::ClaimsExhausted(taken));
                     }
@@ -248,7 +249,7 @@ impl Allocator {
         match classify_patch_error(&e) {
             PatchFailure::Gone => {
                 tracing::info!(controller = NAME, node = name, error = %e, "node is gone; released its allocation");
-                self.release(name, uid).await?;
+                self.release(name, uid, ReleaseReason::NodeGone).await?;
                 Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)))
             }
             PatchFailure::Conflict => {
@@ -320,7 +321,8 @@ impl Allocator {
         });
         let after = after_failed_write(failure, facts.as_ref(), uid, cidrs);
         if after != AfterFailedWrite::Written {
-            self.release(name, uid).await?;
+            self.release(name, uid, ReleaseReason::WriteNotLanded)
+                .await?;
         }
         let retry = match after {
             AfterFailedWrite::Written => {

@@ -16,7 +16,7 @@ use netcm_ipam::ReleaseHoldUse;
 use netcm_manager::{CachedNode, EventType};
 use tokio_util::sync::CancellationToken;
 
-use crate::allocator::{Allocator, SyncError, NAME};
+use crate::allocator::{Allocator, ReleaseReason, SyncError, NAME};
 use crate::blocks::block_in;
 use crate::claims::Claim;
 use crate::release_hold_record::{self as record, ReleaseHoldRecord};
@@ -25,7 +25,8 @@ impl Allocator {
     /// Releases what a deleted (or re-created) Node held: into the release hold when one is configured.
     pub(crate) async fn release_deleted(&self, name: &str, uid: &str) -> Result<(), SyncError> {
         let held_until = (!self.release_hold.is_zero()).then(|| Instant::now() + self.release_hold);
-        self.release_until(name, uid, held_until).await
+        self.release_until(name, uid, held_until, ReleaseReason::NodeDeleted)
+            .await
     }
 
     /// Says how an allocation used the release hold: a Node given back its own CIDRs is logged; CIDRs
