@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+pub mod api_path;
 pub mod apiservers;
 pub mod audit;
 pub mod cgroup;

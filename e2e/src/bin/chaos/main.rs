@@ -19,7 +19,6 @@
 
 mod checker;
 mod faults;
-mod path;
 mod replicas;
 mod report;
 mod rng;
@@ -33,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
+use netcm_e2e::api_path;
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::{client_for, repo_root, TestEnv};
 use tokio::sync::{watch, Mutex};
@@ -171,7 +171,7 @@ async fn campaign(s: &Settings, stop: watch::Receiver<bool>) -> Result<Summary, 
     let t0 = Instant::now();
     let checker = Checker::start(&clients);
     let (replicas, mechanism) = Replicas::start(s.replicas, &servers, &s.out).await?;
-    if let path::Mechanism::RelayAndIptables(why) = &mechanism {
+    if let api_path::Mechanism::RelayAndIptables(why) = &mechanism {
         eprintln!(
             "[chaos] tc netem unusable here ({why}): path faults delay in the relay and drop with iptables"
         );

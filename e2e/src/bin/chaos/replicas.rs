@@ -12,7 +12,7 @@ use netcm_e2e::netns::{NetNs, NetnsNetcm};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::path::{apiserver_port, ApiPath, Mechanism};
+use netcm_e2e::api_path::{self, apiserver_port, ApiPath, Mechanism};
 
 /// Lease settings short enough for a leader change every few seconds: 4 s lease, 3 s renew deadline, 1 s
 /// retry period (whole seconds for the lease, as netcm requires).
@@ -133,7 +133,7 @@ impl Replicas {
             let kubeconfig = servers.kubeconfig(server).to_path_buf();
             let ns = NetNs::create();
             let m = mechanism
-                .get_or_insert_with(|| crate::path::probe_netem(&ns))
+                .get_or_insert_with(|| api_path::probe_netem(&ns))
                 .clone();
             let path = ApiPath::open(&ns, apiserver_port(&kubeconfig)?, m)?;
             replicas.slots.push(Slot {

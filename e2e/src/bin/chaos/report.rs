@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 
 use crate::checker::Overlap;
 use crate::faults::{Kind, Record};
-use crate::path::Mechanism;
 use crate::replicas::Start;
 use crate::terms::{Late, Term, Write};
 use crate::workload::Stats;
+use netcm_e2e::api_path::Mechanism;
 
 /// Everything the report says.
 pub struct Summary {

@@ -1,12 +1,13 @@
-//! The network path between a replica (in its own network namespace) and its API server, and the faults
-//! on it: delay and loss.
+//! The network path between a netcm process in its own network namespace and its API server, and the
+//! faults on it: delay and loss. Used by the chaos campaign (`src/bin/chaos`, one path per replica).
 //!
-//! The API server listens on the root namespace's 127.0.0.1; the replica reaches it through a listener on
-//! its namespace's 127.0.0.1:<same port> whose connections this process relays (the harness's
-//! `NetNs::forward_apiserver` trick, here with a delay the relay can apply). Delay and loss come from
-//! `tc qdisc … netem` on the namespace's loopback when the kernel has netem; without it, delay is added
-//! by the relay (each chunk is held for the delay, order kept) and loss by an iptables `statistic` DROP
-//! rule on the namespace's loopback, so packets are really lost and TCP really retransmits.
+//! The API server listens on the root namespace's 127.0.0.1; the process reaches it through a listener
+//! on its namespace's 127.0.0.1:<same port> whose connections the caller's tokio runtime relays (the
+//! trick of [`NetNs::forward_apiserver`], here with a delay the relay can apply). Delay and loss come
+//! from `tc qdisc … netem` on the namespace's loopback when the kernel has netem ([`probe_netem`]);
+//! without it, delay is added by the relay (each chunk is held for the delay, order kept) and loss by an
+//! iptables `statistic` DROP rule on the namespace's loopback, so packets are really lost and TCP really
+//! retransmits.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use netcm_e2e::netns::NetNs;
+use crate::netns::NetNs;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -23,7 +24,7 @@ use tokio::time::Instant;
 /// How delay and loss are applied on this machine, found once by [`probe_netem`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mechanism {
-    /// `tc qdisc add dev lo root netem delay … loss …` in the replica's namespace.
+    /// `tc qdisc add dev lo root netem delay … loss …` in the path's namespace.
     Netem,
     /// Delay in the relay, loss by iptables; the reason netem is not used.
     RelayAndIptables(String),
