@@ -1,5 +1,7 @@
 //! The network path between a netcm process in its own network namespace and its API server, and the
-//! faults on it: delay and loss. Used by the chaos campaign (`src/bin/chaos`, one path per replica).
+//! faults on it: delay and loss. Used by the chaos campaign (`src/bin/chaos`, one path per replica) and by
+//! the e2e test of a leader behind a 300 ms, 5 % lossy path (`tests/e2e/faults_outside_the_api.rs`),
+//! which reads back what the path did ([`ApiPath::round_trip`], [`ApiPath::dropped_packets`]).
 //!
 //! The API server listens on the root namespace's 127.0.0.1; the process reaches it through a listener
 //! on its namespace's 127.0.0.1:<same port> whose connections the caller's tokio runtime relays (the
@@ -48,13 +50,18 @@ pub fn probe_netem(ns: &NetNs) -> Mechanism {
 
 /// Runs `ip netns exec <ns> args…`; the command's stderr on failure.
 fn ip_netns_exec(ns: &str, args: &[&str]) -> Result<(), String> {
+    ip_netns_stdout(ns, args).map(drop)
+}
+
+/// Runs `ip netns exec <ns> args…`; its stdout, or its stderr on failure.
+fn ip_netns_stdout(ns: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new("ip")
         .args(["netns", "exec", ns])
         .args(args)
         .output()
         .map_err(|e| format!("running {}: {e}", args.join(" ")))?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(format!(
             "`{}` failed: {}",
@@ -81,6 +88,7 @@ pub fn apiserver_port(kubeconfig: &Path) -> Result<u16, String> {
 /// A relay from a namespace's 127.0.0.1:`port` to the root namespace's, with an adjustable delay.
 pub struct ApiPath {
     ns: String,
+    port: u16,
     delay_ms: Arc<AtomicU64>,
     mechanism: Mechanism,
     task: tokio::task::JoinHandle<()>,
@@ -116,6 +124,7 @@ impl ApiPath {
         });
         Ok(ApiPath {
             ns: ns.name.clone(),
+            port,
             delay_ms,
             mechanism,
             task,
@@ -177,6 +186,76 @@ impl ApiPath {
             }
         }
     }
+
+    /// How the path applies delay and loss.
+    pub fn mechanism(&self) -> &Mechanism {
+        &self.mechanism
+    }
+
+    /// One round trip through the path, as a process in the namespace sees it: from sending a plaintext
+    /// HTTP request to 127.0.0.1:`port` to the first byte of the API server's answer (its TLS listener
+    /// answers `HTTP/1.0 400 Bad Request`; the end of a connection is not delayed by the relay, so the
+    /// answer must have a byte). Runs on a blocking thread inside the namespace, so the relay keeps
+    /// running on the caller's runtime.
+    pub async fn round_trip(&self) -> Result<Duration, String> {
+        let (ns, port) = (self.ns.clone(), self.port);
+        tokio::task::spawn_blocking(move || {
+            crate::netns::in_netns(&ns, move || -> Result<Duration, String> {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", port))
+                    .map_err(|e| format!("connect to 127.0.0.1:{port}: {e}"))?;
+                s.set_read_timeout(Some(Duration::from_secs(30)))
+                    .map_err(|e| format!("read timeout: {e}"))?;
+                let sent = std::time::Instant::now();
+                s.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                    .map_err(|e| format!("send through the path: {e}"))?;
+                let mut first = [0u8; 1];
+                match s.read(&mut first) {
+                    Ok(1) => Ok(sent.elapsed()),
+                    Ok(_) => Err("the API server closed the connection without a byte".into()),
+                    Err(e) => Err(format!("no answer through the path: {e}")),
+                }
+            })
+        })
+        .await
+        .map_err(|e| format!("round-trip thread: {e}"))?
+    }
+
+    /// How many packets the loss has dropped so far in the namespace: the packet counters of the
+    /// iptables DROP rules on its OUTPUT chain, or netem's `dropped` count.
+    pub fn dropped_packets(&self) -> Result<u64, String> {
+        match &self.mechanism {
+            Mechanism::Netem => {
+                let out = ip_netns_stdout(&self.ns, &["tc", "-s", "qdisc", "show", "dev", "lo"])?;
+                out.split("dropped ")
+                    .skip(1)
+                    .map(|rest| {
+                        let n = rest.split(|c: char| !c.is_ascii_digit()).next();
+                        n.and_then(|n| n.parse::<u64>().ok())
+                            .ok_or_else(|| format!("no count after `dropped` in {out:?}"))
+                    })
+                    .sum()
+            }
+            Mechanism::RelayAndIptables(_) => {
+                let out =
+                    ip_netns_stdout(&self.ns, &["iptables", "-L", "OUTPUT", "-v", "-x", "-n"])?;
+                Ok(iptables_dropped(&out))
+            }
+        }
+    }
+}
+
+/// The sum of the packet counters of the DROP rules in `iptables -L <chain> -v -x -n` output.
+fn iptables_dropped(listing: &str) -> u64 {
+    listing
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.split_whitespace();
+            let packets = fields.next()?.parse::<u64>().ok()?;
+            let _bytes = fields.next()?;
+            (fields.next()? == "DROP").then_some(packets)
+        })
+        .sum()
 }
 
 impl Drop for ApiPath {
@@ -214,4 +293,22 @@ async fn relay(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay_ms: Arc<At
         let _ = to.shutdown().await;
     };
     tokio::join!(reader, writer);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_the_drop_rules_packets_count_as_dropped() {
+        let listing = "\
+Chain OUTPUT (policy ACCEPT 4521 packets, 2310876 bytes)
+    pkts      bytes target     prot opt in     out     source               destination
+     231    40112 DROP       0    --  *      lo      0.0.0.0/0            0.0.0.0/0            statistic mode random probability 0.04999999981
+      17     1020 ACCEPT     0    --  *      lo      0.0.0.0/0            0.0.0.0/0
+";
+        assert_eq!(super::iptables_dropped(listing), 231);
+        assert_eq!(
+            super::iptables_dropped("Chain OUTPUT (policy ACCEPT 0 packets, 0 bytes)\n"),
+            0
+        );
+    }
 }

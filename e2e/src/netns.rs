@@ -43,7 +43,7 @@ fn run_ip(args: &[&str]) -> Result<String, String> {
 }
 
 /// Runs `f` on a fresh thread inside the namespace `name` and returns its result.
-fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let path = format!("/run/netns/{name}");
     std::thread::spawn(move || {
         let ns = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
