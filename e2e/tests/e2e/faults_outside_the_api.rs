@@ -410,8 +410,9 @@ async fn a_leader_behind_a_300ms_lossy_path_allocates_every_node_once_and_keeps_
         "the path is not degraded: a round trip through it took {round_trip:?}"
     );
 
-    let started = Instant::now();
+    // Timed from the spawn: starting builds the binary first (`netcm_binary`).
     let n = NetnsNetcm::start("lossy", &ns, &env.cp.kubeconfig, &allocator_args(&[]), &[]);
+    let started = Instant::now();
     let id = n.identity().await;
     wait_for(
         "the process behind the lossy path to hold the Lease",
