@@ -28,6 +28,7 @@ pub mod pod_network;
 pub mod probe;
 pub mod route_lab;
 pub mod takeover;
+pub mod token_expiry;
 pub mod webhook;
 
 mod commands;

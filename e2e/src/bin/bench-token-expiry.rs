@@ -20,41 +20,60 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::exit;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use netcm_e2e::audit::{self, AuditEvent, POD_UID};
+use netcm_e2e::audit::{self, AuditEvent, CredentialUse, POD_UID};
 use netcm_e2e::jwt::{self, Claims};
 use netcm_e2e::multinode::{built_image, eventually, master_status, script, Cluster};
 use netcm_e2e::pod_network::cidrs_of;
+use netcm_e2e::token_expiry::{
+    about_tokens, at, clock, credential_row, from_exp, ready, restarts, token_patch, token_row,
+    verdict, Findings, LeaseState, Probe, TokenUse, Verdict, LIFETIME, VOLUME,
+};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 const PROBE_EVERY: Duration = Duration::from_secs(30);
 const PROBE_WAIT: Duration = Duration::from_secs(30);
-/// The shortest lifetime the API server issues.
-const LIFETIME: i64 = 600;
-const VOLUME: &str = "token-600s";
-const MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const NAMESPACE: &str = "kube-system";
 const SELECTOR: &str = "app.kubernetes.io/component=controller-manager";
 
-/// The Deployment's pod template with its own token of LIFETIME seconds, mounted where the automounted
-/// one would be (ca.crt and namespace beside it, as the automount's projected volume has them).
-fn token_patch() -> Value {
-    json!({"spec": {"template": {"spec": {
-        "automountServiceAccountToken": false,
-        "volumes": [{"name": VOLUME, "projected": {"defaultMode": 420, "sources": [
-            {"serviceAccountToken": {"expirationSeconds": LIFETIME, "path": "token"}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace",
-                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
-        ]}}],
-        "containers": [{"name": "netcm", "volumeMounts": [
-            {"name": VOLUME, "mountPath": MOUNT, "readOnly": true}
-        ]}]
-    }}}})
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() {
+    let observe = Duration::from_secs(env_number("OBSERVE_SECONDS", 780));
+    let installed = bring_up_and_install().await;
+    let cluster = &installed.cluster;
+    let leading = give_the_pod_a_short_token_and_wait_until_it_leads(&installed).await;
+    let seen = observe_with_probe_nodes(cluster, &leading, observe).await;
+    let end = read_the_end_state(cluster, &leading.pod, &seen.probes).await;
+    let audited = read_the_audit_log(cluster, &installed.user, &leading);
+    script("hack/cluster.sh", &["down"], &[]);
+
+    print_the_tables(&installed.user, &leading, &seen, &audited);
+    let verdict = verdict(&Findings {
+        first_exp: at(leading.first.exp),
+        probes: seen.probes,
+        restart_count: end.restart_count,
+        lease_start: leading.lease.clone(),
+        lease_end: end.lease,
+        tokens_in_file: seen.tokens.len(),
+        jtis: audited.token_use.jtis(),
+        later_token_successes_after_exp: audited.token_use.later_token_successes_after_exp,
+        first_token_after_exp: audited.token_use.first_token_after_exp.clone(),
+        first_id: leading.first.credential_id(),
+        first_token_audited: audited
+            .token_use
+            .by_credential
+            .contains_key(&leading.first.credential_id()),
+    });
+    print_the_verdict(observe, &verdict, &end.log);
+    if let Some(message) = verdict.failure_message() {
+        eprintln!("{message}");
+        exit(1);
+    }
 }
 
 /// The netcm pod of the patched template: name, UID, node, IP.
@@ -66,34 +85,280 @@ struct NetcmPod {
     ip: String,
 }
 
-/// The Lease: holder and transitions.
-async fn lease(cluster: &Cluster) -> (String, i64) {
-    let l = cluster.get_json(&["lease", "-n", NAMESPACE, "netcm"]).await;
-    (
-        l["spec"]["holderIdentity"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        l["spec"]["leaseTransitions"].as_i64().unwrap_or(0),
-    )
+/// A fresh one-node cluster with the chart's netcm leading.
+struct Installed {
+    cluster: Cluster,
+    deployment: String,
+    /// The user netcm's ServiceAccount authenticates as.
+    user: String,
+    holder: String,
 }
 
-fn ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+/// The pod with the token of LIFETIME seconds, leading, and the first token the kubelet wrote into it.
+struct Leading {
+    pod: NetcmPod,
+    lease: LeaseState,
+    token_file: PathBuf,
+    first: Claims,
 }
 
-fn restarts(pod: &Value) -> i64 {
-    pod["status"]["containerStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == "netcm")
-        .and_then(|c| c["restartCount"].as_i64())
-        .unwrap_or(-1)
+/// What the observation saw: the probes, and each token the kubelet wrote with when it was first seen.
+struct Observation {
+    probes: Vec<Probe>,
+    tokens: Vec<(Timestamp, Claims)>,
+}
+
+/// The pod and the Lease after the observation, and netcm's log.
+struct EndState {
+    restart_count: i64,
+    lease: LeaseState,
+    log: String,
+}
+
+/// What the audit log says: every credential of netcm's user, what this pod did with its tokens, and
+/// the 401s (as `<received> <verb> <uri>`).
+struct Audited {
+    all_by_credential: BTreeMap<String, CredentialUse>,
+    token_use: TokenUse,
+    unauthorized: Vec<String>,
+}
+
+async fn bring_up_and_install() -> Installed {
+    let (image, tar) = built_image("build");
+    let cluster = Cluster::fresh(1);
+    cluster.load(&tar, &image);
+    cluster
+        .install_netcm(&image, &["replicaCount=1".to_string()])
+        .await;
+    let deployments = cluster
+        .get_json(&["deployments", "-n", NAMESPACE, "-l", SELECTOR])
+        .await;
+    let deployment = deployments["items"][0]["metadata"]["name"]
+        .as_str()
+        .expect("the chart's netcm Deployment")
+        .to_string();
+    let service_account = deployments["items"][0]["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("the Deployment's serviceAccountName")
+        .to_string();
+    let user = format!("system:serviceaccount:{NAMESPACE}:{service_account}");
+    let holder = eventually("the chart's netcm leading", TIMEOUT, || async {
+        let l = lease(&cluster).await;
+        (!l.holder.is_empty()).then_some(l.holder)
+    })
+    .await;
+    Installed {
+        cluster,
+        deployment,
+        user,
+        holder,
+    }
+}
+
+/// Patches the Deployment to the token of LIFETIME seconds, waits until its pod leads, and reads the first
+/// token the kubelet wrote, which must live LIFETIME seconds and be bound to that pod.
+async fn give_the_pod_a_short_token_and_wait_until_it_leads(installed: &Installed) -> Leading {
+    let cluster = &installed.cluster;
+    let pod = patch_and_wait(cluster, &installed.deployment, &installed.holder).await;
+    let lease = lease(cluster).await;
+    let token_file = token_path(cluster, &pod);
+    let first = read_token(&token_file);
+    println!(
+        "netcm pod {} (uid {}) on {} ({}), leading as {} (leaseTransitions {}), as {}",
+        pod.name, pod.uid, pod.node, pod.ip, lease.holder, lease.transitions, installed.user
+    );
+    println!(
+        "first token {}: iat {} exp {} (lifetime {} s), jti {}, sub {}, pod {:?}",
+        token_file.display(),
+        at(first.iat),
+        at(first.exp),
+        first.lifetime(),
+        first.jti,
+        first.sub,
+        first.pod
+    );
+    assert_eq!(
+        first.lifetime(),
+        LIFETIME,
+        "the kubelet's token does not live {LIFETIME} s: the campaign would prove nothing"
+    );
+    assert_eq!(
+        first.pod.as_deref(),
+        Some(pod.name.as_str()),
+        "the token is not bound to the netcm pod"
+    );
+    Leading {
+        pod,
+        lease,
+        token_file,
+        first,
+    }
+}
+
+/// For `observe`, a probe Node every PROBE_EVERY, the token file read before each to see the kubelet's
+/// rotations.
+async fn observe_with_probe_nodes(
+    cluster: &Cluster,
+    leading: &Leading,
+    observe: Duration,
+) -> Observation {
+    let exp1 = at(leading.first.exp);
+    let run = Timestamp::now().as_second();
+    let started = Instant::now();
+    let mut probes = Vec::new();
+    let mut tokens: Vec<(Timestamp, Claims)> = vec![(Timestamp::now(), leading.first.clone())];
+    let mut k = 0u32;
+    while started.elapsed() < observe {
+        let due = PROBE_EVERY * k;
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let now = read_token(&leading.token_file);
+        if tokens.last().is_none_or(|(_, c)| c.jti != now.jti) {
+            eprintln!(
+                "  {} the kubelet wrote a new token: jti {} iat {} exp {}",
+                clock(Timestamp::now()),
+                now.jti,
+                at(now.iat),
+                at(now.exp)
+            );
+            tokens.push((Timestamp::now(), now));
+        }
+        let p = probe(cluster, &format!("token-expiry-{run}-{k:02}")).await;
+        eprintln!(
+            "  probe {} at {:+.0} s from the first token's exp: {}",
+            p.name,
+            from_exp(p.created, exp1),
+            p.took
+                .map_or("no pod CIDRs within 30 s".to_string(), |s| format!(
+                    "pod CIDRs after {s:.1} s"
+                ))
+        );
+        probes.push(p);
+        k += 1;
+    }
+    Observation { probes, tokens }
+}
+
+/// The pod's restarts, the Lease and netcm's log after the observation; then the probe Nodes go.
+async fn read_the_end_state(cluster: &Cluster, pod: &NetcmPod, probes: &[Probe]) -> EndState {
+    let pods = netcm_pods(cluster).await;
+    let same = pods
+        .iter()
+        .find(|p| p["metadata"]["uid"] == pod.uid.as_str());
+    let restart_count = same.map_or(-1, restarts);
+    let lease = lease(cluster).await;
+    let (_, log, _) = cluster
+        .try_kubectl(&[
+            "logs",
+            "-n",
+            NAMESPACE,
+            &pod.name,
+            "-c",
+            "netcm",
+            "--tail=400",
+        ])
+        .await;
+    for p in probes {
+        cluster
+            .try_kubectl(&["delete", "node", &p.name, "--wait=false"])
+            .await;
+    }
+    EndState {
+        restart_count,
+        lease,
+        log,
+    }
+}
+
+/// netcm's requests by the credential they were authenticated with, and every 401.
+fn read_the_audit_log(cluster: &Cluster, user: &str, leading: &Leading) -> Audited {
+    let events = audit::read_every_request(&cluster.audit_log());
+    let ours: Vec<&AuditEvent> = events
+        .iter()
+        .filter(|e| e.user.username == user && e.extra(POD_UID) == Some(leading.pod.uid.as_str()))
+        .collect();
+    Audited {
+        all_by_credential: audit::by_credential(&events, user),
+        token_use: TokenUse::of(
+            &ours,
+            user,
+            &leading.first.credential_id(),
+            at(leading.first.exp),
+        ),
+        unauthorized: audit::unauthorized(&events)
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {}",
+                    e.request_received_timestamp, e.verb, e.request_uri
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The tokens the kubelet wrote, netcm's audited requests by credential, and the 401s.
+fn print_the_tables(user: &str, leading: &Leading, seen: &Observation, audited: &Audited) {
+    let exp1 = at(leading.first.exp);
+    let pod = &leading.pod.name;
+    let lifetimes: BTreeMap<String, &Claims> = seen
+        .tokens
+        .iter()
+        .map(|(_, c)| (c.credential_id(), c))
+        .collect();
+    println!("\n### Tokens the kubelet wrote into {pod}\n");
+    println!("| jti | iat | exp | seen in the file at |");
+    println!("|---|---|---|---|");
+    for (seen, claims) in &seen.tokens {
+        println!("{}", token_row(*seen, claims, exp1));
+    }
+    println!("\n### netcm's audited requests by credential (user {user}, pod {pod})\n");
+    println!("| credential | token exp | first request | last request | requests | codes |");
+    println!("|---|---|---|---|---|---|");
+    for (id, used) in &audited.all_by_credential {
+        let token_exp = lifetimes.get(id).map(|c| at(c.exp));
+        let this_pod = audited.token_use.by_credential.contains_key(id);
+        println!("{}", credential_row(id, used, token_exp, this_pod, exp1));
+    }
+    println!(
+        "\nTimes in UTC; (±s) from the first token's exp {}. The audit policy records Lease and Node writes and Node reads (hack/controlplane/render.py), so these are those requests.",
+        clock(exp1)
+    );
+    println!(
+        "401 responses in the whole audit log: {} {:?}",
+        audited.unauthorized.len(),
+        audited.unauthorized.iter().take(5).collect::<Vec<_>>()
+    );
+}
+
+/// The verdict table, netcm's log lines about tokens, and, if a check failed, the end of its log.
+fn print_the_verdict(observe: Duration, verdict: &Verdict, log: &str) {
+    println!("\n### Verdict (OBSERVE_SECONDS={})\n", observe.as_secs());
+    println!("| check | result |");
+    println!("|---|---|");
+    for check in &verdict.checks {
+        println!("{}", check.row());
+    }
+    let about: Vec<&str> = log.lines().filter(|l| about_tokens(l)).collect();
+    if !about.is_empty() {
+        println!("\nnetcm's log lines about tokens or 401s:");
+        for l in about.iter().take(20) {
+            println!("  {l}");
+        }
+    }
+    if verdict.failure_message().is_some() {
+        println!("\nnetcm's log, last 40 lines:");
+        let lines: Vec<&str> = log.lines().collect();
+        for l in &lines[lines.len().saturating_sub(40)..] {
+            println!("  {l}");
+        }
+    }
+}
+
+/// The Lease's holder and transitions.
+async fn lease(cluster: &Cluster) -> LeaseState {
+    LeaseState::of(&cluster.get_json(&["lease", "-n", NAMESPACE, "netcm"]).await)
 }
 
 async fn netcm_pods(cluster: &Cluster) -> Vec<Value> {
@@ -152,7 +417,7 @@ async fn patch_and_wait(cluster: &Cluster, deployment: &str, old_holder: &str) -
             if master_status(&ip).await != Some(1.0) {
                 return None;
             }
-            let (holder, _) = lease(cluster).await;
+            let holder = lease(cluster).await.holder;
             (!holder.is_empty() && holder != old_holder).then(|| NetcmPod {
                 name: pod["metadata"]["name"].as_str().unwrap().to_string(),
                 uid: pod["metadata"]["uid"].as_str().unwrap().to_string(),
@@ -185,26 +450,10 @@ fn token_path(cluster: &Cluster, pod: &NetcmPod) -> PathBuf {
         .join("token")
 }
 
-fn read_token(path: &PathBuf) -> Claims {
+fn read_token(path: &Path) -> Claims {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read the pod's token {}: {e}", path.display()));
     jwt::claims(&text).unwrap_or_else(|e| panic!("the token in {}: {e}", path.display()))
-}
-
-fn at(unix: i64) -> Timestamp {
-    Timestamp::from_second(unix).unwrap()
-}
-
-/// Seconds from the first token's expiry (negative before it).
-fn rel(t: Timestamp, exp: Timestamp) -> f64 {
-    (t.as_millisecond() - exp.as_millisecond()) as f64 / 1000.0
-}
-
-struct Probe {
-    name: String,
-    created: Timestamp,
-    /// Seconds from the create to the CIDRs, or None when none came within PROBE_WAIT.
-    took: Option<f64>,
 }
 
 /// Creates a Node object (no kubelet behind it) and waits up to PROBE_WAIT for its pod CIDRs.
@@ -257,314 +506,4 @@ fn env_number(key: &str, default: u64) -> u64 {
                 .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
         })
         .unwrap_or(default)
-}
-
-fn fmt_time(t: Timestamp) -> String {
-    t.strftime("%H:%M:%S").to_string()
-}
-
-#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
-async fn main() {
-    let observe = Duration::from_secs(env_number("OBSERVE_SECONDS", 780));
-    let (image, tar) = built_image("build");
-    let cluster = Cluster::fresh(1);
-    cluster.load(&tar, &image);
-    cluster
-        .install_netcm(&image, &["replicaCount=1".to_string()])
-        .await;
-    let deployments = cluster
-        .get_json(&["deployments", "-n", NAMESPACE, "-l", SELECTOR])
-        .await;
-    let deployment = deployments["items"][0]["metadata"]["name"]
-        .as_str()
-        .expect("the chart's netcm Deployment")
-        .to_string();
-    let service_account = deployments["items"][0]["spec"]["template"]["spec"]["serviceAccountName"]
-        .as_str()
-        .expect("the Deployment's serviceAccountName")
-        .to_string();
-    let user = format!("system:serviceaccount:{NAMESPACE}:{service_account}");
-    let (installed_holder, _) = eventually("the chart's netcm leading", TIMEOUT, || async {
-        let l = lease(&cluster).await;
-        (!l.0.is_empty()).then_some(l)
-    })
-    .await;
-
-    // The token of LIFETIME seconds, and the pod that reads it.
-    let pod = patch_and_wait(&cluster, &deployment, &installed_holder).await;
-    let lease_start = lease(&cluster).await;
-    let token_file = token_path(&cluster, &pod);
-    let first = read_token(&token_file);
-    let exp1 = at(first.exp);
-    println!(
-        "netcm pod {} (uid {}) on {} ({}), leading as {} (leaseTransitions {}), as {user}",
-        pod.name, pod.uid, pod.node, pod.ip, lease_start.0, lease_start.1
-    );
-    println!(
-        "first token {}: iat {} exp {} (lifetime {} s), jti {}, sub {}, pod {:?}",
-        token_file.display(),
-        at(first.iat),
-        exp1,
-        first.lifetime(),
-        first.jti,
-        first.sub,
-        first.pod
-    );
-    assert_eq!(
-        first.lifetime(),
-        LIFETIME,
-        "the kubelet's token does not live {LIFETIME} s: the campaign would prove nothing"
-    );
-    assert_eq!(
-        first.pod.as_deref(),
-        Some(pod.name.as_str()),
-        "the token is not bound to the netcm pod"
-    );
-
-    // Probe Nodes every PROBE_EVERY; the token file read at each.
-    let run = Timestamp::now().as_second();
-    let started = Instant::now();
-    let mut probes = Vec::new();
-    let mut tokens: Vec<(Timestamp, Claims)> = vec![(Timestamp::now(), first.clone())];
-    let mut k = 0u32;
-    while started.elapsed() < observe {
-        let due = PROBE_EVERY * k;
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-        let now = read_token(&token_file);
-        if tokens.last().is_none_or(|(_, c)| c.jti != now.jti) {
-            eprintln!(
-                "  {} the kubelet wrote a new token: jti {} iat {} exp {}",
-                fmt_time(Timestamp::now()),
-                now.jti,
-                at(now.iat),
-                at(now.exp)
-            );
-            tokens.push((Timestamp::now(), now));
-        }
-        let p = probe(&cluster, &format!("token-expiry-{run}-{k:02}")).await;
-        eprintln!(
-            "  probe {} at {:+.0} s from the first token's exp: {}",
-            p.name,
-            rel(p.created, exp1),
-            p.took
-                .map_or("no pod CIDRs within 30 s".to_string(), |s| format!(
-                    "pod CIDRs after {s:.1} s"
-                ))
-        );
-        probes.push(p);
-        k += 1;
-    }
-
-    // The end state.
-    let pods = netcm_pods(&cluster).await;
-    let same = pods
-        .iter()
-        .find(|p| p["metadata"]["uid"] == pod.uid.as_str());
-    let restart_count = same.map_or(-1, restarts);
-    let lease_end = lease(&cluster).await;
-    let logs = cluster
-        .try_kubectl(&[
-            "logs",
-            "-n",
-            NAMESPACE,
-            &pod.name,
-            "-c",
-            "netcm",
-            "--tail=400",
-        ])
-        .await;
-    let log_lines: Vec<&str> = logs
-        .1
-        .lines()
-        .filter(|l| {
-            // The probe Nodes' names hold "token"; the lines about them are the allocator's.
-            let l = l.to_ascii_lowercase().replace("token-expiry-", "");
-            ["401", "unauthorized", "unauthenticated", "expired", "token"]
-                .iter()
-                .any(|w| l.contains(w))
-        })
-        .collect();
-    for p in &probes {
-        cluster
-            .try_kubectl(&["delete", "node", &p.name, "--wait=false"])
-            .await;
-    }
-
-    // The audit log: netcm's requests by credential, and every 401.
-    let events = audit::read_every_request(&cluster.audit_log());
-    let ours: Vec<&AuditEvent> = events
-        .iter()
-        .filter(|e| e.user.username == user && e.extra(POD_UID) == Some(pod.uid.as_str()))
-        .collect();
-    let by = audit::by_credential(ours.iter().copied(), &user);
-    let all_by = audit::by_credential(&events, &user);
-    let unauthorized = audit::unauthorized(&events);
-    let first_id = first.credential_id();
-    let first_after_exp: Vec<&&AuditEvent> = ours
-        .iter()
-        .filter(|e| e.extra(audit::CREDENTIAL_ID) == Some(first_id.as_str()))
-        .filter(|e| e.received().is_some_and(|t| t > exp1))
-        .collect();
-    let later_ok_after_exp = ours
-        .iter()
-        .filter(|e| {
-            e.extra(audit::CREDENTIAL_ID)
-                .is_some_and(|id| id.starts_with("JTI=") && id != first_id)
-        })
-        .filter(|e| e.received().is_some_and(|t| t > exp1) && e.succeeded())
-        .count();
-    let jtis = by.keys().filter(|k| k.starts_with("JTI=")).count();
-    script("hack/cluster.sh", &["down"], &[]);
-
-    // Report.
-    let lifetimes: BTreeMap<String, &Claims> =
-        tokens.iter().map(|(_, c)| (c.credential_id(), c)).collect();
-    println!("\n### Tokens the kubelet wrote into {}\n", pod.name);
-    println!("| jti | iat | exp | seen in the file at |");
-    println!("|---|---|---|---|");
-    for (seen, c) in &tokens {
-        println!(
-            "| {} | {} | {} | {} ({:+.0} s from the first exp) |",
-            c.jti,
-            fmt_time(at(c.iat)),
-            fmt_time(at(c.exp)),
-            fmt_time(*seen),
-            rel(*seen, exp1)
-        );
-    }
-    println!(
-        "\n### netcm's audited requests by credential (user {user}, pod {})\n",
-        pod.name
-    );
-    println!("| credential | token exp | first request | last request | requests | codes |");
-    println!("|---|---|---|---|---|---|");
-    for (id, u) in &all_by {
-        let exp = lifetimes
-            .get(id)
-            .map_or("(not this pod's)".to_string(), |c| fmt_time(at(c.exp)));
-        let mine = if by.contains_key(id) {
-            ""
-        } else {
-            " (earlier pod)"
-        };
-        println!(
-            "| {}{mine} | {exp} | {} ({:+.0} s) | {} ({:+.0} s) | {} | {} |",
-            if id.is_empty() { "(none)" } else { id },
-            fmt_time(u.first),
-            rel(u.first, exp1),
-            fmt_time(u.last),
-            rel(u.last, exp1),
-            u.count,
-            u.codes
-                .iter()
-                .map(|(c, n)| format!("{c}×{n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    println!(
-        "\nTimes in UTC; (±s) from the first token's exp {}. The audit policy records Lease and Node writes and Node reads (hack/controlplane/render.py), so these are those requests.",
-        fmt_time(exp1)
-    );
-    println!(
-        "401 responses in the whole audit log: {} {:?}",
-        unauthorized.len(),
-        unauthorized
-            .iter()
-            .take(5)
-            .map(|e| format!(
-                "{} {} {}",
-                e.request_received_timestamp, e.verb, e.request_uri
-            ))
-            .collect::<Vec<_>>()
-    );
-    let got = probes.iter().filter(|p| p.took.is_some()).count();
-    let slowest = probes.iter().filter_map(|p| p.took).fold(0.0f64, f64::max);
-    let after_exp = probes
-        .iter()
-        .filter(|p| p.created > exp1 && p.took.is_some())
-        .count();
-    println!("\n### Verdict (OBSERVE_SECONDS={})\n", observe.as_secs());
-    println!("| check | result |");
-    println!("|---|---|");
-    let mut failed = Vec::new();
-    let mut check = |name: &str, ok: bool, what: String| {
-        println!("| {name} | {} {what} |", if ok { "ok:" } else { "FAILED:" });
-        if !ok {
-            failed.push(format!("{name}: {what}"));
-        }
-    };
-    check(
-        "probe Nodes got pod CIDRs within 30 s",
-        got == probes.len() && !probes.is_empty(),
-        format!(
-            "{got} of {} ({after_exp} created after the first token's exp), slowest {slowest:.1} s",
-            probes.len()
-        ),
-    );
-    check(
-        "netcm container restarts",
-        restart_count == 0,
-        format!("restartCount {restart_count}"),
-    );
-    check(
-        "Lease holder and transitions unchanged",
-        lease_start == lease_end,
-        format!(
-            "start {} / {}, end {} / {}",
-            lease_start.0, lease_start.1, lease_end.0, lease_end.1
-        ),
-    );
-    check(
-        "distinct tokens (JTIs) netcm authenticated with",
-        jtis >= 2,
-        format!("{jtis} ({} in the file)", tokens.len()),
-    );
-    check(
-        "successful requests with a later token after the first token's exp",
-        later_ok_after_exp > 0,
-        format!("{later_ok_after_exp}"),
-    );
-    check(
-        "requests with the first token after its exp",
-        first_after_exp.is_empty(),
-        format!(
-            "{} {:?}",
-            first_after_exp.len(),
-            first_after_exp
-                .iter()
-                .take(3)
-                .map(|e| format!("{} {:?}", e.request_received_timestamp, e.code()))
-                .collect::<Vec<_>>()
-        ),
-    );
-    check(
-        "the first token's requests are in the audit log",
-        by.contains_key(&first_id),
-        first_id.clone(),
-    );
-    if !log_lines.is_empty() {
-        println!("\nnetcm's log lines about tokens or 401s:");
-        for l in log_lines.iter().take(20) {
-            println!("  {l}");
-        }
-    }
-    if !failed.is_empty() {
-        println!("\nnetcm's log, last 40 lines:");
-        for l in logs
-            .1
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            println!("  {l}");
-        }
-        eprintln!("token-expiry FAILED:\n  {}", failed.join("\n  "));
-        std::process::exit(1);
-    }
 }
