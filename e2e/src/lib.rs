@@ -58,6 +58,18 @@ pub use crds::{
 pub use credentials::{kubeconfig_token, serviceaccount_kubeconfig};
 pub use netcm::Netcm;
 
+/// A benchmark's setting from the environment: `default` when unset; a value that does not parse stops
+/// the run with the variable's name, rather than running with a setting nobody asked for.
+pub fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    match std::env::var(key) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}={v:?}: not a valid value")),
+        Err(_) => default,
+    }
+}
+
 /// The checkout's root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

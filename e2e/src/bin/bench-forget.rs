@@ -403,20 +403,10 @@ fn summary(outcomes: &[Outcome], observe: Duration) -> (String, String) {
     (show(times[times.len() / 2]), show(times[times.len() - 1]))
 }
 
-fn env_number(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
-        })
-        .unwrap_or(default)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
-    let repeats = env_number("REPEATS", 3);
-    let observe = Duration::from_secs(env_number("OBSERVE_SECONDS", 150));
+    let repeats = netcm_e2e::env_or::<u64>("REPEATS", 3);
+    let observe = Duration::from_secs(netcm_e2e::env_or::<u64>("OBSERVE_SECONDS", 150));
     let only = std::env::var("CONFIGS").unwrap_or_default();
     let images = Images {
         netcm: built_image("build"),

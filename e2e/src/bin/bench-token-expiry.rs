@@ -43,7 +43,7 @@ const SELECTOR: &str = "app.kubernetes.io/component=controller-manager";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
-    let observe = Duration::from_secs(env_number("OBSERVE_SECONDS", 780));
+    let observe = Duration::from_secs(netcm_e2e::env_or::<u64>("OBSERVE_SECONDS", 780));
     let installed = bring_up_and_install().await;
     let cluster = &installed.cluster;
     let leading = give_the_pod_a_short_token_and_wait_until_it_leads(&installed).await;
@@ -496,14 +496,4 @@ async fn probe(cluster: &Cluster, name: &str) -> Probe {
         created,
         took: None,
     }
-}
-
-fn env_number(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{key}={v}: not a number"))
-        })
-        .unwrap_or(default)
 }

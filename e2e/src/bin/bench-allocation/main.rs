@@ -64,10 +64,7 @@ pub struct Config {
 }
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    netcm_e2e::env_or(name, default)
 }
 
 fn flag(name: &str) -> bool {
