@@ -159,6 +159,11 @@ impl LeaderGuard {
                 "no time is left before the lease could pass to another replica",
             ));
         }
+        if st.path.stalled(now) {
+            return Err(Fenced(
+                "a request to the API server has waited far longer than its recent round trips: the path may be holding writes that could arrive after another replica may lead",
+            ));
+        }
         let server_budget = left.saturating_sub(st.path.one_way_bound(now));
         if server_budget < MIN_WRITE_BUDGET {
             return Err(Fenced(

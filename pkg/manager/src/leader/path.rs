@@ -8,9 +8,21 @@
 //! 0.45 s after their writer's term). A one-way delay is never longer than a round trip over the same path,
 //! so the longest recent round trip bounds it — and a request still unanswered after `e` proves the path
 //! is at least that slow now, which covers a path that turned slow after the last answer.
+//!
+//! That bound grows only as fast as the clock: a write sent the moment a path turns lossy is sent with the
+//! old, short bound, and TCP's retransmissions can deliver it seconds later (the 30-minute campaign,
+//! seed 2611: a PATCH landed 0.54 s after its writer's term behind 1.2 s of delay and 34 % loss). So a
+//! request unanswered for far longer than any recent round trip ([`PathDelay::stalled`]) stops new writes
+//! until it is answered or abandoned: a path that just changed is not trusted with a write.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// How many recent worst round trips a request may wait before the path counts as stalled.
+const STALL_FACTOR: u32 = 4;
+/// The least wait that counts as a stall, so an idle or very fast path (a few ms) is not stalled by one
+/// scheduling hiccup of this process or the API server.
+const MIN_STALL: Duration = Duration::from_millis(250);
 
 /// Round trips observed over the last one to two `window`s, and the requests still unanswered.
 #[derive(Debug)]
@@ -68,18 +80,30 @@ impl PathDelay {
         self.current_max = self.current_max.max(now.saturating_duration_since(sent));
     }
 
-    /// The longest a request sent `now` may take to arrive, as far as this process can tell.
-    pub(crate) fn one_way_bound(&mut self, now: Instant) -> Duration {
-        self.rotate(now);
-        let oldest_unanswered = self
-            .in_flight
+    /// How long the oldest request still in flight has waited.
+    fn oldest_unanswered(&self, now: Instant) -> Duration {
+        self.in_flight
             .keys()
             .next()
             .map(|sent| now.saturating_duration_since(*sent))
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// The longest a request sent `now` may take to arrive, as far as this process can tell.
+    pub(crate) fn one_way_bound(&mut self, now: Instant) -> Duration {
+        self.rotate(now);
         self.current_max
             .max(self.previous_max)
-            .max(oldest_unanswered)
+            .max(self.oldest_unanswered(now))
+    }
+
+    /// A request has waited more than [`STALL_FACTOR`] times the worst recent round trip (and at least
+    /// [`MIN_STALL`]): the path changed since it was last measured, so a write sent now could arrive
+    /// later than any bound this process can give.
+    pub(crate) fn stalled(&mut self, now: Instant) -> bool {
+        self.rotate(now);
+        let recent = self.current_max.max(self.previous_max);
+        self.oldest_unanswered(now) > (recent * STALL_FACTOR).max(MIN_STALL)
     }
 }
 
@@ -125,6 +149,33 @@ mod tests {
         p.started(t0);
         p.ended(t0, t0 + MS);
         assert_eq!(p.one_way_bound(t0 + 900 * MS), 900 * MS);
+    }
+
+    #[test]
+    fn a_request_waiting_far_beyond_the_recent_round_trips_stalls_the_path() {
+        let t0 = Instant::now();
+        let mut p = PathDelay::new(10_000 * MS);
+        p.started(t0);
+        p.ended(t0, t0 + 20 * MS);
+        p.started(t0 + 100 * MS);
+        assert!(!p.stalled(t0 + 340 * MS), "240 ms: under the 250 ms floor");
+        assert!(p.stalled(t0 + 360 * MS), "260 ms against a worst of 20 ms");
+        p.ended(t0 + 100 * MS, t0 + 400 * MS);
+        assert!(!p.stalled(t0 + 410 * MS), "answered: nothing waits");
+    }
+
+    #[test]
+    fn a_path_that_has_long_been_slow_is_not_stalled_by_a_request_as_slow_as_its_round_trips() {
+        let t0 = Instant::now();
+        let mut p = PathDelay::new(10_000 * MS);
+        p.started(t0);
+        p.ended(t0, t0 + 900 * MS);
+        p.started(t0 + 1000 * MS);
+        assert!(
+            !p.stalled(t0 + 3500 * MS),
+            "2.5 s against a worst of 900 ms"
+        );
+        assert!(p.stalled(t0 + 4700 * MS), "3.7 s: more than 4 x 900 ms");
     }
 
     #[test]

@@ -196,3 +196,20 @@ async fn an_abandoned_write_whose_deadline_has_passed_no_longer_holds_the_lease(
         Ok(())
     );
 }
+
+#[test]
+fn a_write_is_refused_while_a_fast_path_has_left_a_request_unanswered_far_beyond_its_round_trips() {
+    let g = guard(15_000, 10_000);
+    let now = Instant::now();
+    g.renewed(now);
+    let fast = g.begin_write().expect("leader");
+    fast.answered();
+    // A renewal sent 1 s ago over a path whose round trips took well under 250 ms: the path has changed,
+    // and the bound left (13 s of term against 1 s of waiting) would still let the write through.
+    let _attempt = g.renewal_sent(now - Duration::from_secs(1));
+    let err = g.begin_write().expect_err("the path stalled");
+    assert!(
+        err.0.contains("far longer than its recent round trips"),
+        "{err}"
+    );
+}
