@@ -17,9 +17,7 @@ use prometheus::Registry;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{
-    build_client, build_unfenced_client, load_config, ClientError, ClientMetrics, ClientOptions,
-};
+use crate::client::ClientError;
 use crate::controller::{Controller, InitContext};
 use crate::duration::format_duration;
 use crate::events::EventRecorder;
@@ -32,10 +30,12 @@ use crate::node_fields::NodeFields;
 use crate::registry::{Registry as ControllerRegistry, RegistryError};
 use crate::supervision::{ControllerHealth, Failure, Supervisor};
 
+mod clients;
 mod health;
 mod process;
 mod tasks;
 
+use clients::Clients;
 use health::Health;
 use process::{bind, own_node_name, termination_signal, wait_for_apiserver};
 use tasks::{Informer, Running, Term};
@@ -106,7 +106,7 @@ pub async fn run(opts: ManagerOptions, controllers: ControllerRegistry) -> Resul
     }
 }
 
-/// What every phase shares, built before the first: flags, metrics, the fence, both clients, the
+/// What every phase shares, built before the first: flags, metrics, the fence, the clients, the
 /// shutdown signal and the health checks.
 struct Manager {
     opts: ManagerOptions,
@@ -117,15 +117,11 @@ struct Manager {
     metrics: ManagerMetrics,
     workqueue_metrics: WorkqueueMetrics,
     guard: LeaderGuard,
-    /// The loaded client configuration; the secure port's reviews build their own client from it.
-    config: kube::Config,
-    user_agent: String,
+    /// What builds each controller's client ([`Manager::init`]) and the secure port's.
+    clients: Clients,
     /// The process's own client (Events, the effective configuration, finding its Node): token bucket,
-    /// fence and deadline for writes, metrics. Each controller gets one of its own ([`Manager::init`]).
+    /// fence and deadline for writes, metrics.
     client: kube::Client,
-    /// What builds a controller's client: options, metrics.
-    client_opts: ClientOptions,
-    client_metrics: ClientMetrics,
     /// Leader election's own client: its own token bucket, no fence.
     election_client: kube::Client,
     /// Cancelled on SIGTERM or SIGINT, or when the replica fails.
@@ -189,35 +185,9 @@ impl Manager {
         } else {
             LeaderGuard::disabled(&registry)?
         };
-        let client_opts = ClientOptions {
-            kubeconfig: flags.kubeconfig.clone(),
-            master: flags.master.clone(),
-            qps: flags.kube_api_qps,
-            burst: flags.kube_api_burst,
-            user_agent: format!(
-                "netcm/{VERSION} ({}/{}) {identity}",
-                std::env::consts::OS,
-                std::env::consts::ARCH
-            ),
-        };
-        let config = load_config(&client_opts).await?;
-        tracing::info!(server = %config.cluster_url, "API client configured");
-        let client_metrics = ClientMetrics::register(&registry)?;
-        // Leader election gets a client of its own, as in KCM: its own token bucket (a backlog on the
-        // shared one must not delay renewals) and no fence (renewals are how the fence is kept).
-        let election_client = build_unfenced_client(
-            config.clone(),
-            &client_opts.user_agent,
-            client_opts.qps,
-            client_opts.burst,
-            client_metrics.clone(),
-        )?;
-        let client = build_client(
-            config.clone(),
-            &client_opts,
-            guard.clone(),
-            client_metrics.clone(),
-        )?;
+        let clients = Clients::load(flags, &identity, &guard, &registry).await?;
+        let election_client = clients.election()?;
+        let client = clients.fenced()?;
 
         let shutdown = CancellationToken::new();
         tokio::spawn({
@@ -238,11 +208,8 @@ impl Manager {
             metrics,
             workqueue_metrics,
             guard,
-            config,
-            user_agent: client_opts.user_agent.clone(),
+            clients,
             client,
-            client_opts,
-            client_metrics,
             election_client,
             shutdown,
             failure,
@@ -272,8 +239,8 @@ impl Manager {
             let (listener, local) = bind(addr).await?;
             tracing::info!(address = %local, "serving /metrics over HTTPS with delegated authentication and authorization");
             let delegation = crate::secure::Delegation::new(
-                self.config.clone(),
-                &self.user_agent,
+                self.clients.config.clone(),
+                self.clients.user_agent(),
                 &self.registry,
             )?;
             tokio::spawn(crate::secure::serve(
@@ -370,17 +337,8 @@ impl Manager {
                 let jitter = rand::rng().random_range(0.0..1.0);
                 tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
             }
-            // A client, so a token bucket, per controller, as KCM's controllers each get their own
-            // clientset at --kube-api-qps: one controller's backlog (the annotation syncer's, say)
-            // does not halve another's allocation rate.
-            let client = build_client(
-                self.config.clone(),
-                &self.client_opts,
-                self.guard.clone(),
-                self.client_metrics.clone(),
-            )?;
             let ctx = InitContext {
-                client,
+                client: self.clients.fenced()?,
                 workers: d.workers(),
                 readiness: ControllerHealth::default(),
                 ..ctx.clone()
