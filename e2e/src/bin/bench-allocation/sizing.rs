@@ -436,9 +436,9 @@ fn print_space(cfg: &Config, seed: u64, runs: &[Run]) {
             .iter()
             .map(|p| space.histogram.get(p).copied().unwrap_or(0).to_string())
             .collect();
-        let (fit, fit_skipping) = fit_in_slash16(sizing, seed);
+        let (fit, fit_passing_over_refused) = fit_in_slash16(sizing, seed);
         println!(
-            "| {} | {:.1} s | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} | {} | {:.0} | {fit} | {fit_skipping} |",
+            "| {} | {:.1} s | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} | {} | {} | {:.0} | {fit} | {fit_passing_over_refused} |",
             sizing.label(),
             med(|r| r.row.seconds),
             med(|r| r.row.stats.map_or(0.0, |s| s.cpu_seconds)),
