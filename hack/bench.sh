@@ -14,6 +14,9 @@
 #                     MODE=sizing hack/bench.sh allocation   5,000 Nodes of a seeded max-pods mix (SEED, 29), netcm at
 #                                   a fixed /24 vs --node-cidr-size-from-pods (/24../28), ROUNDS (3) alternating:
 #                                   time, addresses used, prefixes, Nodes per /16 (docs/pools.md has numbers)
+#                     MODE=failover NODES=50000 hack/bench.sh allocation   N Nodes allocated, then a SIGTERM
+#                                   hand-over and a kill -9 takeover: signal → Lease → a new Node's CIDR
+#                                   and lease annotations (STANDBY_SECONDS, 10)
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),

@@ -16,6 +16,9 @@
 //! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
 //!   /24 against netcm sizing CIDRs from pods (/24../28), ROUNDS (3) in alternating order: allocation
 //!   time, address space used, prefixes handed out, Nodes per /16 (method in `sizing.rs`).
+//! - `failover`: N (5,000) Nodes allocated by one replica, then a SIGTERM hand-over and a kill -9
+//!   takeover to a standby: signal → Lease, → a Node registered at the signal holds its CIDR and its
+//!   lease annotations (method in `failover.rs`).
 //!
 //! Per contender: writes per Node from the API server's audit log, peak RSS (VmHWM), CPU seconds
 //! (utime + stime) until the last allocation, and idle CPU in the IDLE_SECONDS after it; per row, the
@@ -25,6 +28,7 @@
 
 mod churn;
 mod contenders;
+mod failover;
 mod fixtures;
 mod measure;
 mod sizing;
@@ -61,6 +65,8 @@ pub struct Config {
     /// Scale and sizing modes: how many times the whole set of contenders runs; with more than one, the
     /// medians of the per-round ratios are printed after the rounds' tables.
     pub rounds: usize,
+    /// Failover mode: how long a standby stands by before the leader is ended.
+    pub standby_seconds: u64,
 }
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -89,6 +95,7 @@ impl Config {
             churn_seconds: env("CHURN_SECONDS", 300.0),
             rss_early_seconds: env("RSS_EARLY_SECONDS", 60.0),
             rounds: env("ROUNDS", if mode == "sizing" { 3 } else { 1usize }).max(1),
+            standby_seconds: env("STANDBY_SECONDS", 10),
         }
     }
 }
@@ -127,7 +134,8 @@ async fn main() {
         "scale" => scale_mode(&client, &cfg).await,
         "churn" => churn_mode(&client, &cfg).await,
         "sizing" => sizing::sizing_mode(&client, &cfg).await,
-        other => panic!("MODE={other}: expected default, scale, churn or sizing"),
+        "failover" => failover::failover_mode(&client, &cfg).await,
+        other => panic!("MODE={other}: expected default, scale, churn, sizing or failover"),
     }
 }
 

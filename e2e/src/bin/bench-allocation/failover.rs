@@ -1,0 +1,203 @@
+//! Failover at scale, as a user feels it (issue 28): with N Nodes allocated, the leader is ended and a
+//! Node registers at that moment; how long until it holds a pod CIDR and its lease annotations.
+//!
+//! Method. One backlog of N Nodes is allocated by replica A (the chart's default controllers without
+//! the route controller: the allocator and the annotation syncer); then, per hand-over, a standby is
+//! started and left to stand by for STANDBY_SECONDS (it is at the Lease, polling), the leader is sent
+//! the signal, and at that instant the bench creates one new Node of the set. Everything is read on the
+//! bench's monotonic clock: the Lease's holder polled every 20 ms (kill → Lease held by the standby),
+//! the set's watch (→ the new Node seen with `spec.podCIDRs`), and the new Node polled every 20 ms for
+//! the syncer's `kube-subnet-manager` annotation. The first hand-over is SIGTERM (the leader drains and
+//! releases the Lease), the second kill -9 (the Lease must expire), both at client-go's default lease
+//! (15 s, renew deadline 10 s, retry 2 s). What the new leader does between taking the Lease and serving
+//! (its relist of N Nodes, the claims' quarantine) is in its log, whose path is printed.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+use crate::contenders::{reset, set_name, spawn, stop, Contender};
+use crate::fixtures::{create_node, create_nodes, node_name, SetWatch};
+use crate::measure::{ms, proc_stats};
+use crate::Config;
+use netcm_e2e::{control_plane, lease_holder, LEASE_NAME, LEASE_NAMESPACE};
+
+/// The annotation the node-annotation-syncer writes on every Node it published a lease for.
+const LEASE_ANNOTATION: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
+const POLL: Duration = Duration::from_millis(20);
+/// The longest any one step may take before the run gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// A replica of netcm with the chart's default controllers (no route controller: no host routes here).
+fn replica(cfg: &Config, label: &str) -> Contender {
+    let mut cmd = Command::new(netcm_e2e::netcm::netcm_binary());
+    cmd.args([
+        &format!("--kubeconfig={}", control_plane().kubeconfig.display()),
+        "--controllers=subnet-allocator,node-annotation-syncer",
+        &format!("--cluster-cidr={}", cfg.cluster_cidr),
+        &format!("--leader-elect-resource-namespace={LEASE_NAMESPACE}"),
+        &format!("--kube-api-qps={}", cfg.qps),
+        &format!("--kube-api-burst={}", cfg.burst),
+        "--port=0",
+    ]);
+    cmd.args(cfg.netcm_extra_args.split_whitespace());
+    Contender {
+        label: label.to_string(),
+        cmd,
+        ua: "netcm/",
+    }
+}
+
+/// What one hand-over measured.
+struct Handover {
+    signal: &'static str,
+    to_lease: Duration,
+    to_cidr: Duration,
+    to_annotation: Duration,
+    standby_peak_rss_mib: f64,
+    log: String,
+}
+
+/// Polls until `check` gives a value, every [`POLL`]; panics naming `what` after [`STEP_TIMEOUT`].
+async fn poll<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < STEP_TIMEOUT,
+            "{what}: not within {STEP_TIMEOUT:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Ends `leader` with `signal` while `standby` stands by, registers Node `probe` at that instant, and
+/// times the Lease, the probe's CIDR and its lease annotation.
+async fn hand_over(
+    client: &kube::Client,
+    cfg: &Config,
+    set: &str,
+    watch: &SetWatch,
+    leader: Child,
+    signal: &'static str,
+    probe_index: usize,
+) -> (Handover, Child) {
+    let old_holder = poll("the leader to hold the Lease", || {
+        lease_holder(client, LEASE_NAME)
+    })
+    .await;
+    let label = format!("standby-{}", signal.to_lowercase());
+    let mut c = replica(cfg, &label);
+    let log = format!("/tmp/{set}-{label}.log");
+    let standby = spawn(&mut c, &format!("{set}-{label}"));
+    tokio::time::sleep(Duration::from_secs(cfg.standby_seconds)).await;
+
+    let t0 = Instant::now();
+    let status = Command::new("kill")
+        .args(["-s", signal, &leader.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {signal} the leader");
+    let probe = node_name(set, probe_index);
+    create_node(client, set, probe_index, &probe).await;
+    poll("the standby to hold the Lease", || async {
+        lease_holder(client, LEASE_NAME)
+            .await
+            .filter(|h| *h != old_holder)
+    })
+    .await;
+    let to_lease = t0.elapsed();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let to_cidr = poll("the new Node's pod CIDR", || async {
+        watch
+            .seen
+            .lock()
+            .unwrap()
+            .allocated
+            .get(&probe)
+            .map(|at| at.duration_since(t0))
+    })
+    .await;
+    let to_annotation = poll("the new Node's lease annotation", || async {
+        let node = nodes.get(&probe).await.ok()?;
+        let annotations = node.metadata.annotations?;
+        annotations
+            .contains_key(LEASE_ANNOTATION)
+            .then(|| t0.elapsed())
+    })
+    .await;
+    stop(leader);
+    let stats = proc_stats(standby.id());
+    let h = Handover {
+        signal,
+        to_lease,
+        to_cidr,
+        to_annotation,
+        standby_peak_rss_mib: stats.peak_rss_mib,
+        log,
+    };
+    eprintln!(
+        "[bench] {signal}: Lease after {}, CIDR after {}, annotation after {}",
+        ms(h.to_lease),
+        ms(h.to_cidr),
+        ms(h.to_annotation)
+    );
+    (h, standby)
+}
+
+/// `MODE=failover`: N Nodes allocated by one replica, then a SIGTERM hand-over and a kill -9 takeover.
+pub async fn failover_mode(client: &kube::Client, cfg: &Config) {
+    let set = set_name("failover");
+    create_nodes(client, &set, cfg.nodes, cfg.creators).await;
+    let watch = SetWatch::start(client, &set).await;
+    let mut a = replica(cfg, "leader");
+    let started = Instant::now();
+    let leader = spawn(&mut a, &format!("{set}-leader"));
+    if watch.wait_allocated(cfg.nodes, cfg.timeout).await.is_none() {
+        stop(leader);
+        panic!(
+            "the backlog of {} Nodes was not allocated in time",
+            cfg.nodes
+        );
+    }
+    eprintln!(
+        "[bench] {} Nodes allocated in {:.1} s",
+        cfg.nodes,
+        started.elapsed().as_secs_f64()
+    );
+    let (term, leader) = hand_over(client, cfg, &set, &watch, leader, "TERM", cfg.nodes).await;
+    let (kill, leader) = hand_over(client, cfg, &set, &watch, leader, "KILL", cfg.nodes + 1).await;
+    stop(leader);
+
+    println!(
+        "\n### Failover with {} Nodes allocated (controllers subnet-allocator,node-annotation-syncer; lease 15 s, renew 10 s, retry 2 s; standby waiting {} s)\n",
+        cfg.nodes, cfg.standby_seconds
+    );
+    println!("| how the leader goes | signal → standby holds the Lease | signal → new Node's CIDR | Lease → CIDR | signal → lease annotation | standby peak RSS | new leader's log |");
+    println!("|---|---|---|---|---|---|---|");
+    for h in [&term, &kill] {
+        let how = match h.signal {
+            "TERM" => "SIGTERM (drain, release)",
+            _ => "kill -9 (the Lease expires)",
+        };
+        println!(
+            "| {how} | {} | {} | {} | {} | {:.1} MiB | `{}` |",
+            ms(h.to_lease),
+            ms(h.to_cidr),
+            ms(h.to_cidr.saturating_sub(h.to_lease)),
+            ms(h.to_annotation),
+            h.standby_peak_rss_mib,
+            h.log
+        );
+    }
+    drop(watch);
+    reset(client, cfg.nodes + 2).await;
+}
