@@ -26,6 +26,7 @@ pub mod nodes;
 pub mod overlaps;
 pub mod pod_network;
 pub mod probe;
+pub mod proc_stats;
 pub mod route_lab;
 pub mod takeover;
 pub mod token_expiry;

@@ -1,5 +1,5 @@
-//! What a run reads off the machine: a process's memory and CPU from /proc, and the writes a contender
-//! made from the API server's audit log.
+//! What a run reads off the machine: a process's memory and CPU from /proc (`netcm_e2e::proc_stats`),
+//! and the writes a contender made from the API server's audit log.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Seek};
@@ -8,44 +8,7 @@ use std::time::Duration;
 
 use netcm_e2e::audit::AuditEvent;
 
-/// A process's memory and CPU at one moment.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProcStats {
-    /// VmHWM: the peak resident set so far.
-    pub peak_rss_mib: f64,
-    /// VmRSS: the resident set now.
-    pub rss_mib: f64,
-    /// utime + stime so far.
-    pub cpu_seconds: f64,
-}
-
-/// Reads `/proc/<pid>/status` and `/proc/<pid>/stat`; zeros once the process is gone.
-pub fn proc_stats(pid: u32) -> ProcStats {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| -> f64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name may hold spaces; the fields after its closing parenthesis do not. utime and
-    // stime are fields 14 and 15 of stat(5), in USER_HZ (100 on Linux).
-    let after_comm = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks = |i: usize| -> f64 {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    ProcStats {
-        peak_rss_mib: kib("VmHWM:") / 1024.0,
-        rss_mib: kib("VmRSS:") / 1024.0,
-        cpu_seconds: (ticks(11) + ticks(12)) / 100.0,
-    }
-}
+pub use netcm_e2e::proc_stats::{proc_stats, ProcStats};
 
 /// A place in the audit log: what a contender wrote is read from there on, not the whole log again
 /// (at 50,000 Nodes a set adds ~150 MB to it).
