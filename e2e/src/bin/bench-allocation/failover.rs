@@ -4,10 +4,12 @@
 //! Method. One backlog of N Nodes is allocated by replica A (the chart's default controllers without
 //! the route controller: the allocator and the annotation syncer); then, per hand-over, a standby is
 //! started and left to stand by for STANDBY_SECONDS (it is at the Lease, polling), the leader is sent
-//! the signal, and at that instant the bench creates one new Node of the set. Everything is read on the
-//! bench's monotonic clock: the Lease's holder polled every 20 ms (kill → Lease held by the standby),
-//! the set's watch (→ the new Node seen with `spec.podCIDRs`), and the new Node polled every 20 ms for
-//! the syncer's `kube-subnet-manager` annotation. The first hand-over is SIGTERM (the leader drains and
+//! the signal, and at that instant the bench creates a new Node of the set; a second one is created the
+//! moment the bench sees the Lease change hands, so only the new leader can serve it (the first may be
+//! served by a draining leader). Everything is read on the bench's monotonic clock: the Lease's holder
+//! polled every 20 ms (signal → Lease held by the standby), the set's watch (→ each new Node seen with
+//! `spec.podCIDRs`), and the second Node polled every 20 ms for the syncer's `kube-subnet-manager`
+//! annotation. The first hand-over is SIGTERM (the leader drains and
 //! releases the Lease), the second kill -9 (the Lease must expire), both at client-go's default lease
 //! (15 s, renew deadline 10 s, retry 2 s). What the new leader does between taking the Lease and serving
 //! (its relist of N Nodes, the claims' quarantine) is in its log, whose path is printed.
@@ -53,9 +55,13 @@ fn replica(cfg: &Config, label: &str) -> Contender {
 /// What one hand-over measured.
 struct Handover {
     signal: &'static str,
+    /// Signal → the standby holds the Lease.
     to_lease: Duration,
+    /// Signal → the Node created at the signal holds its CIDR.
     to_cidr: Duration,
-    to_annotation: Duration,
+    /// Lease seen changing hands → the Node created then holds its CIDR, and its lease annotation.
+    lease_to_cidr: Duration,
+    lease_to_annotation: Duration,
     standby_peak_rss_mib: f64,
     log: String,
 }
@@ -79,8 +85,15 @@ where
     }
 }
 
-/// Ends `leader` with `signal` while `standby` stands by, registers Node `probe` at that instant, and
-/// times the Lease, the probe's CIDR and its lease annotation.
+/// When the set's watch first saw Node `name` with a pod CIDR, counted from `since`.
+fn allocated_since(watch: &SetWatch, name: &str, since: Instant) -> Option<Duration> {
+    let seen = watch.seen.lock().unwrap();
+    seen.allocated.get(name).map(|at| at.duration_since(since))
+}
+
+/// Ends `leader` with `signal` while a new standby stands by, registers Node `probe_index` at that
+/// instant and Node `probe_index + 1` when the Lease changes hands, and times the Lease, both CIDRs and
+/// the second Node's lease annotation. Returns the new leader.
 async fn hand_over(
     client: &kube::Client,
     cfg: &Config,
@@ -106,8 +119,8 @@ async fn hand_over(
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -s {signal} the leader");
-    let probe = node_name(set, probe_index);
-    create_node(client, set, probe_index, &probe).await;
+    let first = node_name(set, probe_index);
+    create_node(client, set, probe_index, &first).await;
     poll("the standby to hold the Lease", || async {
         lease_holder(client, LEASE_NAME)
             .await
@@ -115,40 +128,42 @@ async fn hand_over(
     })
     .await;
     let to_lease = t0.elapsed();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let to_cidr = poll("the new Node's pod CIDR", || async {
-        watch
-            .seen
-            .lock()
-            .unwrap()
-            .allocated
-            .get(&probe)
-            .map(|at| at.duration_since(t0))
+    let t1 = Instant::now();
+    let second = node_name(set, probe_index + 1);
+    create_node(client, set, probe_index + 1, &second).await;
+    let to_cidr = poll("the first new Node's pod CIDR", || async {
+        allocated_since(watch, &first, t0)
     })
     .await;
-    let to_annotation = poll("the new Node's lease annotation", || async {
-        let node = nodes.get(&probe).await.ok()?;
+    let lease_to_cidr = poll("the second new Node's pod CIDR", || async {
+        allocated_since(watch, &second, t1)
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let lease_to_annotation = poll("the second new Node's lease annotation", || async {
+        let node = nodes.get(&second).await.ok()?;
         let annotations = node.metadata.annotations?;
         annotations
             .contains_key(LEASE_ANNOTATION)
-            .then(|| t0.elapsed())
+            .then(|| t1.elapsed())
     })
     .await;
     stop(leader);
-    let stats = proc_stats(standby.id());
     let h = Handover {
         signal,
         to_lease,
         to_cidr,
-        to_annotation,
-        standby_peak_rss_mib: stats.peak_rss_mib,
+        lease_to_cidr,
+        lease_to_annotation,
+        standby_peak_rss_mib: proc_stats(standby.id()).peak_rss_mib,
         log,
     };
     eprintln!(
-        "[bench] {signal}: Lease after {}, CIDR after {}, annotation after {}",
+        "[bench] {signal}: Lease after {}; the Node created at the signal holds its CIDR after {}; from the Lease, the Node created then holds its CIDR after {}, its lease annotation after {}",
         ms(h.to_lease),
         ms(h.to_cidr),
-        ms(h.to_annotation)
+        ms(h.lease_to_cidr),
+        ms(h.lease_to_annotation)
     );
     (h, standby)
 }
@@ -174,14 +189,14 @@ pub async fn failover_mode(client: &kube::Client, cfg: &Config) {
         started.elapsed().as_secs_f64()
     );
     let (term, leader) = hand_over(client, cfg, &set, &watch, leader, "TERM", cfg.nodes).await;
-    let (kill, leader) = hand_over(client, cfg, &set, &watch, leader, "KILL", cfg.nodes + 1).await;
+    let (kill, leader) = hand_over(client, cfg, &set, &watch, leader, "KILL", cfg.nodes + 2).await;
     stop(leader);
 
     println!(
         "\n### Failover with {} Nodes allocated (controllers subnet-allocator,node-annotation-syncer; lease 15 s, renew 10 s, retry 2 s; standby waiting {} s)\n",
         cfg.nodes, cfg.standby_seconds
     );
-    println!("| how the leader goes | signal → standby holds the Lease | signal → new Node's CIDR | Lease → CIDR | signal → lease annotation | standby peak RSS | new leader's log |");
+    println!("| how the leader goes | signal → standby holds the Lease | signal → CIDR of a Node created at the signal | Lease → CIDR of a Node created then | Lease → its lease annotation | new leader's peak RSS | new leader's log |");
     println!("|---|---|---|---|---|---|---|");
     for h in [&term, &kill] {
         let how = match h.signal {
@@ -192,12 +207,12 @@ pub async fn failover_mode(client: &kube::Client, cfg: &Config) {
             "| {how} | {} | {} | {} | {} | {:.1} MiB | `{}` |",
             ms(h.to_lease),
             ms(h.to_cidr),
-            ms(h.to_cidr.saturating_sub(h.to_lease)),
-            ms(h.to_annotation),
+            ms(h.lease_to_cidr),
+            ms(h.lease_to_annotation),
             h.standby_peak_rss_mib,
             h.log
         );
     }
     drop(watch);
-    reset(client, cfg.nodes + 2).await;
+    reset(client, cfg.nodes + 4).await;
 }
