@@ -30,6 +30,7 @@ pub mod proc_stats;
 pub mod route_lab;
 pub mod takeover;
 pub mod token_expiry;
+pub mod waiting;
 pub mod webhook;
 
 mod commands;

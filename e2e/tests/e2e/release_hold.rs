@@ -13,6 +13,7 @@ use netcm_e2e::nodes::{
     all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, wait_all_allocated,
     NodeFixture,
 };
+use netcm_e2e::waiting::{delete_and_see_it_woken, retries_so_far, wait_parked};
 use netcm_e2e::{pod_cidr_claims, wait_for, Netcm, TestEnv};
 
 const HELD: &str = r#"netcm_pool_release_hold_cidrs{family="IPv4",pool="default-cluster-cidr"}"#;
@@ -260,29 +261,15 @@ async fn a_node_waiting_on_a_full_pool_is_woken_by_a_release_hold_and_gets_the_h
     let env = TestEnv::new().await;
     let n = start(&env, "release-hold-wakes", "1h");
     let before = allocate_all(&env, &["wake-a", "wake-b", "wake-c", "wake-d"]).await;
-    let retries = r#"workqueue_retries_total{name="subnet-allocator"}"#;
-    let retried_before = n.metric(retries).await.unwrap_or(0.0);
+    let retried_before = retries_so_far(&n).await;
     create_node(&env.client, &NodeFixture::named("waiting")).await;
-    // After its 12th failure the workqueue's backoff (5 ms doubling per failure) parks the Node for
-    // 5 ms × 2^11 ≈ 10 s: served within 8 s of the deletion, it was woken by the hold, not its retry.
-    n.wait_metric(
-        retries,
-        "12 failures of the waiting node",
-        |v| v >= retried_before + 12.0,
-        Duration::from_secs(30),
-    )
-    .await;
-    let api: Api<Node> = Api::all(env.client.clone());
-    api.delete("wake-c", &DeleteParams::default())
-        .await
-        .expect("delete node");
-    wait_for(
+    wait_parked(&n, retried_before).await;
+    delete_and_see_it_woken(
+        &env.client,
+        "wake-c",
+        "waiting",
         "the waiting node to get wake-c's held CIDR before its backoff ends",
-        Duration::from_secs(8),
-        || async {
-            let node = api.get_opt("waiting").await.ok().flatten()?;
-            (pod_cidrs(&node).join(",") == before["wake-c"]).then_some(())
-        },
+        |node| pod_cidrs(node).join(",") == before["wake-c"],
     )
     .await;
     n.wait_metric(
