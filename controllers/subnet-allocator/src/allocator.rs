@@ -104,6 +104,8 @@ pub struct Allocator {
     pub(crate) metrics: AllocatorMetrics,
     /// PodCIDRClaims, unless `--pod-cidr-claims=false`.
     pub(crate) claims: Option<Claims>,
+    /// This leader's term as the claims it creates or adopts name it ([`crate::claims::TERM_ANNOTATION`]).
+    pub(crate) term: Box<str>,
     /// Held while a block's claim is created, so two workers never race to create one block.
     pub(crate) block_create: tokio::sync::Mutex<()>,
     /// Requests to the claim-ahead task (`claim_ahead.rs`), unless `--pod-cidr-claims=false`.

@@ -12,7 +12,7 @@ use netcm_manager::{EventType, SyncOutcome};
 
 use crate::allocator::{Allocator, ReleaseReason, SyncError, NAME};
 use crate::blocks::{block_in, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
-use crate::claims::{BlockClaim, Claims};
+use crate::claims::{BlockClaim, ClaimError, ClaimWrite, Claims};
 use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
 use crate::pod_cidr_patch::{
     classify_patch_error, pod_cidr_patch, FencePrecondition, PatchFailure,
@@ -172,9 +172,10 @@ impl Allocator {
         Ok(None)
     }
 
-    /// Makes `block` usable by this leader unless it is already: creates its claim, or finds it existing
-    /// (then, while earlier leaders' blocks are quarantined, it joins the quarantine and is returned).
-    /// Workers and the claim-ahead task both come through here.
+    /// Makes `block` usable by this leader unless it is already: adopts its claim when it was listed and no
+    /// earlier write can land in it, else creates it, or finds it existing (then, while earlier leaders'
+    /// blocks are quarantined, it joins the quarantine and is returned; else it is adopted). Workers and
+    /// the claim-ahead task both come through here.
     pub(crate) async fn claim_block(
         &self,
         claims: &Claims,
@@ -189,22 +190,44 @@ impl Allocator {
             return Ok(None);
         }
         self.guard.ensure_leader()?;
-        match claims.claim_block(&block).await? {
+        let adoptable = self.state.lock().blocks.is_adoptable(&block);
+        // A listed claim deleted since (by hand) is created again below.
+        if adoptable && self.adopt(claims, block).await? == ClaimWrite::Landed {
+            return Ok(None);
+        }
+        self.guard.ensure_leader()?;
+        match claims.claim_block(&block, &self.term).await? {
             BlockClaim::Created => {
                 self.state.lock().blocks.created(block);
                 tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
             }
             BlockClaim::Existed => {
-                let mut guard = self.state.lock();
-                let state = &mut *guard;
-                if let Some(quarantined) = state.blocks.found_existing(block) {
-                    state.pools.hold(QUARANTINE_OWNER, quarantined);
-                    self.publish_usage(&state.pools);
-                    return Ok(Some(block));
+                {
+                    let mut guard = self.state.lock();
+                    let state = &mut *guard;
+                    if let Some(quarantined) = state.blocks.found_existing(block) {
+                        state.pools.hold(QUARANTINE_OWNER, quarantined);
+                        self.publish_usage(&state.pools);
+                        return Ok(Some(block));
+                    }
+                }
+                if self.adopt(claims, block).await? == ClaimWrite::NotLanded {
+                    // Deleted between the create and the adoption: the next sync claims it afresh.
+                    return Err(SyncError::Claim(ClaimError::Vanished(block)));
                 }
             }
         }
         Ok(None)
+    }
+
+    /// Takes a claim this leader did not create into its term ([`Claims::adopt`]) and makes its block usable.
+    async fn adopt(&self, claims: &Claims, block: IpNet) -> Result<ClaimWrite, SyncError> {
+        let adopted = claims.adopt(&block, &self.term).await?;
+        if adopted == ClaimWrite::Landed {
+            self.state.lock().blocks.created(block);
+            tracing::info!(controller = NAME, block = %block, "took an earlier leader's block of pod CIDRs into use");
+        }
+        Ok(adopted)
     }
 
     /// The one PATCH of the allocation, and what its failure means.
@@ -213,13 +236,14 @@ impl Allocator {
         node: &CachedNode,
         name: &str,
         uid: &str,
-        cidrs: &[IpNet],
+        cidrs_net: &[IpNet],
     ) -> Result<SyncOutcome, SyncError> {
-        let cidrs: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+        let cidrs: Vec<String> = cidrs_net.iter().map(ToString::to_string).collect();
         self.guard.ensure_leader()?;
         let patch: json_patch::Patch =
             serde_json::from_value(pod_cidr_patch(uid, FencePrecondition::of(node), &cidrs))
                 .map_err(SyncError::BuildPatch)?;
+        let mut in_flight = self.write_in_flight(cidrs_net);
         let result = netcm_manager::client::unread::patch_unread(
             &self.api,
             name,
@@ -227,6 +251,10 @@ impl Allocator {
             &Patch::Json::<()>(patch),
         )
         .await;
+        in_flight.answered = result
+            .as_ref()
+            .map_or_else(|e| classify_patch_error(e) != PatchFailure::Transient, |_| true);
+        drop(in_flight);
         let e = match result {
             Ok(_) => {
                 self.mark_written(name, uid);
@@ -266,6 +294,23 @@ impl Allocator {
                 self.assignment_failed(node, name, &e.to_string()).await;
                 Err(SyncError::Patch(e))
             }
+        }
+    }
+
+    /// Counts an allocation PATCH with `cidrs` against their blocks until it is answered.
+    fn write_in_flight(&self, cidrs: &[IpNet]) -> WriteInFlight<'_> {
+        let blocks: Vec<IpNet> = if self.claims.is_some() {
+            let mut state = self.state.lock();
+            let blocks: Vec<IpNet> = cidrs.iter().map(|c| block_in(&state.pools, *c)).collect();
+            state.blocks.write_started(&blocks);
+            blocks
+        } else {
+            Vec::new()
+        };
+        WriteInFlight {
+            allocator: self,
+            blocks,
+            answered: false,
         }
     }
 
@@ -370,5 +415,26 @@ impl Allocator {
             }
         };
         Ok(SyncOutcome::RetryAfter(retry))
+    }
+}
+
+/// An allocation PATCH on its way. Dropped unanswered — a timeout, a 5xx, or the drain cutting its sync
+/// short — it leaves its blocks uncertain: it may still land, so this term never marks them idle.
+struct WriteInFlight<'a> {
+    allocator: &'a Allocator,
+    blocks: Vec<IpNet>,
+    /// The PATCH landed or was refused for good.
+    answered: bool,
+}
+
+impl Drop for WriteInFlight<'_> {
+    fn drop(&mut self) {
+        if !self.blocks.is_empty() {
+            self.allocator
+                .state
+                .lock()
+                .blocks
+                .write_ended(&self.blocks, self.answered);
+        }
     }
 }

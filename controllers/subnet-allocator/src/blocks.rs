@@ -13,7 +13,16 @@
 //! create of an existing block fails with 409), and keeps the free CIDRs of every listed claim reserved —
 //! the quarantine — until each Node that lacked pod CIDRs in its first list has them, is gone, or was
 //! touched by this leader. After that no earlier write can land anywhere, and the old blocks are this
-//! leader's to use.
+//! leader's to use — each once its claim is *adopted*: a write naming this leader's term.
+//!
+//! Why idle claims need no quarantine: a leader that steps down cleanly (SIGTERM) marks idle, while it
+//! still holds the lease, every claim of a block whose allocation writes were all answered
+//! (`stepping_down.rs`), so no write of its can land there late; the next leader uses idle blocks at
+//! once. A leader that died, or whose write to a block may still land, leaves the claim open, and the next
+//! leader quarantines it as above. The idle mark tests the term the claim names, and a leader adopts
+//! (renames the term on) every claim it did not create before handing out of its block: so an idle mark
+//! that a frozen API server holds until after a later leader took the block into use is refused, and
+//! cannot hide that later leader's writes from the one after it.
 //!
 //! Why a touch settles a Node: every allocation PATCH is a JSON Patch testing the Node's
 //! `ipam.netcm.io/fenced-at` annotation as it was decided on, so a touch that rewrites it voids an earlier
@@ -151,39 +160,72 @@ pub fn claim_ahead_block_sized(
     cluster_cidr.contains(&next).then_some(next)
 }
 
+/// A claim as the new leader listed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListedBlock {
+    /// The claimed range.
+    pub range: IpNet,
+    /// The term the claim names ([`crate::claims::TERM_ANNOTATION`]), if any.
+    pub term: Option<Box<str>>,
+    /// Marked idle by a leader that stepped down cleanly: no write of its can land late.
+    pub idle: bool,
+}
+
 /// What this leader may allocate from.
 #[derive(Debug, Default)]
 pub(crate) struct Blocks {
-    /// Ranges this leader created, or found and may use.
+    /// Ranges whose claim this leader created or adopted in its term: CIDRs of them may be handed out.
     usable: HashSet<IpNet>,
+    /// Listed ranges no earlier write can land in any more (idle claims; earlier leaders' once the
+    /// quarantine ended or when none was needed): usable once this leader adopted their claim, by the
+    /// term the claim named when listed (`None`: idle already, or it named none).
+    adoptable: HashMap<IpNet, Option<Box<str>>>,
     /// Until every Node an earlier leader may still be writing to is settled.
     quarantine: Option<Quarantine>,
+    /// Allocation PATCHes on their way, per block.
+    in_flight: HashMap<IpNet, u32>,
+    /// Blocks with a PATCH whose outcome this leader does not know (a timeout, a 5xx, dropped at the
+    /// drain): one may still land, so this term never marks them idle.
+    uncertain: HashSet<IpNet>,
 }
 
 #[derive(Debug)]
 struct Quarantine {
     /// Earlier leaders' claimed ranges: their free CIDRs are held under [`QUARANTINE_OWNER`].
     ranges: Vec<IpNet>,
+    /// The term each quarantined claim named when listed.
+    terms: HashMap<IpNet, Box<str>>,
     /// Nodes (name → UID) without pod CIDRs in the first list: an earlier leader's PATCH may be on its way.
     nodes: HashMap<Box<str>, Box<str>>,
 }
 
 impl Blocks {
     /// The state at a leader's start: `listed` claims, and the Nodes without pod CIDRs in the first list.
-    /// No quarantine when no Node is waiting (no earlier write can land) or nothing was claimed.
-    pub(crate) fn start(listed: Vec<IpNet>, waiting: HashMap<Box<str>, Box<str>>) -> Blocks {
-        if waiting.is_empty() || listed.is_empty() {
+    /// Idle claims are never quarantined; the others are while a Node is waiting (else no earlier write
+    /// can land).
+    pub(crate) fn start(listed: Vec<ListedBlock>, waiting: HashMap<Box<str>, Box<str>>) -> Blocks {
+        let (idle, open): (Vec<_>, Vec<_>) = listed.into_iter().partition(|b| b.idle);
+        let mut adoptable: HashMap<IpNet, Option<Box<str>>> =
+            idle.into_iter().map(|b| (b.range, None)).collect();
+        if waiting.is_empty() || open.is_empty() {
+            adoptable.extend(open.into_iter().map(|b| (b.range, b.term)));
             return Blocks {
-                usable: listed.into_iter().collect(),
-                quarantine: None,
+                adoptable,
+                ..Blocks::default()
             };
         }
+        let terms = open
+            .iter()
+            .filter_map(|b| Some((b.range, b.term.clone()?)))
+            .collect();
         Blocks {
-            usable: HashSet::new(),
+            adoptable,
             quarantine: Some(Quarantine {
-                ranges: listed,
+                ranges: open.into_iter().map(|b| b.range).collect(),
+                terms,
                 nodes: waiting,
             }),
+            ..Blocks::default()
         }
     }
 
@@ -192,27 +234,26 @@ impl Blocks {
         self.usable.contains(block)
     }
 
-    /// This leader created the claim of `block`.
+    /// Whether `block` was listed and may be taken into use by adopting its claim.
+    pub(crate) fn is_adoptable(&self, block: &IpNet) -> bool {
+        self.adoptable.contains_key(block)
+    }
+
+    /// This leader created or adopted the claim of `block`.
     pub(crate) fn created(&mut self, block: IpNet) {
+        self.adoptable.remove(&block);
         self.usable.insert(block);
     }
 
     /// The claim of `block` already existed (409). Returns the ranges to hold under
-    /// [`QUARANTINE_OWNER`] when the quarantine is on (the block joins it); `None`: usable at once (a
-    /// claim this leader did not list cannot carry an earlier leader's write, see the module doc).
+    /// [`QUARANTINE_OWNER`] when the quarantine is on (the block joins it); `None`: to adopt (a claim
+    /// this leader did not list cannot carry an earlier leader's write, see the module doc).
     pub(crate) fn found_existing(&mut self, block: IpNet) -> Option<&[IpNet]> {
-        match &mut self.quarantine {
-            Some(q) => {
-                if !q.ranges.contains(&block) {
-                    q.ranges.push(block);
-                }
-                Some(&q.ranges)
-            }
-            None => {
-                self.usable.insert(block);
-                None
-            }
+        let q = self.quarantine.as_mut()?;
+        if !q.ranges.contains(&block) {
+            q.ranges.push(block);
         }
+        Some(&q.ranges)
     }
 
     /// The ranges held under [`QUARANTINE_OWNER`] (empty when there is no quarantine).
@@ -227,7 +268,7 @@ impl Blocks {
 
     /// What a sync saw of Node `name`: its UID now (`None`: gone) and whether it holds pod CIDRs. A Node
     /// of the quarantine that holds CIDRs, is gone or was re-created is settled; when the last one is,
-    /// the quarantine ends and its ranges are returned (to release, and usable from now on).
+    /// the quarantine ends and its ranges are returned (to release, and adoptable from now on).
     pub(crate) fn settle(
         &mut self,
         name: &str,
@@ -246,8 +287,8 @@ impl Blocks {
         }
     }
 
-    /// Node `name` can no longer receive an earlier leader's write (touched: its resourceVersion moved on,
-    /// and every allocation PATCH names the resourceVersion it was decided on). Ends the quarantine like
+    /// Node `name` can no longer receive an earlier leader's write (touched: its fence annotation moved
+    /// on, and every allocation PATCH tests the one it was decided on). Ends the quarantine like
     /// [`Blocks::settle`] when it was the last.
     pub(crate) fn voided(&mut self, name: &str) -> Option<Vec<IpNet>> {
         let q = self.quarantine.as_mut()?;
@@ -255,8 +296,12 @@ impl Blocks {
         if !q.nodes.is_empty() {
             return None;
         }
-        let q = self.quarantine.take()?;
-        self.usable.extend(q.ranges.iter().copied());
+        let mut q = self.quarantine.take()?;
+        for range in &q.ranges {
+            if !self.usable.contains(range) {
+                self.adoptable.insert(*range, q.terms.remove(range));
+            }
+        }
         Some(q.ranges)
     }
 
@@ -268,6 +313,56 @@ impl Blocks {
                 .map(|(n, u)| (n.to_string(), u.to_string()))
                 .collect()
         })
+    }
+
+    /// An allocation PATCH with CIDRs of `blocks` is about to be sent.
+    pub(crate) fn write_started(&mut self, blocks: &[IpNet]) {
+        for b in blocks {
+            *self.in_flight.entry(*b).or_default() += 1;
+        }
+    }
+
+    /// That PATCH was answered (`known`: it landed, or was refused for good) or not (`!known`: it may
+    /// still land).
+    pub(crate) fn write_ended(&mut self, blocks: &[IpNet], known: bool) {
+        for b in blocks {
+            if let Some(n) = self.in_flight.get_mut(b) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.in_flight.remove(b);
+                }
+            }
+            if !known {
+                self.uncertain.insert(*b);
+            }
+        }
+    }
+
+    /// The claims a leader stepping down marks idle, each with the term it must still name: the blocks
+    /// it used with every write answered (its own `term`), and listed claims no earlier write can land
+    /// in that it never used. Quarantined ones stay as they are: an earlier write may still land there.
+    pub(crate) fn to_mark_idle(&self, term: &str) -> Vec<(IpNet, Box<str>)> {
+        let mine = self
+            .usable
+            .iter()
+            .filter(|b| !self.uncertain.contains(b) && !self.in_flight.contains_key(b))
+            .map(|b| (*b, Box::from(term)));
+        let earlier = self
+            .adoptable
+            .iter()
+            .filter_map(|(b, t)| Some((*b, t.clone()?)));
+        mine.chain(earlier).collect()
+    }
+
+    /// How many claims a leader stepping down leaves open: used blocks with a write unanswered, and the
+    /// quarantine's.
+    pub(crate) fn left_open(&self) -> usize {
+        let uncertain = self
+            .usable
+            .iter()
+            .filter(|b| self.uncertain.contains(b) || self.in_flight.contains_key(b))
+            .count();
+        uncertain + self.quarantined_ranges().len()
     }
 }
 

@@ -24,6 +24,17 @@ pub const KIND: &str = "PodCIDRClaim";
 /// The claim CRD's plural resource name.
 pub const PLURAL: &str = "podcidrclaims";
 
+/// The annotation naming the leader's term that last took the block into use (created or adopted its
+/// claim): only that term may mark the claim idle ([`Claims::mark_idle`]).
+pub const TERM_ANNOTATION: &str = "ipam.netcm.io/term";
+
+/// [`TERM_ANNOTATION`] as a JSON Pointer, for the idle mark's test.
+const TERM_POINTER: &str = "/metadata/annotations/ipam.netcm.io~1term";
+
+/// The annotation a leader that stepped down cleanly sets on a claim (RFC 3339): every write of its term
+/// from the block was answered, so none can land late, and the next leader need not quarantine it.
+pub const IDLE_ANNOTATION: &str = "ipam.netcm.io/idle-since";
+
 /// A claim as read from the API: the range it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
@@ -32,6 +43,27 @@ pub struct Claim {
     /// Its annotations: the release holds of deleted Nodes' CIDRs in the block are kept there
     /// ([`crate::release_hold_record`]).
     pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+impl Claim {
+    /// The term that last took the block into use, if the claim names one.
+    pub fn term(&self) -> Option<&str> {
+        self.annotations.get(TERM_ANNOTATION).map(String::as_str)
+    }
+
+    /// Whether the leader that last used the block stepped down with none of its writes unanswered.
+    pub fn is_idle(&self) -> bool {
+        self.annotations.contains_key(IDLE_ANNOTATION)
+    }
+}
+
+/// What a leader's write to an existing claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimWrite {
+    /// The write landed.
+    Landed,
+    /// The claim is gone (404), or (for an idle mark) a later term took the block into use (422).
+    NotLanded,
 }
 
 /// What creating a block's claim found.
@@ -52,6 +84,9 @@ pub enum ClaimError {
     /// The PodCIDRClaim CRD is not installed.
     #[error("the PodCIDRClaim CRD ({PLURAL}.{GROUP}) is not installed: install it with `kubectl apply --server-side -f charts/netcm/crds/podcidrclaims.yaml` (Helm installs crds/ only on install, never on upgrade), or run with --pod-cidr-claims=false")]
     NotInstalled,
+    /// The claim of a block was deleted between its create (409) and this leader's adoption of it.
+    #[error("the PodCIDRClaim of {0} was deleted while this leader took it into use; it is claimed again on the next sync")]
+    Vanished(IpNet),
     /// A claim object has a spec netcm cannot read (someone else wrote it).
     #[error("PodCIDRClaim {name} is malformed: {why}")]
     Malformed {
@@ -67,7 +102,7 @@ impl ClaimError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Api(e) => netcm_manager::sync_metrics::api_reason(e),
-            Self::NotInstalled | Self::Malformed { .. } => {
+            Self::NotInstalled | Self::Malformed { .. } | Self::Vanished(_) => {
                 netcm_manager::sync_metrics::REASON_ERROR
             }
         }
@@ -121,8 +156,8 @@ impl Claims {
         }
     }
 
-    /// Claims the block `block`.
-    pub async fn claim_block(&self, block: &IpNet) -> Result<BlockClaim, ClaimError> {
+    /// Claims the block `block` for the leader's `term`.
+    pub async fn claim_block(&self, block: &IpNet, term: &str) -> Result<BlockClaim, ClaimError> {
         let obj = DynamicObject {
             types: Some(kube::core::TypeMeta {
                 api_version: format!("{GROUP}/{VERSION}"),
@@ -137,6 +172,7 @@ impl Claims {
                     )]
                     .into(),
                 ),
+                annotations: Some([(TERM_ANNOTATION.to_string(), term.to_string())].into()),
                 ..Default::default()
             },
             data: serde_json::json!({ "spec": { "cidr": block.trunc().to_string() } }),
@@ -169,6 +205,54 @@ impl Claims {
         .map_err(ClaimError::Api)
     }
 
+    /// Takes the existing claim of `block` into use for `term`: names the term and clears an idle mark, so
+    /// an idle mark of an earlier term that lands late is refused ([`Claims::mark_idle`]).
+    pub async fn adopt(&self, block: &IpNet, term: &str) -> Result<ClaimWrite, ClaimError> {
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { TERM_ANNOTATION: term, IDLE_ANNOTATION: null } }
+        });
+        let sent = netcm_manager::client::unread::patch_unread(
+            &self.api,
+            &claim_name(block),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await;
+        match sent {
+            Ok(()) => Ok(ClaimWrite::Landed),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(ClaimWrite::NotLanded),
+            Err(e) => Err(ClaimError::Api(e)),
+        }
+    }
+
+    /// Marks the claim of `block` idle, only while it still names `term`: a JSON Patch whose test the API
+    /// server refuses (422) once a later leader adopted the block.
+    pub async fn mark_idle(
+        &self,
+        block: &IpNet,
+        term: &str,
+        since: &str,
+    ) -> Result<ClaimWrite, ClaimError> {
+        let patch: json_patch::Patch = serde_json::from_value(idle_patch(term, since)).map_err(|e| {
+            ClaimError::Malformed {
+                name: claim_name(block),
+                why: format!("the idle mark could not be built: {e}"),
+            }
+        })?;
+        let sent = netcm_manager::client::unread::patch_unread(
+            &self.api,
+            &claim_name(block),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(patch),
+        )
+        .await;
+        match sent {
+            Ok(()) => Ok(ClaimWrite::Landed),
+            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 422) => Ok(ClaimWrite::NotLanded),
+            Err(e) => Err(ClaimError::Api(e)),
+        }
+    }
+
     /// Every claim.
     pub async fn list(&self) -> Result<Vec<Claim>, ClaimError> {
         let list = self
@@ -185,6 +269,14 @@ impl Claims {
         }
         Ok(out)
     }
+}
+
+/// The idle mark: set [`IDLE_ANNOTATION`] to `since` if the claim still names `term`.
+fn idle_patch(term: &str, since: &str) -> serde_json::Value {
+    serde_json::json!([
+        { "op": "test", "path": TERM_POINTER, "value": term },
+        { "op": "add", "path": format!("/metadata/annotations/{}", IDLE_ANNOTATION.replace('/', "~1")), "value": since },
+    ])
 }
 
 fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
@@ -240,6 +332,21 @@ mod tests {
 
     fn net(s: &str) -> IpNet {
         s.parse().expect("test CIDR")
+    }
+
+    #[test]
+    fn the_idle_mark_tests_the_term_before_it_sets_the_annotation() {
+        let p = idle_patch("a@1", "2026-11-26T00:00:00Z");
+        assert_eq!(
+            p[0],
+            serde_json::json!({"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": "a@1"})
+        );
+        assert_eq!(
+            p[1],
+            serde_json::json!({"op": "add", "path": "/metadata/annotations/ipam.netcm.io~1idle-since", "value": "2026-11-26T00:00:00Z"})
+        );
+        let parsed: Result<json_patch::Patch, _> = serde_json::from_value(p);
+        assert!(parsed.is_ok(), "{parsed:?}");
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod release_hold;
 mod release_hold_record;
 mod startup;
 mod state;
+mod stepping_down;
 mod tracking;
 
 use std::sync::Arc;
@@ -87,6 +88,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         claims: flags
             .pod_cidr_claims
             .then(|| claims::Claims::new(ctx.client.clone())),
+        term: term_name().into(),
         block_create: tokio::sync::Mutex::new(()),
         claim_ahead,
         voiding: tokio::sync::Mutex::new(()),
@@ -121,6 +123,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         controller = controller
             .task(move |shutdown| async move { release_hold::run(holds, shutdown).await });
     }
+    let stepping_down = allocator.clone();
     let prepare = allocator.clone();
     let readiness = ctx.readiness.clone();
     Ok(Some(
@@ -151,6 +154,19 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
                     _ => Prepared::Ready,
                 }
             })
-            .reconciler(allocator, queue, ctx.workers),
+            .reconciler(allocator, queue, ctx.workers)
+            .when_stopped(async move { stepping_down.mark_claims_idle().await }),
     ))
+}
+
+/// A name for this leader's term, unique across processes: the host, the process and the instant.
+fn term_name() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "netcm".into());
+    format!(
+        "{host}/{}@{}",
+        std::process::id(),
+        k8s_openapi::jiff::Timestamp::now()
+    )
 }

@@ -1,7 +1,8 @@
 //! What a new leader does with the PodCIDRClaims earlier leaders left, before its first allocation: the
 //! claimed ranges are usable at once when no Node is waiting for pod CIDRs, else their free CIDRs are
 //! quarantined until every waiting Node is settled ([`crate::blocks`] says why that is enough) — or, when
-//! no free CIDR is left outside them, touched.
+//! no free CIDR is left outside them, touched. Claims a leader marked idle when it stepped down are never
+//! quarantined.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use netcm_manager::supervision::ControllerHealth;
 use netcm_manager::{CachedNode, EventType};
 
 use crate::allocator::{Allocator, SyncError, NAME};
-use crate::blocks::{Blocks, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
+use crate::blocks::{Blocks, ListedBlock, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
 use crate::claims::{ClaimError, Claims};
 use crate::pod_cidr_patch::{classify_patch_error, PatchFailure};
 
@@ -56,9 +57,17 @@ impl Allocator {
         if !self.release_hold.is_zero() {
             self.restore_release_holds(&list);
         }
-        let ranges: Vec<IpNet> = list.iter().map(|c| c.cidr).collect();
-        // Only with claims to protect: at a first start with a backlog every Node is waiting.
-        let waiting: HashMap<Box<str>, Box<str>> = if ranges.is_empty() {
+        let listed: Vec<ListedBlock> = list
+            .iter()
+            .map(|c| ListedBlock {
+                range: c.cidr,
+                term: c.term().map(Box::from),
+                idle: c.is_idle(),
+            })
+            .collect();
+        let idle = listed.iter().filter(|b| b.idle).count();
+        // Only with open claims to protect: at a first start with a backlog every Node is waiting.
+        let waiting: HashMap<Box<str>, Box<str>> = if idle == listed.len() {
             HashMap::new()
         } else {
             self.nodes
@@ -68,7 +77,7 @@ impl Allocator {
                 .map(|n| (n.name().into(), n.uid().into()))
                 .collect()
         };
-        let blocks = Blocks::start(ranges, waiting);
+        let blocks = Blocks::start(listed, waiting);
         let waiting_nodes = blocks.waiting_nodes();
         {
             let mut state = self.state.lock();
@@ -84,8 +93,9 @@ impl Allocator {
             tracing::info!(
                 controller = NAME,
                 claims = list.len(),
+                idle_claims = idle,
                 waiting_nodes,
-                "earlier leaders' claimed blocks keep their free CIDRs until every node that was waiting for pod CIDRs has them or is gone: one of those leaders may still have a write on its way"
+                "earlier leaders' open claimed blocks keep their free CIDRs until every node that was waiting for pod CIDRs has them or is gone: one of those leaders may still have a write on its way"
             );
         } else if list.is_empty() {
             tracing::info!(
@@ -96,7 +106,8 @@ impl Allocator {
             tracing::info!(
                 controller = NAME,
                 claims = list.len(),
-                "no node is waiting for pod CIDRs: earlier leaders' claimed blocks are usable"
+                idle_claims = idle,
+                "earlier leaders' claimed blocks are usable: no node is waiting for pod CIDRs, or they stepped down with every write answered"
             );
         }
         true

@@ -149,6 +149,7 @@ pub struct Controller {
     prepare: Option<Task<Prepared>>,
     workers: Vec<Workers>,
     tasks: Vec<Task<()>>,
+    stopped: Option<BoxFuture<'static, ()>>,
 }
 
 impl Controller {
@@ -197,6 +198,14 @@ impl Controller {
         self
     }
 
+    /// Work after the workers and tasks have stopped, while the lease is still held, so its writes still
+    /// pass the fence (e.g. telling the next leader what it need not quarantine); cut short at the drain
+    /// timeout. Runs only if the workers ran.
+    pub fn when_stopped(mut self, work: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.stopped = Some(Box::pin(work));
+        self
+    }
+
     /// Something the syncs depend on (a connection's driver): started before [`Controller::prepare`],
     /// dropped once the workers have drained.
     pub fn service(mut self, service: impl Future<Output = ()> + Send + 'static) -> Self {
@@ -242,6 +251,11 @@ impl Controller {
                 futures::future::join_all(tasks),
             )
             .await;
+            if let Some(stopped) = self.stopped {
+                if tokio::time::timeout(drain, stopped).await.is_err() {
+                    tracing::warn!(controller = name, "the work after stopping did not finish within {drain:?}; stopping anyway");
+                }
+            }
         }
         for s in services {
             s.abort();

@@ -176,10 +176,27 @@ fn the_fence_pointer_is_the_annotation_escaped_as_json_pointer() {
     );
 }
 
+fn open(range: &str, term: &str) -> ListedBlock {
+    ListedBlock {
+        range: net(range),
+        term: Some(term.into()),
+        idle: false,
+    }
+}
+
+fn idle(range: &str) -> ListedBlock {
+    ListedBlock {
+        range: net(range),
+        term: Some("t0".into()),
+        idle: true,
+    }
+}
+
 #[test]
-fn without_waiting_nodes_every_listed_claim_is_usable_at_once() {
-    let b = Blocks::start(vec![net("10.0.0.0/18")], waiting(&[]));
-    assert!(b.is_usable(&net("10.0.0.0/18")));
+fn without_waiting_nodes_every_listed_claim_is_adoptable_at_once() {
+    let b = Blocks::start(vec![open("10.0.0.0/18", "t1")], waiting(&[]));
+    assert!(b.is_adoptable(&net("10.0.0.0/18")));
+    assert!(!b.is_usable(&net("10.0.0.0/18")), "not before its adoption");
     assert_eq!(b.waiting_nodes(), 0);
     assert!(b.quarantined_ranges().is_empty());
 }
@@ -187,10 +204,11 @@ fn without_waiting_nodes_every_listed_claim_is_usable_at_once() {
 #[test]
 fn earlier_claims_stay_quarantined_until_every_waiting_node_is_settled() {
     let mut b = Blocks::start(
-        vec![net("10.0.0.0/18")],
+        vec![open("10.0.0.0/18", "t1")],
         waiting(&[("a", "a1"), ("b", "b1"), ("c", "c1")]),
     );
     assert!(!b.is_usable(&net("10.0.0.0/18")));
+    assert!(!b.is_adoptable(&net("10.0.0.0/18")));
     assert_eq!(b.quarantined_ranges(), [net("10.0.0.0/18")]);
     assert_eq!(b.settle("a", Some("a1"), false), None, "still waiting");
     assert_eq!(b.settle("other", Some("o1"), true), None);
@@ -203,14 +221,28 @@ fn earlier_claims_stay_quarantined_until_every_waiting_node_is_settled() {
         Some(vec![net("10.0.0.0/18")]),
         "c was re-created: the last one settled ends the quarantine"
     );
-    assert!(b.is_usable(&net("10.0.0.0/18")));
+    assert!(b.is_adoptable(&net("10.0.0.0/18")));
     assert!(b.quarantined_ranges().is_empty());
+}
+
+#[test]
+fn idle_claims_are_never_quarantined_even_with_nodes_waiting() {
+    let b = Blocks::start(
+        vec![idle("10.0.0.0/18"), open("10.0.64.0/18", "t1")],
+        waiting(&[("a", "a1")]),
+    );
+    assert!(b.is_adoptable(&net("10.0.0.0/18")));
+    assert_eq!(b.quarantined_ranges(), [net("10.0.64.0/18")]);
+    assert!(
+        b.to_mark_idle("t2").is_empty(),
+        "neither the idle claim nor the quarantined one is this term's to mark"
+    );
 }
 
 #[test]
 fn touching_every_waiting_node_ends_the_quarantine_without_giving_them_cidrs() {
     let mut b = Blocks::start(
-        vec![net("10.0.0.0/18")],
+        vec![open("10.0.0.0/18", "t1")],
         waiting(&[("a", "a1"), ("b", "b1")]),
     );
     let mut w = b.waiting();
@@ -218,14 +250,14 @@ fn touching_every_waiting_node_ends_the_quarantine_without_giving_them_cidrs() {
     assert_eq!(w, [("a".into(), "a1".into()), ("b".into(), "b1".into())]);
     assert_eq!(b.voided("a"), None);
     assert_eq!(b.voided("b"), Some(vec![net("10.0.0.0/18")]));
-    assert!(b.is_usable(&net("10.0.0.0/18")));
+    assert!(b.is_adoptable(&net("10.0.0.0/18")));
     assert!(b.waiting().is_empty());
     assert_eq!(b.voided("b"), None, "no quarantine any more");
 }
 
 #[test]
-fn a_block_found_claimed_joins_the_quarantine_or_is_usable_after_it() {
-    let mut b = Blocks::start(vec![net("10.0.0.0/18")], waiting(&[("a", "a1")]));
+fn a_block_found_claimed_joins_the_quarantine_or_is_adopted_after_it() {
+    let mut b = Blocks::start(vec![open("10.0.0.0/18", "t1")], waiting(&[("a", "a1")]));
     b.created(net("10.0.128.0/18"));
     assert!(b.is_usable(&net("10.0.128.0/18")));
     assert_eq!(
@@ -234,7 +266,39 @@ fn a_block_found_claimed_joins_the_quarantine_or_is_usable_after_it() {
     );
     assert!(!b.is_usable(&net("10.0.64.0/18")));
     assert!(b.settle("a", Some("a1"), true).is_some());
+    assert!(b.is_adoptable(&net("10.0.64.0/18")));
+    assert!(b.is_usable(&net("10.0.128.0/18")), "created stays usable");
+    assert_eq!(b.found_existing(net("10.0.192.0/18")), None, "to adopt");
+    b.created(net("10.0.64.0/18"));
     assert!(b.is_usable(&net("10.0.64.0/18")));
-    assert_eq!(b.found_existing(net("10.0.192.0/18")), None);
-    assert!(b.is_usable(&net("10.0.192.0/18")));
+    assert!(!b.is_adoptable(&net("10.0.64.0/18")));
+}
+
+#[test]
+fn a_stepping_down_leader_marks_idle_only_blocks_whose_every_write_was_answered() {
+    let mut b = Blocks::start(vec![open("10.0.0.0/18", "t1")], waiting(&[]));
+    for block in ["10.0.64.0/18", "10.0.128.0/18", "10.0.192.0/18"] {
+        b.created(net(block));
+    }
+    b.write_started(&[net("10.0.64.0/18")]);
+    b.write_ended(&[net("10.0.64.0/18")], true);
+    b.write_started(&[net("10.0.128.0/18")]);
+    b.write_ended(&[net("10.0.128.0/18")], false);
+    b.write_started(&[net("10.0.192.0/18")]);
+    let mut idle = b.to_mark_idle("t2");
+    idle.sort();
+    assert_eq!(
+        idle,
+        [
+            (net("10.0.0.0/18"), "t1".into()),
+            (net("10.0.64.0/18"), "t2".into()),
+        ],
+        "the earlier term's unused block under its own term, this term's answered block under this one; \
+         not the block with an unanswered write, nor the one with a write on its way"
+    );
+    b.write_ended(&[net("10.0.128.0/18")], true);
+    assert!(
+        !b.to_mark_idle("t2").contains(&(net("10.0.128.0/18"), "t2".into())),
+        "an answer to a later write does not make an earlier unanswered one safe"
+    );
 }
