@@ -16,6 +16,7 @@ use netcm_e2e::{
     audit, claimed_cidrs, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv,
 };
 
+mod idle_claims;
 mod late_write;
 mod refused_write;
 

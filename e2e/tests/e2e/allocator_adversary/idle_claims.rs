@@ -1,0 +1,160 @@
+//! Claims a leader leaves behind: idle after a clean step-down (the next leader uses them at once), open
+//! after a kill (the next leader quarantines them), and an idle mark that lands after a later leader took
+//! the block into use is refused.
+
+use super::*;
+
+use netcm_subnet_allocator::claims::{
+    claim_name, ClaimWrite, Claims, IDLE_ANNOTATION, TERM_ANNOTATION,
+};
+use netcm_subnet_allocator::blocks::FENCED_AT_ANNOTATION;
+
+/// One block: a cluster CIDR smaller than a block is one, so nothing is free outside an earlier claim.
+const ONE_BLOCK: &str = "10.77.0.0/24";
+
+fn one_block_args() -> [&'static str; 2] {
+    ["--cluster-cidr=10.77.0.0/24", "--node-cidr-mask-size=28"]
+}
+
+/// The one block's claim, as the API has it.
+async fn the_claim(client: &kube::Client) -> DynamicObject {
+    let net: IpNet = ONE_BLOCK.parse().expect("cidr");
+    pod_cidr_claims(client)
+        .get(&claim_name(&net))
+        .await
+        .expect("the block's claim")
+}
+
+fn annotation<'a>(claim: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// A first leader allocates four Nodes of the block and goes with `signal`; six more Nodes then wait.
+async fn a_first_leader_goes(env: &TestEnv, signal: &str) {
+    create_plain_nodes(&env.client, "first-", 4).await;
+    let mut first = start_allocator(env, "first", &one_block_args());
+    wait_all_allocated(&env.client, 4, TIMEOUT).await;
+    first.signal(signal);
+    first.wait_exit(TIMEOUT).await;
+    create_plain_nodes(&env.client, "second-", 6).await;
+}
+
+/// The Nodes whose fence annotation a leader set: the ones a quarantine touched.
+async fn touched_nodes(client: &kube::Client) -> Vec<String> {
+    all_nodes(client)
+        .await
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(FENCED_AT_ANNOTATION))
+        })
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_leader_that_steps_down_cleanly_leaves_its_claim_idle_and_the_next_serves_waiting_nodes_without_touching_them(
+) {
+    let env = TestEnv::new().await;
+    a_first_leader_goes(&env, "TERM").await;
+    let claim = the_claim(&env.client).await;
+    assert!(
+        annotation(&claim, IDLE_ANNOTATION).is_some(),
+        "after SIGTERM the block's claim is idle: {:?}",
+        claim.metadata.annotations
+    );
+    let first_term = annotation(&claim, TERM_ANNOTATION).map(str::to_string);
+    assert!(first_term.is_some(), "the claim names its term");
+
+    let _second = start_allocator(&env, "second", &one_block_args());
+    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    assert_eq!(
+        touched_nodes(&env.client).await,
+        Vec::<String>::new(),
+        "an idle claim needs no quarantine, so no waiting Node is touched"
+    );
+    let claim = the_claim(&env.client).await;
+    assert_eq!(
+        annotation(&claim, IDLE_ANNOTATION),
+        None,
+        "the second leader took the block into use"
+    );
+    assert_ne!(
+        annotation(&claim, TERM_ANNOTATION).map(str::to_string),
+        first_term,
+        "under its own term"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_leader_leaves_its_claim_open_and_the_next_touches_the_waiting_nodes_before_using_it() {
+    let env = TestEnv::new().await;
+    a_first_leader_goes(&env, "KILL").await;
+    let claim = the_claim(&env.client).await;
+    assert_eq!(
+        annotation(&claim, IDLE_ANNOTATION),
+        None,
+        "a killed leader's writes may still land: its claim stays open"
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), netcm_e2e::LEASE_NAMESPACE);
+    let _ = leases.delete("netcm", &DeleteParams::default()).await;
+
+    let _second = start_allocator(&env, "second", &one_block_args());
+    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    let mut touched = touched_nodes(&env.client).await;
+    touched.sort();
+    let waiting: Vec<String> = (1..=6).map(|i| format!("second-{i}")).collect();
+    assert_eq!(
+        touched, waiting,
+        "the block was quarantined: every Node waiting at the takeover was touched before its free CIDRs were used"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refused() {
+    let env = TestEnv::new().await;
+    let claims = Claims::new(env.client.clone());
+    let block: IpNet = ONE_BLOCK.parse().expect("cidr");
+    claims
+        .claim_block(&block, "earlier@1")
+        .await
+        .expect("the earlier leader's claim");
+    assert_eq!(
+        claims.adopt(&block, "later@2").await.expect("adopt"),
+        ClaimWrite::Landed
+    );
+    assert_eq!(
+        claims
+            .mark_idle(&block, "earlier@1", "2026-11-26T00:00:00Z")
+            .await
+            .expect("the API answers"),
+        ClaimWrite::NotLanded,
+        "the earlier term's mark, held back past the adoption"
+    );
+    let claim = the_claim(&env.client).await;
+    assert_eq!(annotation(&claim, IDLE_ANNOTATION), None);
+    assert_eq!(annotation(&claim, TERM_ANNOTATION), Some("later@2"));
+    assert_eq!(
+        claims
+            .mark_idle(&block, "later@2", "2026-11-26T00:00:01Z")
+            .await
+            .expect("the API answers"),
+        ClaimWrite::Landed,
+        "the term that adopted it may"
+    );
+    let claim = the_claim(&env.client).await;
+    assert_eq!(
+        annotation(&claim, IDLE_ANNOTATION),
+        Some("2026-11-26T00:00:01Z")
+    );
+}
