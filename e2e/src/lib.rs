@@ -338,7 +338,21 @@ impl TestEnv {
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics naming `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for_every(what, timeout, Duration::from_millis(100), check).await
+}
+
+/// [`wait_for`], polling every `interval` (a benchmark timing a step polls more often).
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -351,7 +365,7 @@ where
         if start.elapsed() > timeout {
             panic!("timed out after {timeout:?} waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

@@ -251,9 +251,10 @@ impl Allocator {
             &Patch::Json::<()>(patch),
         )
         .await;
-        in_flight.answered = result
-            .as_ref()
-            .map_or_else(|e| classify_patch_error(e) != PatchFailure::Transient, |_| true);
+        in_flight.answered = result.as_ref().map_or_else(
+            |e| classify_patch_error(e) != PatchFailure::Transient,
+            |_| true,
+        );
         drop(in_flight);
         let e = match result {
             Ok(_) => {

@@ -233,12 +233,11 @@ impl Claims {
         term: &str,
         since: &str,
     ) -> Result<ClaimWrite, ClaimError> {
-        let patch: json_patch::Patch = serde_json::from_value(idle_patch(term, since)).map_err(|e| {
-            ClaimError::Malformed {
+        let patch: json_patch::Patch =
+            serde_json::from_value(idle_patch(term, since)).map_err(|e| ClaimError::Malformed {
                 name: claim_name(block),
                 why: format!("the idle mark could not be built: {e}"),
-            }
-        })?;
+            })?;
         let sent = netcm_manager::client::unread::patch_unread(
             &self.api,
             &claim_name(block),

@@ -49,10 +49,6 @@ fn scale_node(i: u32, bump: u32) -> (String, String) {
     )
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    netcm_e2e::env_or(name, default)
-}
-
 /// Deletes netcm's routes to the first `count` Nodes' CIDRs at once (one `ip -batch`), as an operator
 /// or another agent flushing routes would.
 fn delete_routes(lab: &Lab, count: u32) {
@@ -91,7 +87,7 @@ async fn main() {
     let started = Instant::now();
     let period = format!(
         "--route-reconciliation-period={}s",
-        env_u64("ROUTE_PERIOD_SECONDS", 10)
+        netcm_e2e::env_or("ROUTE_PERIOD_SECONDS", 10u64)
     );
     // The chart's client rate: every Node's RouteCreated condition is a write.
     let netcm = lab.start(
@@ -136,13 +132,13 @@ async fn main() {
     let at_conditions = proc_stats(netcm.pid());
 
     // Idle: nothing changes; what the periodic reconcile costs at this size.
-    let idle = Duration::from_secs(env_u64("IDLE_SECONDS", 60));
+    let idle = Duration::from_secs(netcm_e2e::env_or("IDLE_SECONDS", 60u64));
     let before_idle = proc_stats(netcm.pid());
     tokio::time::sleep(idle).await;
     let idle_cpu = proc_stats(netcm.pid()).cpu_seconds - before_idle.cpu_seconds;
 
     // Repair: routes deleted behind netcm's back come back.
-    let repair_count = (env_u64("REPAIR_ROUTES", 1000) as u32).min(n);
+    let repair_count = (netcm_e2e::env_or("REPAIR_ROUTES", 1000u64) as u32).min(n);
     let t = Instant::now();
     delete_routes(&lab, repair_count);
     let deleted_in = t.elapsed();

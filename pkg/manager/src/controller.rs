@@ -253,7 +253,10 @@ impl Controller {
             .await;
             if let Some(stopped) = self.stopped {
                 if tokio::time::timeout(drain, stopped).await.is_err() {
-                    tracing::warn!(controller = name, "the work after stopping did not finish within {drain:?}; stopping anyway");
+                    tracing::warn!(
+                        controller = name,
+                        "the work after stopping did not finish within {drain:?}; stopping anyway"
+                    );
                 }
             }
         }

@@ -298,7 +298,8 @@ fn a_stepping_down_leader_marks_idle_only_blocks_whose_every_write_was_answered(
     );
     b.write_ended(&[net("10.0.128.0/18")], true);
     assert!(
-        !b.to_mark_idle("t2").contains(&(net("10.0.128.0/18"), "t2".into())),
+        !b.to_mark_idle("t2")
+            .contains(&(net("10.0.128.0/18"), "t2".into())),
         "an answer to a later write does not make an earlier unanswered one safe"
     );
 }

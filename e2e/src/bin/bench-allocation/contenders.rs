@@ -42,15 +42,28 @@ const NETCM_IMAGE_MALLOC_ENV: [(&str, &str); 2] = [
 
 /// netcm with only the subnet allocator, the bench's cluster CIDR, `extra` args and then NETCM_EXTRA_ARGS.
 pub fn netcm(cfg: &Config, label: &str, extra: &[&str]) -> Contender {
-    netcm_from(netcm_e2e::netcm::netcm_binary(), cfg, label, extra)
+    netcm_from(
+        netcm_e2e::netcm::netcm_binary(),
+        cfg,
+        label,
+        "subnet-allocator",
+        extra,
+    )
 }
 
-/// [`netcm`] from the binary at `bin` (another build, to compare before and after in one run).
-pub fn netcm_from(bin: &std::path::Path, cfg: &Config, label: &str, extra: &[&str]) -> Contender {
+/// netcm from the binary at `bin` (another build, to compare before and after in one run) running
+/// `controllers`, as [`netcm`] otherwise.
+pub fn netcm_from(
+    bin: &std::path::Path,
+    cfg: &Config,
+    label: &str,
+    controllers: &str,
+    extra: &[&str],
+) -> Contender {
     let mut cmd = Command::new(bin);
     cmd.args([
         &format!("--kubeconfig={}", control_plane().kubeconfig.display()),
-        "--controllers=subnet-allocator",
+        &format!("--controllers={controllers}"),
         &format!("--cluster-cidr={}", cfg.cluster_cidr),
         &format!("--leader-elect-resource-namespace={LEASE_NAMESPACE}"),
         "--port=0",
@@ -125,6 +138,24 @@ pub fn spawn(c: &mut Contender, set: &str) -> Child {
         .unwrap_or_else(|e| panic!("start {}: {e}", c.label))
 }
 
+/// Ends a contender with `signal` and reaps it (kill -9 after 60 s).
+pub fn stop_with(mut child: Child, signal: &str) {
+    if signal != "KILL" {
+        let _ = Command::new("kill")
+            .args(["-s", signal, &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("[bench] still running 60 s after SIGTERM: killing it");
+    }
+    stop(child);
+}
+
 /// Stops a contender and reaps it.
 pub fn stop(mut child: Child) {
     let _ = child.kill();
@@ -153,13 +184,20 @@ pub async fn run_backlog(client: &kube::Client, cfg: &Config, c: Contender) -> R
 }
 
 /// Starts the contender on the backlog `set` of `cfg.nodes` Nodes, created already, and measures it
-/// until every Node has a CIDR and through the idle window; stops it and leaves the Nodes as they are
-/// (the caller may read them before [`reset`]).
-pub async fn allocate_backlog(
+/// until every Node has a CIDR and through the idle window; stops it (kill -9) and leaves the Nodes as
+/// they are (the caller may read them before [`reset`]).
+pub async fn allocate_backlog(client: &kube::Client, cfg: &Config, c: Contender, set: &str) -> Row {
+    allocate_backlog_ending(client, cfg, c, set, "KILL").await
+}
+
+/// [`allocate_backlog`], the contender ended with `signal` (`TERM`: it steps down as it would in a
+/// rolling update; `KILL`: it dies).
+pub async fn allocate_backlog_ending(
     client: &kube::Client,
     cfg: &Config,
     mut c: Contender,
     set: &str,
+    signal: &str,
 ) -> Row {
     let n = cfg.nodes;
     let watch = SetWatch::start(client, set).await;
@@ -181,7 +219,7 @@ pub async fn allocate_backlog(
     // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
     tokio::time::sleep(cfg.idle).await;
     let after_idle = proc_stats(child.id());
-    stop(child);
+    stop_with(child, signal);
     let seconds = finished.duration_since(start).as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = mark.writes(c.ua, "");

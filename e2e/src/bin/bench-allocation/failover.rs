@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
-use crate::contenders::{reset, set_name, spawn, stop, Contender};
+use crate::contenders::{netcm_from, reset, set_name, spawn, stop, Contender};
 use crate::fixtures::{create_node, create_nodes, node_name, SetWatch};
 use crate::measure::{ms, proc_stats};
 use crate::Config;
-use netcm_e2e::{control_plane, lease_holder, LEASE_NAME, LEASE_NAMESPACE};
+use netcm_e2e::{lease_holder, LEASE_NAME};
 
 /// The annotation the node-annotation-syncer writes on every Node it published a lease for.
 const LEASE_ANNOTATION: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
@@ -32,24 +32,20 @@ const POLL: Duration = Duration::from_millis(20);
 /// The longest any one step may take before the run gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(900);
 
-/// A replica of netcm with the chart's default controllers (no route controller: no host routes here).
+/// A replica of netcm with the chart's default controllers (no route controller: no host routes here),
+/// run as its image runs it.
 fn replica(cfg: &Config, label: &str) -> Contender {
-    let mut cmd = Command::new(netcm_e2e::netcm::netcm_binary());
-    cmd.args([
-        &format!("--kubeconfig={}", control_plane().kubeconfig.display()),
-        "--controllers=subnet-allocator,node-annotation-syncer",
-        &format!("--cluster-cidr={}", cfg.cluster_cidr),
-        &format!("--leader-elect-resource-namespace={LEASE_NAMESPACE}"),
-        &format!("--kube-api-qps={}", cfg.qps),
-        &format!("--kube-api-burst={}", cfg.burst),
-        "--port=0",
-    ]);
-    cmd.args(cfg.netcm_extra_args.split_whitespace());
-    Contender {
-        label: label.to_string(),
-        cmd,
-        ua: "netcm/",
-    }
+    let fair = [
+        format!("--kube-api-qps={}", cfg.qps),
+        format!("--kube-api-burst={}", cfg.burst),
+    ];
+    netcm_from(
+        netcm_e2e::netcm::netcm_binary(),
+        cfg,
+        label,
+        "subnet-allocator,node-annotation-syncer",
+        &[&fair[0], &fair[1]],
+    )
 }
 
 /// What one hand-over measured.
@@ -67,22 +63,12 @@ struct Handover {
 }
 
 /// Polls until `check` gives a value, every [`POLL`]; panics naming `what` after [`STEP_TIMEOUT`].
-async fn poll<T, F, Fut>(what: &str, mut check: F) -> T
+async fn poll<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < STEP_TIMEOUT,
-            "{what}: not within {STEP_TIMEOUT:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    netcm_e2e::wait_for_every(what, STEP_TIMEOUT, POLL, check).await
 }
 
 /// When the set's watch first saw Node `name` with a pod CIDR, counted from `since`.

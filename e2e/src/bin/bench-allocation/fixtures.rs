@@ -210,11 +210,43 @@ async fn strip_finalizers_of_deleting(nodes: &Api<k8s_openapi::api::core::v1::No
     }
 }
 
-/// Deletes every Node, PodCIDRClaim and netcm Lease, however many. Nodes go by chunk label, 8 chunks at a
-/// time, then whatever is left unlabeled; every step is retried until the list is empty, since a
-/// delete-collection that outlives its request timeout stops part-way.
+/// Deletes every Node, PodCIDRClaim and netcm Lease, however many.
 pub async fn delete_everything(client: &kube::Client, max_nodes: usize) {
     let start = Instant::now();
+    delete_nodes(client, max_nodes).await;
+    let dp = DeleteParams::default();
+    let claims = netcm_e2e::pod_cidr_claims(client);
+    for _ in 0..20 {
+        match claims.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(l) if l.items.is_empty() => break,
+            _ => {
+                let _ = claims.delete_collection(&dp, &ListParams::default()).await;
+            }
+        }
+    }
+    delete_leases(client).await;
+    eprintln!(
+        "[bench] clean-up done in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Deletes netcm's Leases (not the API servers' own).
+pub async fn delete_leases(client: &kube::Client) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let _ = leases
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("!apiserver.kubernetes.io/identity"),
+        )
+        .await;
+}
+
+/// Deletes every Node, however many. Nodes go by chunk label, 8 chunks at a time, then whatever is left
+/// unlabeled; every step is retried until the list is empty, since a delete-collection that outlives its
+/// request timeout stops part-way.
+pub async fn delete_nodes(client: &kube::Client, max_nodes: usize) {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let dp = DeleteParams::default();
     for round in 0..20 {
@@ -244,30 +276,9 @@ pub async fn delete_everything(client: &kube::Client, max_nodes: usize) {
             .await;
         let _ = nodes.delete_collection(&dp, &ListParams::default()).await;
     }
-    let claims = netcm_e2e::pod_cidr_claims(client);
-    for _ in 0..20 {
-        match claims.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(l) if l.items.is_empty() => break,
-            _ => {
-                let _ = claims.delete_collection(&dp, &ListParams::default()).await;
-            }
-        }
-    }
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let _ = leases
-        .delete_collection(
-            &dp,
-            &ListParams::default().labels("!apiserver.kubernetes.io/identity"),
-        )
-        .await;
     if count_nodes(&nodes).await != Some(0) {
         panic!("Nodes are left after 20 clean-up rounds");
     }
-    eprintln!(
-        "[bench] clean-up done in {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
 }
 
 /// A Node as the bench's watches see it: its name and pod CIDRs, nothing else decoded, so watching

@@ -19,6 +19,9 @@
 //! - `failover`: N (5,000) Nodes allocated by one replica, then a SIGTERM hand-over and a kill -9
 //!   takeover to a standby: signal → Lease, → a Node registered at the signal holds its CIDR and its
 //!   lease annotations (method in `failover.rs`).
+//! - `lived-in`: N (5,000) Nodes allocated by an earlier leader, which goes (SIGTERM, then in a second
+//!   round kill -9) leaving its claims; its Nodes deleted, a new backlog of N for the next leader: its
+//!   time and writes against the fresh run (method in `lived_in.rs`).
 //!
 //! Per contender: writes per Node from the API server's audit log, peak RSS (VmHWM), CPU seconds
 //! (utime + stime) until the last allocation, and idle CPU in the IDLE_SECONDS after it; per row, the
@@ -30,6 +33,7 @@ mod churn;
 mod contenders;
 mod failover;
 mod fixtures;
+mod lived_in;
 mod measure;
 mod sizing;
 mod summary;
@@ -135,7 +139,10 @@ async fn main() {
         "churn" => churn_mode(&client, &cfg).await,
         "sizing" => sizing::sizing_mode(&client, &cfg).await,
         "failover" => failover::failover_mode(&client, &cfg).await,
-        other => panic!("MODE={other}: expected default, scale, churn, sizing or failover"),
+        "lived-in" => lived_in::lived_in_mode(&client, &cfg).await,
+        other => {
+            panic!("MODE={other}: expected default, scale, churn, sizing, failover or lived-in")
+        }
     }
 }
 
@@ -232,7 +239,13 @@ async fn scale_mode(client: &kube::Client, cfg: &Config) {
         // NETCM_BIN_BEFORE: another build first, so a change is measured against it in one run.
         if let Ok(before) = std::env::var("NETCM_BIN_BEFORE") {
             let label = format!("netcm before (qps {qps}, burst {burst})");
-            let before = netcm_from(std::path::Path::new(&before), cfg, &label, &fair);
+            let before = netcm_from(
+                std::path::Path::new(&before),
+                cfg,
+                &label,
+                "subnet-allocator",
+                &fair,
+            );
             rows.push(run_backlog(client, cfg, before).await);
         }
         let label = format!("netcm (qps {qps}, burst {burst})");

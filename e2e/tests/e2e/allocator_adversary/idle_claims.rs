@@ -4,10 +4,10 @@
 
 use super::*;
 
+use netcm_subnet_allocator::blocks::FENCED_AT_ANNOTATION;
 use netcm_subnet_allocator::claims::{
     claim_name, ClaimWrite, Claims, IDLE_ANNOTATION, TERM_ANNOTATION,
 };
-use netcm_subnet_allocator::blocks::FENCED_AT_ANNOTATION;
 
 /// One block: a cluster CIDR smaller than a block is one, so nothing is free outside an earlier claim.
 const ONE_BLOCK: &str = "10.77.0.0/24";
@@ -95,7 +95,8 @@ async fn a_leader_that_steps_down_cleanly_leaves_its_claim_idle_and_the_next_ser
 }
 
 #[tokio::test]
-async fn a_killed_leader_leaves_its_claim_open_and_the_next_touches_the_waiting_nodes_before_using_it() {
+async fn a_killed_leader_leaves_its_claim_open_and_the_next_touches_the_waiting_nodes_before_using_it(
+) {
     let env = TestEnv::new().await;
     a_first_leader_goes(&env, "KILL").await;
     let claim = the_claim(&env.client).await;

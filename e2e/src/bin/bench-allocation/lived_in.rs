@@ -1,0 +1,116 @@
+//! A new leader on a lived-in cluster (issue 28): the claims earlier leaders left cover most of the
+//! cluster CIDR, and a backlog of N Nodes waits.
+//!
+//! Method, once per way the earlier leader goes (SIGTERM, as in a rolling update; kill -9): with nothing
+//! left from before (Nodes, claims, Leases deleted, etcd compacted), a backlog of N Nodes is allocated by
+//! an "earlier leader" (netcm with the subnet-allocator alone, the scale mode's contender), which is then
+//! ended with the signal; its Nodes are deleted, its claims stay (a cluster's Nodes come and go, the
+//! claims of the blocks they used remain), etcd is compacted, a new backlog of N Nodes is created, and the
+//! next leader starts on it. After a kill the Lease is deleted first, so the next leader does not wait out
+//! the lease (15 s) and both rows time allocation alone. Rows: time from the process start until the
+//! bench's watch has seen every Node of the set with a CIDR, node and claim writes from the audit log
+//! (a quarantine's touches are node writes), peak RSS and CPU, and the ratio to the earlier leader's
+//! fresh run of the same round.
+
+use crate::contenders::{allocate_backlog_ending, netcm, reset, set_name, Row};
+use crate::fixtures::{compact_etcd, create_nodes, delete_leases, delete_nodes};
+use crate::Config;
+
+/// One round: the earlier leader's fresh run, and the next leader's on the lived-in cluster.
+struct Round {
+    signal: &'static str,
+    fresh: Row,
+    lived_in: Row,
+    claims_left: usize,
+}
+
+/// How many PodCIDRClaims exist, and how many of them are idle.
+async fn claims_now(client: &kube::Client) -> (usize, usize) {
+    let list = netcm_e2e::pod_cidr_claims(client)
+        .list_metadata(&kube::api::ListParams::default())
+        .await
+        .expect("list claims");
+    let idle =
+        list.items
+            .iter()
+            .filter(|c| {
+                c.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.contains_key(netcm_subnet_allocator::claims::IDLE_ANNOTATION)
+                })
+            })
+            .count();
+    (list.items.len(), idle)
+}
+
+async fn round(client: &kube::Client, cfg: &Config, signal: &'static str, fair: &[&str]) -> Round {
+    reset(client, cfg.nodes).await;
+    let set = set_name(&format!("earlier {signal}"));
+    create_nodes(client, &set, cfg.nodes, cfg.creators).await;
+    let label = format!("earlier leader, fresh cluster, then {signal}");
+    let fresh = allocate_backlog_ending(client, cfg, netcm(cfg, &label, fair), &set, signal).await;
+    delete_nodes(client, cfg.nodes).await;
+    if signal == "KILL" {
+        delete_leases(client).await;
+    }
+    if let Some((before, after)) = compact_etcd() {
+        eprintln!("[bench] etcd compacted and defragmented: {before:.1} → {after:.1} MiB");
+    }
+    let (claims_left, idle) = claims_now(client).await;
+    eprintln!("[bench] after {signal}: {claims_left} claims left, {idle} of them idle");
+    let set = set_name(&format!("lived {signal}"));
+    create_nodes(client, &set, cfg.nodes, cfg.creators).await;
+    let label = format!("next leader, lived-in cluster, after {signal}");
+    let lived_in =
+        allocate_backlog_ending(client, cfg, netcm(cfg, &label, fair), &set, "KILL").await;
+    Round {
+        signal,
+        fresh,
+        lived_in,
+        claims_left,
+    }
+}
+
+/// `MODE=lived-in`: a SIGTERM round and a kill -9 round.
+pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
+    let fair = [
+        format!("--kube-api-qps={}", cfg.qps),
+        format!("--kube-api-burst={}", cfg.burst),
+    ];
+    let fair: Vec<&str> = fair.iter().map(String::as_str).collect();
+    let mut rounds = Vec::new();
+    for signal in ["TERM", "KILL"] {
+        rounds.push(round(client, cfg, signal, &fair).await);
+    }
+    reset(client, cfg.nodes).await;
+    let n = cfg.nodes as f64;
+    println!(
+        "\n### A new leader on a lived-in cluster: {} Nodes waiting, the earlier leader's claims left (qps {}, burst {})\n",
+        cfg.nodes, cfg.qps, cfg.burst
+    );
+    println!("| how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | node writes / Node | claim writes / Node | peak RSS MiB | CPU s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rounds {
+        for (run, row) in [
+            ("fresh cluster (earlier leader)", &r.fresh),
+            ("lived-in (next leader)", &r.lived_in),
+        ] {
+            println!(
+                "| {} | {} | {run} | {:.1} s | {:.2} | {:.3} | {:.4} | {} | {} |",
+                if r.signal == "TERM" {
+                    "SIGTERM"
+                } else {
+                    "kill -9"
+                },
+                r.claims_left,
+                row.seconds,
+                row.seconds / r.fresh.seconds,
+                row.writes.node as f64 / n,
+                row.writes.claim as f64 / n,
+                row.stats
+                    .map_or("–".into(), |s| format!("{:.1}", s.peak_rss_mib)),
+                row.stats
+                    .map_or("–".into(), |s| format!("{:.1}", s.cpu_seconds)),
+            );
+        }
+    }
+}
