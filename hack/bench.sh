@@ -17,6 +17,8 @@
 #                     MODE=failover NODES=50000 hack/bench.sh allocation   N Nodes allocated, then a SIGTERM
 #                                   hand-over and a kill -9 takeover: signal → Lease → a new Node's CIDR
 #                                   and lease annotations (STANDBY_SECONDS, 10)
+#                     MODE=lived-in NODES=50000 hack/bench.sh allocation   the next leader's backlog on the
+#                                   claims an earlier leader left (SIGTERM, then kill -9) against its fresh run
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
