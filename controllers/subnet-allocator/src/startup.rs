@@ -20,6 +20,9 @@ use crate::blocks::{Blocks, ListedBlock, FENCED_AT_ANNOTATION, QUARANTINE_OWNER}
 use crate::claims::{ClaimError, Claims};
 use crate::pod_cidr_patch::{classify_patch_error, PatchFailure};
 
+/// How many Nodes of the quarantine are touched at once.
+const CONCURRENT_TOUCHES: usize = 32;
+
 impl Allocator {
     /// Lists the claims (retrying until it works or `shutdown` fires) and starts this leader's blocks.
     /// Returns false if shut down first.
@@ -158,19 +161,40 @@ impl Allocator {
             "no free CIDR outside earlier leaders' blocks: touching the nodes one of them may still be writing to, which voids its late writes"
         );
         let stamp = k8s_openapi::jiff::Timestamp::now().to_string();
-        for (name, uid) in waiting {
+        // Every worker that finds no free CIDR waits for this pass: one touch at a time, 30,000 waiting
+        // Nodes took minutes; the API server takes a few dozen at once.
+        for chunk in waiting.chunks(CONCURRENT_TOUCHES) {
             self.guard.ensure_leader()?;
-            match self.touch(&name, &uid, &stamp).await? {
-                Touch::Answered(node) => self.record_touched(&name, &uid, &node).await,
-                Touch::Gone => {}
-                Touch::Refused(node, e) => {
-                    self.touch_refused(&name, &node, &e).await;
-                    continue;
-                }
-            }
-            let ended = self.state.lock().blocks.voided(&name);
-            self.after_settling(ended);
+            let touched = futures::future::join_all(
+                chunk
+                    .iter()
+                    .map(|(name, uid)| self.void_late_writes_to(name, uid, &stamp)),
+            )
+            .await;
+            touched.into_iter().collect::<Result<Vec<()>, _>>()?;
         }
+        Ok(())
+    }
+
+    /// Touches one Node the quarantine waits for and, unless the API refused it for good, settles it —
+    /// after recording any pod CIDRs the touch's answer shows, so the last Node settled never frees the
+    /// quarantine's ranges with such a CIDR in them.
+    async fn void_late_writes_to(
+        &self,
+        name: &str,
+        uid: &str,
+        stamp: &str,
+    ) -> Result<(), SyncError> {
+        match self.touch(name, uid, stamp).await? {
+            Touch::Answered(node) => self.record_touched(name, uid, &node).await,
+            Touch::Gone => {}
+            Touch::Refused(node, e) => {
+                self.touch_refused(name, &node, &e).await;
+                return Ok(());
+            }
+        }
+        let ended = self.state.lock().blocks.voided(name);
+        self.after_settling(ended);
         Ok(())
     }
 
