@@ -10,14 +10,17 @@
 //! the lease (15 s) and both rows time allocation alone. Rows: time from the process start until the
 //! bench's watch has seen every Node of the set with a CIDR, node and claim writes from the audit log
 //! (a quarantine's touches are node writes), peak RSS and CPU, and the ratio to the earlier leader's
-//! fresh run of the same round.
+//! fresh run of the same round. With NETCM_BIN_BEFORE both rounds run first with that binary.
 
-use crate::contenders::{allocate_backlog_ending, netcm, reset, set_name, Row};
+use std::path::Path;
+
+use crate::contenders::{allocate_backlog_ending, netcm_from, reset, set_name, Row};
 use crate::fixtures::{compact_etcd, create_nodes, delete_leases, delete_nodes};
 use crate::Config;
 
 /// One round: the earlier leader's fresh run, and the next leader's on the lived-in cluster.
 struct Round {
+    build: &'static str,
     signal: &'static str,
     fresh: Row,
     lived_in: Row,
@@ -42,12 +45,28 @@ async fn claims_now(client: &kube::Client) -> (usize, usize) {
     (list.items.len(), idle)
 }
 
-async fn round(client: &kube::Client, cfg: &Config, signal: &'static str, fair: &[&str]) -> Round {
+/// The two leaders of a round, both of the binary `bin`.
+struct Build<'a> {
+    name: &'static str,
+    bin: &'a Path,
+}
+
+async fn round(
+    client: &kube::Client,
+    cfg: &Config,
+    build: &Build<'_>,
+    signal: &'static str,
+    fair: &[&str],
+) -> Round {
+    let netcm = |label: &str| netcm_from(build.bin, cfg, label, "subnet-allocator", fair);
     reset(client, cfg.nodes).await;
     let set = set_name(&format!("earlier {signal}"));
     create_nodes(client, &set, cfg.nodes, cfg.creators).await;
-    let label = format!("earlier leader, fresh cluster, then {signal}");
-    let fresh = allocate_backlog_ending(client, cfg, netcm(cfg, &label, fair), &set, signal).await;
+    let label = format!(
+        "{}: earlier leader, fresh cluster, then {signal}",
+        build.name
+    );
+    let fresh = allocate_backlog_ending(client, cfg, netcm(&label), &set, signal).await;
     delete_nodes(client, cfg.nodes).await;
     if signal == "KILL" {
         delete_leases(client).await;
@@ -59,10 +78,13 @@ async fn round(client: &kube::Client, cfg: &Config, signal: &'static str, fair: 
     eprintln!("[bench] after {signal}: {claims_left} claims left, {idle} of them idle");
     let set = set_name(&format!("lived {signal}"));
     create_nodes(client, &set, cfg.nodes, cfg.creators).await;
-    let label = format!("next leader, lived-in cluster, after {signal}");
-    let lived_in =
-        allocate_backlog_ending(client, cfg, netcm(cfg, &label, fair), &set, "KILL").await;
+    let label = format!(
+        "{}: next leader, lived-in cluster, after {signal}",
+        build.name
+    );
+    let lived_in = allocate_backlog_ending(client, cfg, netcm(&label), &set, "KILL").await;
     Round {
+        build: build.name,
         signal,
         fresh,
         lived_in,
@@ -70,16 +92,31 @@ async fn round(client: &kube::Client, cfg: &Config, signal: &'static str, fair: 
     }
 }
 
-/// `MODE=lived-in`: a SIGTERM round and a kill -9 round.
+/// `MODE=lived-in`: a SIGTERM round and a kill -9 round; first with the binary NETCM_BIN_BEFORE, when set,
+/// to measure a change in one run.
 pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
     let fair = [
         format!("--kube-api-qps={}", cfg.qps),
         format!("--kube-api-burst={}", cfg.burst),
     ];
     let fair: Vec<&str> = fair.iter().map(String::as_str).collect();
+    let before = std::env::var("NETCM_BIN_BEFORE").ok();
+    let mut builds = Vec::new();
+    if let Some(bin) = &before {
+        builds.push(Build {
+            name: "before",
+            bin: Path::new(bin),
+        });
+    }
+    builds.push(Build {
+        name: "this build",
+        bin: netcm_e2e::netcm::netcm_binary(),
+    });
     let mut rounds = Vec::new();
-    for signal in ["TERM", "KILL"] {
-        rounds.push(round(client, cfg, signal, &fair).await);
+    for build in &builds {
+        for signal in ["TERM", "KILL"] {
+            rounds.push(round(client, cfg, build, signal, &fair).await);
+        }
     }
     reset(client, cfg.nodes).await;
     let n = cfg.nodes as f64;
@@ -87,15 +124,16 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
         "\n### A new leader on a lived-in cluster: {} Nodes waiting, the earlier leader's claims left (qps {}, burst {})\n",
         cfg.nodes, cfg.qps, cfg.burst
     );
-    println!("| how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | node writes / Node | claim writes / Node | peak RSS MiB | CPU s |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| build | how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | node writes / Node | claim writes / Node | peak RSS MiB | CPU s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in &rounds {
         for (run, row) in [
             ("fresh cluster (earlier leader)", &r.fresh),
             ("lived-in (next leader)", &r.lived_in),
         ] {
             println!(
-                "| {} | {} | {run} | {:.1} s | {:.2} | {:.3} | {:.4} | {} | {} |",
+                "| {} | {} | {} | {run} | {:.1} s | {:.2} | {:.3} | {:.4} | {} | {} |",
+                r.build,
                 if r.signal == "TERM" {
                     "SIGTERM"
                 } else {
