@@ -5,7 +5,7 @@
 # 1 on any overlap or stale write (e2e/src/bin/chaos/main.rs; docs/chaos.md says what each number means).
 #
 #   CHAOS_MINUTES=5 CHAOS_SEED=<n> hack/chaos.sh      (seed printed; the same seed replays the schedule)
-#   CHAOS_FAULTS=leader-stop,leader-kill,apiserver-stop,etcd-stop,path,config,claim-delete (default: all)
+#   CHAOS_FAULTS=leader-stop,leader-kill,leader-term,apiserver-stop,etcd-stop,path,config,claim-delete (default: all)
 #   CHAOS_REPLICAS=3 CHAOS_SETTLE_SECONDS=90 CHAOS_OUT=_out/chaos/seed-<n>-<UTC time>
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -112,7 +112,7 @@ step "chaos: a short fault campaign (hack/chaos.sh; CHAOS_MINUTES=60 and every f
 # landed writes in 25 minutes before, 1 in 35 after, seed 2611), but a path that turns lossy after the
 # last evidence can still deliver one late, which the quarantine makes harmless and the checker reports.
 CHAOS_MINUTES=${NETCM_CHAOS_MINUTES:-2} CHAOS_SEED=${NETCM_CHAOS_SEED:-1} \
-  CHAOS_FAULTS=${NETCM_CHAOS_FAULTS:-leader-stop,leader-kill,apiserver-stop,etcd-stop,claim-delete} \
+  CHAOS_FAULTS=${NETCM_CHAOS_FAULTS:-leader-stop,leader-kill,leader-term,apiserver-stop,etcd-stop,claim-delete} \
   bash hack/chaos.sh
 
 # Last: two more release builds (a clean clone, the static plugin), after every test of behaviour.

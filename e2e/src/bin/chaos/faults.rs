@@ -22,6 +22,7 @@ use crate::rng::Rng;
 pub enum Kind {
     LeaderStop,
     LeaderKill,
+    LeaderTerm,
     ApiserverStop,
     EtcdStop,
     Path,
@@ -31,9 +32,10 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::LeaderStop,
         Kind::LeaderKill,
+        Kind::LeaderTerm,
         Kind::ApiserverStop,
         Kind::EtcdStop,
         Kind::Path,
@@ -46,6 +48,7 @@ impl Kind {
         match self {
             Kind::LeaderStop => "leader-stop",
             Kind::LeaderKill => "leader-kill",
+            Kind::LeaderTerm => "leader-term",
             Kind::ApiserverStop => "apiserver-stop",
             Kind::EtcdStop => "etcd-stop",
             Kind::Path => "path",
@@ -59,6 +62,7 @@ impl Kind {
         match self {
             Kind::LeaderStop => "leader SIGSTOP, SIGCONT",
             Kind::LeaderKill => "leader SIGKILL, restarted",
+            Kind::LeaderTerm => "leader SIGTERM (steps down), restarted",
             Kind::ApiserverStop => "an API server SIGSTOP, SIGCONT",
             Kind::EtcdStop => "etcd SIGSTOP, SIGCONT",
             Kind::Path => "delay/loss replica-API server",
@@ -78,7 +82,7 @@ impl Kind {
             Kind::LeaderStop | Kind::ApiserverStop => (1_000, 8_000),
             Kind::EtcdStop => (1_000, 5_000),
             Kind::Path => (4_000, 10_000),
-            Kind::LeaderKill | Kind::Config | Kind::ClaimDelete => (0, 0),
+            Kind::LeaderKill | Kind::LeaderTerm | Kind::Config | Kind::ClaimDelete => (0, 0),
         }
     }
 }
@@ -248,6 +252,12 @@ async fn act(ctx: &mut Ctx<'_>, plan: &Plan) -> Result<String, String> {
             let (slot, leads) = ctx.leader_or(plan.pick).await;
             let r = ctx.replicas.lock().await;
             r.signal(slot, Signal::SIGKILL);
+            Ok(format!("{} {}", role(leads), r.describe(slot)))
+        }
+        Kind::LeaderTerm => {
+            let (slot, leads) = ctx.leader_or(plan.pick).await;
+            let r = ctx.replicas.lock().await;
+            r.signal(slot, Signal::SIGTERM);
             Ok(format!("{} {}", role(leads), r.describe(slot)))
         }
         Kind::ApiserverStop => {

@@ -11,7 +11,7 @@
 //! overlap or stale write, 2 when the campaign itself could not run, 130 when interrupted.
 //!
 //! Environment: `CHAOS_MINUTES` (5), `CHAOS_SEED` (from the clock; printed), `CHAOS_FAULTS` (comma
-//! separated kinds, default all: leader-stop, leader-kill, apiserver-stop, etcd-stop, path, config,
+//! separated kinds, default all: leader-stop, leader-kill, leader-term, apiserver-stop, etcd-stop, path, config,
 //! claim-delete), `CHAOS_REPLICAS` (3), `CHAOS_SETTLE_SECONDS` (90), `CHAOS_OUT` (where replica logs and
 //! the report go; `_out/chaos/seed-<seed>-<UTC time>`).
 
