@@ -62,7 +62,7 @@ impl Kind {
         match self {
             Kind::LeaderStop => "leader SIGSTOP, SIGCONT",
             Kind::LeaderKill => "leader SIGKILL, restarted",
-            Kind::LeaderTerm => "leader SIGTERM (steps down), restarted",
+            Kind::LeaderTerm => "leader SIGTERM, restarted",
             Kind::ApiserverStop => "an API server SIGSTOP, SIGCONT",
             Kind::EtcdStop => "etcd SIGSTOP, SIGCONT",
             Kind::Path => "delay/loss replica-API server",
