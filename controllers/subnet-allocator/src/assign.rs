@@ -259,6 +259,7 @@ impl Allocator {
         let e = match result {
             Ok(_) => {
                 self.mark_written(name, uid);
+                self.settle_written(name, uid);
                 tracing::info!(controller = NAME, node = name, cidrs = %cidrs.join(","), "assigned pod CIDRs");
                 if self.record_assigned {
                     self.recorder
@@ -296,6 +297,14 @@ impl Allocator {
                 Err(SyncError::Patch(e))
             }
         }
+    }
+
+    /// Settles in the quarantine a Node this leader's PATCH gave pod CIDRs: they are in the ledger, and
+    /// the API server refuses any change of pod CIDRs once set, so no earlier leader's write can land on
+    /// it. Without this the Node would wait for its watch event, queued behind the whole backlog, and a
+    /// leader that ran out of free CIDRs would touch every Node it had just written.
+    fn settle_written(&self, name: &str, uid: &str) {
+        self.settle_quarantine(name, Some(uid), true);
     }
 
     /// Counts an allocation PATCH with `cidrs` against their blocks until it is answered.
@@ -373,6 +382,7 @@ impl Allocator {
         let retry = match after {
             AfterFailedWrite::Written => {
                 self.mark_written(name, uid);
+                self.settle_written(name, uid);
                 tracing::info!(controller = NAME, node = name, cidrs = %cidrs.join(","), error = %e, "the node holds the pod CIDRs chosen for it: an earlier attempt landed; they stay recorded");
                 return Ok(SyncOutcome::Done);
             }

@@ -1,6 +1,7 @@
-//! Claims a leader leaves behind: idle after a clean step-down (the next leader uses them at once), open
-//! after a kill (the next leader quarantines them), and an idle mark that lands after a later leader took
-//! the block into use is refused.
+//! Claims a leader leaves behind, and what the next leader pays for them: idle after a clean step-down
+//! (the next leader uses them at once), open after a kill (the next leader quarantines them and touches
+//! only the Nodes still waiting when it runs out of room), and an idle mark that lands after a later
+//! leader took the block into use is refused.
 
 use super::*;
 
@@ -157,5 +158,37 @@ async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refus
     assert_eq!(
         annotation(&claim, IDLE_ANNOTATION),
         Some("2026-11-26T00:00:01Z")
+    );
+}
+
+#[tokio::test]
+async fn a_leader_out_of_room_touches_only_the_nodes_still_waiting_not_the_ones_it_already_gave_cidrs(
+) {
+    let env = TestEnv::new().await;
+    // Two blocks of 64 /28s: the first an earlier leader's (killed), the second free.
+    let cluster = ["--cluster-cidr=10.78.0.0/21", "--node-cidr-mask-size=28"];
+    create_plain_nodes(&env.client, "first-", 4).await;
+    let mut first = start_allocator(&env, "first", &cluster);
+    wait_all_allocated(&env.client, 4, TIMEOUT).await;
+    first.signal("KILL");
+    first.wait_exit(TIMEOUT).await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), netcm_e2e::LEASE_NAMESPACE);
+    let _ = leases.delete("netcm", &DeleteParams::default()).await;
+    assert_eq!(claimed_cidrs(&env.client).await, ["10.78.0.0/22"]);
+
+    // 70 waiting: 64 fit in the free block, 6 need the quarantined one. One worker, so every PATCH of
+    // the free block has landed when the 65th Node finds no room.
+    create_plain_nodes(&env.client, "second-", 70).await;
+    let mut args = cluster.to_vec();
+    args.push("--concurrent-node-cidr-syncs=1");
+    let _second = start_allocator(&env, "second", &args);
+    let nodes = wait_all_allocated(&env.client, 74, Duration::from_secs(120)).await;
+    assert_no_overlaps(&nodes);
+    let touched = touched_nodes(&env.client).await;
+    assert_eq!(
+        touched.len(),
+        6,
+        "only the Nodes still waiting when the free block ran out are touched, not the 64 just written: {touched:?}"
     );
 }
