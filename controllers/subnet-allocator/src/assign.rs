@@ -198,7 +198,7 @@ impl Allocator {
         self.guard.ensure_leader()?;
         match claims.claim_block(&block, &self.term).await? {
             BlockClaim::Created => {
-                self.state.lock().blocks.created(block);
+                self.state.lock().blocks.taken_into_use(block);
                 tracing::info!(controller = NAME, block = %block, "claimed a block of pod CIDRs");
             }
             BlockClaim::Existed => {
@@ -224,7 +224,7 @@ impl Allocator {
     async fn adopt(&self, claims: &Claims, block: IpNet) -> Result<ClaimWrite, SyncError> {
         let adopted = claims.adopt(&block, &self.term).await?;
         if adopted == ClaimWrite::Landed {
-            self.state.lock().blocks.created(block);
+            self.state.lock().blocks.taken_into_use(block);
             tracing::info!(controller = NAME, block = %block, "took an earlier leader's block of pod CIDRs into use");
         }
         Ok(adopted)
@@ -236,14 +236,14 @@ impl Allocator {
         node: &CachedNode,
         name: &str,
         uid: &str,
-        cidrs_net: &[IpNet],
+        chosen: &[IpNet],
     ) -> Result<SyncOutcome, SyncError> {
-        let cidrs: Vec<String> = cidrs_net.iter().map(ToString::to_string).collect();
+        let cidrs: Vec<String> = chosen.iter().map(ToString::to_string).collect();
         self.guard.ensure_leader()?;
         let patch: json_patch::Patch =
             serde_json::from_value(pod_cidr_patch(uid, FencePrecondition::of(node), &cidrs))
                 .map_err(SyncError::BuildPatch)?;
-        let mut in_flight = self.write_in_flight(cidrs_net);
+        let mut in_flight = self.write_in_flight(chosen);
         let result = netcm_manager::client::unread::patch_unread(
             &self.api,
             name,

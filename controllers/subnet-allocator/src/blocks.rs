@@ -239,8 +239,9 @@ impl Blocks {
         self.adoptable.contains_key(block)
     }
 
-    /// This leader created or adopted the claim of `block`.
-    pub(crate) fn created(&mut self, block: IpNet) {
+    /// This leader's write to the claim of `block` landed (its create, or its adoption): CIDRs of it may be
+    /// handed out.
+    pub(crate) fn taken_into_use(&mut self, block: IpNet) {
         self.adoptable.remove(&block);
         self.usable.insert(block);
     }

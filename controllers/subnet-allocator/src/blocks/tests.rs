@@ -258,7 +258,7 @@ fn touching_every_waiting_node_ends_the_quarantine_without_giving_them_cidrs() {
 #[test]
 fn a_block_found_claimed_joins_the_quarantine_or_is_adopted_after_it() {
     let mut b = Blocks::start(vec![open("10.0.0.0/18", "t1")], waiting(&[("a", "a1")]));
-    b.created(net("10.0.128.0/18"));
+    b.taken_into_use(net("10.0.128.0/18"));
     assert!(b.is_usable(&net("10.0.128.0/18")));
     assert_eq!(
         b.found_existing(net("10.0.64.0/18")).map(<[_]>::to_vec),
@@ -269,7 +269,7 @@ fn a_block_found_claimed_joins_the_quarantine_or_is_adopted_after_it() {
     assert!(b.is_adoptable(&net("10.0.64.0/18")));
     assert!(b.is_usable(&net("10.0.128.0/18")), "created stays usable");
     assert_eq!(b.found_existing(net("10.0.192.0/18")), None, "to adopt");
-    b.created(net("10.0.64.0/18"));
+    b.taken_into_use(net("10.0.64.0/18"));
     assert!(b.is_usable(&net("10.0.64.0/18")));
     assert!(!b.is_adoptable(&net("10.0.64.0/18")));
 }
@@ -278,7 +278,7 @@ fn a_block_found_claimed_joins_the_quarantine_or_is_adopted_after_it() {
 fn a_stepping_down_leader_marks_idle_only_blocks_whose_every_write_was_answered() {
     let mut b = Blocks::start(vec![open("10.0.0.0/18", "t1")], waiting(&[]));
     for block in ["10.0.64.0/18", "10.0.128.0/18", "10.0.192.0/18"] {
-        b.created(net(block));
+        b.taken_into_use(net(block));
     }
     b.write_started(&[net("10.0.64.0/18")]);
     b.write_ended(&[net("10.0.64.0/18")], true);
