@@ -369,6 +369,15 @@ where
     }
 }
 
+/// Deletes netcm's Lease, so a process started next leads at once instead of waiting out a killed
+/// leader's term (a restart of the same pod would wait; this keeps tests short). Also forgets who led.
+pub async fn forget_the_leader(client: &kube::Client) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let _ = leases
+        .delete(LEASE_NAME, &kube::api::DeleteParams::default())
+        .await;
+}
+
 /// The current holder of netcm's Lease (`kube-system/<name>`), if any.
 pub async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);

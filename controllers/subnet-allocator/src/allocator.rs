@@ -104,8 +104,12 @@ pub struct Allocator {
     pub(crate) metrics: AllocatorMetrics,
     /// PodCIDRClaims, unless `--pod-cidr-claims=false`.
     pub(crate) claims: Option<Claims>,
-    /// This leader's term as the claims it creates or adopts name it ([`crate::claims::TERM_ANNOTATION`]).
+    /// This leader's term as the claims it creates, adopts or marks idle name it
+    /// ([`crate::claims::TERM_ANNOTATION`]): its holder identity on the Lease.
     pub(crate) term: Box<str>,
+    /// The term of the leader right before this one, from the Lease: the only term whose idle marks this
+    /// leader trusts (`None`: unknown, none trusted).
+    pub(crate) predecessor_term: Option<Box<str>>,
     /// Held while a block's claim is created, so two workers never race to create one block.
     pub(crate) block_create: tokio::sync::Mutex<()>,
     /// Requests to the claim-ahead task (`claim_ahead.rs`), unless `--pod-cidr-claims=false`.

@@ -22,7 +22,11 @@
 //! leader quarantines it as above. The idle mark tests the term the claim names, and a leader adopts
 //! (renames the term on) every claim it did not create before handing out of its block: so an idle mark
 //! that a frozen API server holds until after a later leader took the block into use is refused, and
-//! cannot hide that later leader's writes from the one after it.
+//! cannot hide that later leader's writes from the one after it. A mark names the term that made it (the
+//! Lease holder identity), and a leader trusts only the marks of the leader right before it, as the
+//! Lease names it: a leader in between that does not adopt (a rollback to a build before idle claims)
+//! could have used an idle block and died with a write on its way. So a leader stepping down marks again
+//! the idle claims it was left and did not use.
 //!
 //! Why a touch settles a Node: every allocation PATCH is a JSON Patch testing the Node's
 //! `ipam.netcm.io/fenced-at` annotation as it was decided on, so a touch that rewrites it voids an earlier
@@ -167,7 +171,8 @@ pub(crate) struct ListedBlock {
     pub range: IpNet,
     /// The term the claim names ([`crate::claims::TERM_ANNOTATION`]), if any.
     pub term: Option<Box<str>>,
-    /// Marked idle by a leader that stepped down cleanly: no write of its can land late.
+    /// Marked idle by the leader right before this one, which stepped down cleanly: no write of its can
+    /// land late, and no leader came between. An older leader's mark counts as open.
     pub idle: bool,
 }
 
@@ -178,7 +183,7 @@ pub(crate) struct Blocks {
     usable: HashSet<IpNet>,
     /// Listed ranges no earlier write can land in any more (idle claims; earlier leaders' once the
     /// quarantine ended or when none was needed): usable once this leader adopted their claim, by the
-    /// term the claim named when listed (`None`: idle already, or it named none).
+    /// term the claim named when listed (`None`: it named none).
     adoptable: HashMap<IpNet, Option<Box<str>>>,
     /// Until every Node an earlier leader may still be writing to is settled.
     quarantine: Option<Quarantine>,
@@ -206,7 +211,7 @@ impl Blocks {
     pub(crate) fn start(listed: Vec<ListedBlock>, waiting: HashMap<Box<str>, Box<str>>) -> Blocks {
         let (idle, open): (Vec<_>, Vec<_>) = listed.into_iter().partition(|b| b.idle);
         let mut adoptable: HashMap<IpNet, Option<Box<str>>> =
-            idle.into_iter().map(|b| (b.range, None)).collect();
+            idle.into_iter().map(|b| (b.range, b.term)).collect();
         if waiting.is_empty() || open.is_empty() {
             adoptable.extend(open.into_iter().map(|b| (b.range, b.term)));
             return Blocks {
@@ -341,7 +346,9 @@ impl Blocks {
 
     /// The claims a leader stepping down marks idle, each with the term it must still name: the blocks
     /// it used with every write answered (its own `term`), and listed claims no earlier write can land
-    /// in that it never used. Quarantined ones stay as they are: an earlier write may still land there.
+    /// in that it never used, idle ones included (marked again under this term, since the next leader
+    /// trusts only this term's marks). Quarantined ones stay as they are: an earlier write may still land
+    /// there.
     pub(crate) fn to_mark_idle(&self, term: &str) -> Vec<(IpNet, Box<str>)> {
         let mine = self
             .usable

@@ -24,8 +24,9 @@ pub const KIND: &str = "PodCIDRClaim";
 /// The claim CRD's plural resource name.
 pub const PLURAL: &str = "podcidrclaims";
 
-/// The annotation naming the leader's term that last took the block into use (created or adopted its
-/// claim): only that term may mark the claim idle ([`Claims::mark_idle`]).
+/// The annotation naming the leader's term (its Lease holder identity) that last took the block into use
+/// (created or adopted its claim) or marked it idle: only that term may mark the claim idle
+/// ([`Claims::mark_idle`]), and only the next leader trusts the mark.
 pub const TERM_ANNOTATION: &str = "ipam.netcm.io/term";
 
 /// [`TERM_ANNOTATION`] as a JSON Pointer, for the idle mark's test.
@@ -34,6 +35,9 @@ const TERM_POINTER: &str = "/metadata/annotations/ipam.netcm.io~1term";
 /// The annotation a leader that stepped down cleanly sets on a claim (RFC 3339): every write of its term
 /// from the block was answered, so none can land late, and the next leader need not quarantine it.
 pub const IDLE_ANNOTATION: &str = "ipam.netcm.io/idle-since";
+
+/// [`IDLE_ANNOTATION`] as a JSON Pointer.
+const IDLE_POINTER: &str = "/metadata/annotations/ipam.netcm.io~1idle-since";
 
 /// A claim as read from the API: the range it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,9 +55,16 @@ impl Claim {
         self.annotations.get(TERM_ANNOTATION).map(String::as_str)
     }
 
-    /// Whether the leader that last used the block stepped down with none of its writes unanswered.
+    /// Whether the claim carries an idle mark, whoever made it.
     pub fn is_idle(&self) -> bool {
         self.annotations.contains_key(IDLE_ANNOTATION)
+    }
+
+    /// Whether `term` marked the claim idle: it stepped down with none of its writes from the block
+    /// unanswered, and the mark renamed the claim to it. Only the term right before a leader's is trusted
+    /// (`None`: no term is).
+    pub fn is_idle_by(&self, term: Option<&str>) -> bool {
+        self.is_idle() && term.is_some() && self.term() == term
     }
 }
 
@@ -225,16 +236,19 @@ impl Claims {
         }
     }
 
-    /// Marks the claim of `block` idle, only while it still names `term`: a JSON Patch whose test the API
-    /// server refuses (422) once a later leader adopted the block.
+    /// Marks the claim of `block` idle for `term`, only while it still names `named` (this term's own
+    /// block, or the term this leader listed on it): a JSON Patch whose test the API server refuses (422)
+    /// once a later leader adopted the block. The mark renames the claim to `term`, so the next leader,
+    /// which trusts only its predecessor's marks, can tell it from an older one.
     pub async fn mark_idle(
         &self,
         block: &IpNet,
+        named: &str,
         term: &str,
         since: &str,
     ) -> Result<ClaimWrite, ClaimError> {
-        let patch: json_patch::Patch =
-            serde_json::from_value(idle_patch(term, since)).map_err(|e| ClaimError::Malformed {
+        let patch: json_patch::Patch = serde_json::from_value(idle_patch(named, term, since))
+            .map_err(|e| ClaimError::Malformed {
                 name: claim_name(block),
                 why: format!("the idle mark could not be built: {e}"),
             })?;
@@ -270,11 +284,12 @@ impl Claims {
     }
 }
 
-/// The idle mark: set [`IDLE_ANNOTATION`] to `since` if the claim still names `term`.
-fn idle_patch(term: &str, since: &str) -> serde_json::Value {
+/// The idle mark: if the claim still names `named`, name `term` and set [`IDLE_ANNOTATION`] to `since`.
+fn idle_patch(named: &str, term: &str, since: &str) -> serde_json::Value {
     serde_json::json!([
-        { "op": "test", "path": TERM_POINTER, "value": term },
-        { "op": "add", "path": format!("/metadata/annotations/{}", IDLE_ANNOTATION.replace('/', "~1")), "value": since },
+        { "op": "test", "path": TERM_POINTER, "value": named },
+        { "op": "add", "path": TERM_POINTER, "value": term },
+        { "op": "add", "path": IDLE_POINTER, "value": since },
     ])
 }
 
@@ -334,18 +349,48 @@ mod tests {
     }
 
     #[test]
-    fn the_idle_mark_tests_the_term_before_it_sets_the_annotation() {
-        let p = idle_patch("a@1", "2026-11-26T00:00:00Z");
+    fn the_idle_mark_tests_the_term_listed_then_names_the_marking_term_and_sets_the_annotation() {
+        let p = idle_patch("a@1", "b_2", "2026-11-26T00:00:00Z");
         assert_eq!(
             p[0],
             serde_json::json!({"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": "a@1"})
         );
         assert_eq!(
             p[1],
+            serde_json::json!({"op": "add", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": "b_2"})
+        );
+        assert_eq!(
+            p[2],
             serde_json::json!({"op": "add", "path": "/metadata/annotations/ipam.netcm.io~1idle-since", "value": "2026-11-26T00:00:00Z"})
         );
         let parsed: Result<json_patch::Patch, _> = serde_json::from_value(p);
         assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
+    #[test]
+    fn only_the_term_that_marked_a_claim_idle_is_trusted_with_it() {
+        let claim = |annotations: &[(&str, &str)]| Claim {
+            cidr: net("10.0.0.0/18"),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let idle = claim(&[
+            (TERM_ANNOTATION, "a_1"),
+            (IDLE_ANNOTATION, "2026-11-27T00:00:00Z"),
+        ]);
+        assert!(idle.is_idle_by(Some("a_1")));
+        assert!(
+            !idle.is_idle_by(Some("b_2")),
+            "a leader between a_1 and this one may have used the block"
+        );
+        assert!(
+            !idle.is_idle_by(None),
+            "an unknown predecessor vouches for nothing"
+        );
+        let open = claim(&[(TERM_ANNOTATION, "a_1")]);
+        assert!(!open.is_idle_by(Some("a_1")));
     }
 
     #[test]

@@ -88,7 +88,16 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         claims: flags
             .pod_cidr_claims
             .then(|| claims::Claims::new(ctx.client.clone())),
-        term: term_name().into(),
+        // The Lease identity, so the next leader can tell from the Lease whether a claim's idle mark is
+        // its predecessor's (the only one it trusts).
+        term: ctx
+            .leader
+            .identity()
+            .map_or_else(|| term_name().into(), Box::from),
+        predecessor_term: ctx
+            .leader
+            .takeover()
+            .and_then(|t| t.previous_identity().map(Box::from)),
         block_create: tokio::sync::Mutex::new(()),
         claim_ahead,
         voiding: tokio::sync::Mutex::new(()),
@@ -159,7 +168,8 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     ))
 }
 
-/// A name for this leader's term, unique across processes: the host, the process and the instant.
+/// A name for this process's term without leader election (no Lease identity), unique across processes:
+/// the host, the process and the instant.
 fn term_name() -> String {
     let host = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))

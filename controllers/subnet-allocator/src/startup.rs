@@ -65,9 +65,19 @@ impl Allocator {
             .map(|c| ListedBlock {
                 range: c.cidr,
                 term: c.term().map(Box::from),
-                idle: c.is_idle(),
+                idle: c.is_idle_by(self.predecessor_term.as_deref()),
             })
             .collect();
+        let untrusted =
+            list.iter().filter(|c| c.is_idle()).count() - listed.iter().filter(|b| b.idle).count();
+        if untrusted > 0 {
+            tracing::info!(
+                controller = NAME,
+                claims = untrusted,
+                predecessor = self.predecessor_term.as_deref().unwrap_or("unknown"),
+                "idle marks of a term other than the leader right before this one are not trusted: a leader in between may have used those blocks without a trace, so they are quarantined like open claims"
+            );
+        }
         let idle = listed.iter().filter(|b| b.idle).count();
         // Only with open claims to protect: at a first start with a backlog every Node is waiting.
         let waiting: HashMap<Box<str>, Box<str>> = if idle == listed.len() {

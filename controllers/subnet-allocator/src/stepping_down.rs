@@ -1,6 +1,7 @@
 //! What a leader leaves its successor when it steps down cleanly: every claim of a block whose
 //! allocation writes were all answered is marked idle, so the next leader uses it at once instead of
-//! quarantining its free CIDRs ([`crate::blocks`] says why that is safe). Runs after the workers have
+//! quarantining its free CIDRs ([`crate::blocks`] says why that is safe). Idle claims it was left and did
+//! not use are marked again under its own term: the next leader trusts its predecessor's marks only. Runs after the workers have
 //! stopped and before the lease is released, so the marks still pass the fence; a leader that dies
 //! leaves its claims open, and the next one quarantines them.
 
@@ -30,7 +31,7 @@ impl Allocator {
             let answers = futures::future::join_all(
                 chunk
                     .iter()
-                    .map(|(block, term)| self.mark_idle(claims, *block, term, &since)),
+                    .map(|(block, named)| self.mark_idle(claims, *block, named, &since)),
             );
             marks.extend(answers.await);
         }
@@ -44,12 +45,12 @@ impl Allocator {
         );
     }
 
-    /// One idle mark; whether it landed.
-    async fn mark_idle(&self, claims: &Claims, block: IpNet, term: &str, since: &str) -> bool {
+    /// One idle mark of a claim that names `named`; whether it landed.
+    async fn mark_idle(&self, claims: &Claims, block: IpNet, named: &str, since: &str) -> bool {
         if self.guard.ensure_leader().is_err() {
             return false;
         }
-        match claims.mark_idle(&block, term, since).await {
+        match claims.mark_idle(&block, named, &self.term, since).await {
             Ok(ClaimWrite::Landed) => true,
             Ok(ClaimWrite::NotLanded) => false,
             Err(e) => {

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams};
 use netcm_e2e::nodes::{
     all_nodes, assert_no_overlaps, create_node, create_nodes, pod_cidrs, wait_all_allocated,
     NodeFixture,
@@ -304,18 +303,10 @@ async fn kill_9_in_the_middle_of_allocating_1000_nodes_then_restart_ends_with_ev
     eprintln!("killed after {done_before} of 1000 nodes were allocated");
     assert!(done_before < 1000, "the kill must land mid-allocation");
     drop(first);
-    env_restart_lease(&env).await;
+    netcm_e2e::forget_the_leader(&env.client).await;
     let _second = Netcm::start("second", &env.cp.kubeconfig, &args[..2]);
     let nodes = wait_all_allocated(&env.client, 1000, Duration::from_secs(120)).await;
     assert_no_overlaps(&nodes);
-}
-
-/// The killed leader never released its lease: drop it so the restarted process leads at once instead of
-/// waiting out the lease (a restart of the same pod would wait; this keeps the test short).
-async fn env_restart_lease(env: &TestEnv) {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(env.client.clone(), netcm_e2e::LEASE_NAMESPACE);
-    let _ = leases.delete("netcm", &DeleteParams::default()).await;
 }
 
 #[tokio::test]

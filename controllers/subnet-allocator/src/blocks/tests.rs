@@ -233,9 +233,11 @@ fn idle_claims_are_never_quarantined_even_with_nodes_waiting() {
     );
     assert!(b.is_adoptable(&net("10.0.0.0/18")));
     assert_eq!(b.quarantined_ranges(), [net("10.0.64.0/18")]);
-    assert!(
-        b.to_mark_idle("t2").is_empty(),
-        "neither the idle claim nor the quarantined one is this term's to mark"
+    assert_eq!(
+        b.to_mark_idle("t2"),
+        [(net("10.0.0.0/18"), "t0".into())],
+        "the idle claim it did not use is marked again (the next leader trusts only this term's marks); \
+         the quarantined one stays open"
     );
 }
 

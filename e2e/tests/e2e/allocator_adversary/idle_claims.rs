@@ -106,9 +106,7 @@ async fn a_killed_leader_leaves_its_claim_open_and_the_next_touches_the_waiting_
         None,
         "a killed leader's writes may still land: its claim stays open"
     );
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(env.client.clone(), netcm_e2e::LEASE_NAMESPACE);
-    let _ = leases.delete("netcm", &DeleteParams::default()).await;
+    netcm_e2e::forget_the_leader(&env.client).await;
 
     let _second = start_allocator(&env, "second", &one_block_args());
     let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
@@ -137,7 +135,7 @@ async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refus
     );
     assert_eq!(
         claims
-            .mark_idle(&block, "earlier@1", "2026-11-26T00:00:00Z")
+            .mark_idle(&block, "earlier@1", "earlier@1", "2026-11-26T00:00:00Z")
             .await
             .expect("the API answers"),
         ClaimWrite::NotLanded,
@@ -148,7 +146,7 @@ async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refus
     assert_eq!(annotation(&claim, TERM_ANNOTATION), Some("later@2"));
     assert_eq!(
         claims
-            .mark_idle(&block, "later@2", "2026-11-26T00:00:01Z")
+            .mark_idle(&block, "later@2", "later@2", "2026-11-26T00:00:01Z")
             .await
             .expect("the API answers"),
         ClaimWrite::Landed,
@@ -172,9 +170,7 @@ async fn a_leader_out_of_room_touches_only_the_nodes_still_waiting_not_the_ones_
     wait_all_allocated(&env.client, 4, TIMEOUT).await;
     first.signal("KILL");
     first.wait_exit(TIMEOUT).await;
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(env.client.clone(), netcm_e2e::LEASE_NAMESPACE);
-    let _ = leases.delete("netcm", &DeleteParams::default()).await;
+    netcm_e2e::forget_the_leader(&env.client).await;
     assert_eq!(claimed_cidrs(&env.client).await, ["10.78.0.0/22"]);
 
     // 70 waiting: 64 fit in the free block, 6 need the quarantined one. One worker, so every PATCH of
@@ -190,5 +186,85 @@ async fn a_leader_out_of_room_touches_only_the_nodes_still_waiting_not_the_ones_
         touched.len(),
         6,
         "only the Nodes still waiting when the free block ran out are touched, not the 64 just written: {touched:?}"
+    );
+}
+
+/// What a leader of a build without idle claims leaves on the Lease when it takes it over and dies: its
+/// own identity as holder, a short term that expires soon after, and no mark on any claim.
+async fn a_leader_without_idle_claims_takes_over_and_dies(client: &kube::Client) {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), netcm_e2e::LEASE_NAMESPACE);
+    let mut lease = leases
+        .get(netcm_e2e::LEASE_NAME)
+        .await
+        .expect("the released Lease");
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let now = MicroTime(jiff::Timestamp::now());
+    spec.holder_identity = Some("rolled-back_0".into());
+    spec.lease_duration_seconds = Some(2);
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    spec.acquire_time = Some(now.clone());
+    spec.renew_time = Some(now);
+    leases
+        .replace(netcm_e2e::LEASE_NAME, &PostParams::default(), &lease)
+        .await
+        .expect("take the Lease over as the rolled-back leader");
+}
+
+#[tokio::test]
+async fn an_idle_mark_older_than_the_last_leader_is_quarantined_since_a_rolled_back_leader_may_have_used_the_block(
+) {
+    let env = TestEnv::new().await;
+    a_first_leader_goes(&env, "TERM").await;
+    let claim = the_claim(&env.client).await;
+    assert!(annotation(&claim, IDLE_ANNOTATION).is_some());
+    // A build from before idle claims leads next: it hands out of the idle block without adopting its
+    // claim, then dies with a PATCH a frozen API server may still land. Nothing on the claim shows it.
+    a_leader_without_idle_claims_takes_over_and_dies(&env.client).await;
+
+    let _third = start_allocator(&env, "third", &one_block_args());
+    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    let mut touched = touched_nodes(&env.client).await;
+    touched.sort();
+    let waiting: Vec<String> = (1..=6).map(|i| format!("second-{i}")).collect();
+    assert_eq!(
+        touched, waiting,
+        "the first leader's mark is not the last leader's: the block is quarantined and every waiting Node touched before its free CIDRs are used"
+    );
+}
+
+#[tokio::test]
+async fn a_clean_step_down_marks_the_claims_again_under_its_own_term_so_the_next_leader_trusts_them(
+) {
+    let env = TestEnv::new().await;
+    a_first_leader_goes(&env, "TERM").await;
+    let first_term = annotation(&the_claim(&env.client).await, TERM_ANNOTATION).map(str::to_string);
+
+    let mut second = start_allocator(&env, "second", &one_block_args());
+    wait_all_allocated(&env.client, 10, TIMEOUT).await;
+    let second_term = netcm_e2e::lease_holder(&env.client, netcm_e2e::LEASE_NAME)
+        .await
+        .expect("the second leader holds the Lease");
+    second.signal("TERM");
+    second.wait_exit(TIMEOUT).await;
+    let claim = the_claim(&env.client).await;
+    assert!(annotation(&claim, IDLE_ANNOTATION).is_some());
+    assert_eq!(
+        annotation(&claim, TERM_ANNOTATION),
+        Some(second_term.as_str()),
+        "the mark names the Lease holder that made it"
+    );
+    assert_ne!(Some(second_term), first_term);
+
+    create_plain_nodes(&env.client, "third-", 3).await;
+    let _third = start_allocator(&env, "third", &one_block_args());
+    let nodes = wait_all_allocated(&env.client, 13, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    assert_eq!(
+        touched_nodes(&env.client).await,
+        Vec::<String>::new(),
+        "the last leader's marks are trusted: no quarantine, no Node touched"
     );
 }

@@ -83,6 +83,8 @@ struct GuardInner {
     fenced: IntCounter,
     /// The leader before this one, from the Lease record this process's winning write replaced.
     takeover: Mutex<Option<Arc<Takeover>>>,
+    /// This process's holder identity on the Lease; `None` without leader election.
+    identity: Option<String>,
 }
 
 /// The leader fence, shared by every controller and the API client. Cheap to clone.
@@ -94,16 +96,21 @@ pub struct LeaderGuard {
 impl LeaderGuard {
     /// A guard for a leader-elected process; refuses writes until leadership is won.
     pub fn new(cfg: &LeaderElectionConfig, registry: &Registry) -> Result<Self, prometheus::Error> {
-        Self::build(true, cfg.renew_deadline, cfg.lease_duration, registry)
+        Self::build(
+            Some(cfg.identity.clone()),
+            cfg.renew_deadline,
+            cfg.lease_duration,
+            registry,
+        )
     }
 
     /// A guard for `--leader-elect=false`: every write is allowed, with no deadline.
     pub fn disabled(registry: &Registry) -> Result<Self, prometheus::Error> {
-        Self::build(false, Duration::ZERO, Duration::ZERO, registry)
+        Self::build(None, Duration::ZERO, Duration::ZERO, registry)
     }
 
     fn build(
-        enabled: bool,
+        identity: Option<String>,
         renew_deadline: Duration,
         lease_duration: Duration,
         registry: &Registry,
@@ -115,13 +122,14 @@ impl LeaderGuard {
         registry.register(Box::new(fenced.clone()))?;
         Ok(Self {
             inner: Arc::new(GuardInner {
-                enabled,
+                enabled: identity.is_some(),
                 renew_deadline,
                 lease_duration,
                 state: Mutex::new(GuardState::new(renew_deadline / 2)),
                 write_ended: tokio::sync::Notify::new(),
                 fenced,
                 takeover: Mutex::new(None),
+                identity,
             }),
         })
     }
@@ -330,6 +338,11 @@ impl LeaderGuard {
     /// without leader election, or when nobody is known to have held the Lease.
     pub fn takeover(&self) -> Option<Arc<Takeover>> {
         self.inner.takeover.lock().clone()
+    }
+
+    /// This process's holder identity on the Lease; `None` without leader election.
+    pub fn identity(&self) -> Option<&str> {
+        self.inner.identity.as_deref()
     }
 
     /// Records who led before this process won the Lease.

@@ -36,6 +36,22 @@ pub struct Takeover {
     pub writes_may_land_until: Instant,
 }
 
+impl Takeover {
+    /// The identity of the leader right before this one: the holder the Lease named, or, when it had
+    /// released the Lease, the identity on the configuration it published. `None` when neither is known.
+    /// Controllers trust what a predecessor vouched for (the allocator's idle claims) only when it names
+    /// this identity: a leader between them could have undone it.
+    pub fn previous_identity(&self) -> Option<&str> {
+        if !self.previous_holder.is_empty() {
+            return Some(&self.previous_holder);
+        }
+        self.previous_configuration
+            .as_ref()
+            .map(|c| c.identity.as_str())
+            .filter(|i| !i.is_empty())
+    }
+}
+
 fn holder(spec: &LeaseSpec) -> &str {
     spec.holder_identity.as_deref().unwrap_or("")
 }
@@ -138,6 +154,7 @@ mod tests {
             .expect("a predecessor");
         assert_eq!(t.previous_holder, "a_1");
         assert_eq!(t.previous_configuration, Some(config("a_1")));
+        assert_eq!(t.previous_identity(), Some("a_1"));
         assert_eq!(
             t.writes_may_land_until,
             now + Duration::from_secs(20) + MARGIN,
@@ -153,6 +170,11 @@ mod tests {
             .expect("a predecessor");
         assert_eq!(t.previous_holder, "b_2");
         assert_eq!(t.previous_configuration, None);
+        assert_eq!(
+            t.previous_identity(),
+            Some("b_2"),
+            "the holder, not the identity on an earlier holder's annotation"
+        );
         let unpublished = lease(Some("b_2"), 15, None);
         let t = after_winning(
             &Decision::TakeOver,
@@ -174,6 +196,26 @@ mod tests {
             .expect("a predecessor");
         assert_eq!(t.previous_holder, "");
         assert_eq!(t.previous_configuration, Some(config("a_1")));
+        assert_eq!(
+            t.previous_identity(),
+            Some("a_1"),
+            "a releaser is known by its published identity"
+        );
+        let unpublished = lease(None, 1, None);
+        let t = after_winning(
+            &Decision::TakeOver,
+            Some(&unpublished),
+            None,
+            L,
+            MARGIN,
+            now,
+        )
+        .expect("a predecessor");
+        assert_eq!(
+            t.previous_identity(),
+            None,
+            "a releaser that published nothing is unknown"
+        );
         assert_eq!(t.writes_may_land_until, now + L + MARGIN);
     }
 
