@@ -31,7 +31,7 @@ BINARY=/usr/local/bin/netcm
 IMAGE_USER=65532:65532
 PORTS=(10271/tcp)
 # distroless's environment and working directory, plus glibc malloc's settings for netcm (the
-# Dockerfile's ENV says why; MALLOC_ENV is shared with nothing else, keep the two in step).
+# Dockerfile's ENV says why; keep MALLOC_ENV, the Dockerfile and e2e's IMAGE_MALLOC_ENV in step).
 MALLOC_ENV=(MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072)
 IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "${MALLOC_ENV[@]}")
 WORKDIR=/home/nonroot

@@ -96,7 +96,7 @@ async fn main() {
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
         ],
-        &[],
+        &netcm_e2e::netcm::IMAGE_MALLOC_ENV,
     );
     wait_for("every route of the backlog", patience, || async {
         (lab.route_count() == n as usize).then_some(())
@@ -105,6 +105,14 @@ async fn main() {
     let backlog = started.elapsed();
     // From netcm's own log: informer synced → last route programmed (the route work alone).
     let logs = netcm.logs();
+    let kept = std::env::temp_dir().join(format!("bench-routes-{}.log", std::process::id()));
+    if std::fs::write(&kept, &logs).is_ok() {
+        println!(
+            "netcm's log to the last route: {} ({} full reconciles after lost notifications)",
+            kept.display(),
+            logs.matches("route notifications were lost").count()
+        );
+    }
     let synced = log_time(&logs, "caches are synced", false);
     let last_route = log_time(&logs, "programmed route", true);
     let programming = synced

@@ -34,12 +34,6 @@ pub struct Contender {
     pub ua: &'static str,
 }
 
-/// The Dockerfile's `ENV` for glibc's malloc (hack/image.sh's MALLOC_ENV).
-const NETCM_IMAGE_MALLOC_ENV: [(&str, &str); 2] = [
-    ("MALLOC_ARENA_MAX", "1"),
-    ("MALLOC_MMAP_THRESHOLD_", "131072"),
-];
-
 /// netcm with only the subnet allocator, the bench's cluster CIDR, `extra` args and then NETCM_EXTRA_ARGS.
 pub fn netcm(cfg: &Config, label: &str, extra: &[&str]) -> Contender {
     netcm_from(
@@ -72,7 +66,7 @@ pub fn netcm_from(
     cmd.args(cfg.netcm_extra_args.split_whitespace());
     // The malloc settings netcm's image runs with (Dockerfile ENV, hack/image.sh): the bench runs the
     // binary as the image does.
-    cmd.envs(NETCM_IMAGE_MALLOC_ENV);
+    cmd.envs(netcm_e2e::netcm::IMAGE_MALLOC_ENV);
     Contender {
         label: label.to_string(),
         cmd,
