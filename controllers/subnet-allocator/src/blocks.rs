@@ -353,7 +353,7 @@ impl Blocks {
         let mine = self
             .usable
             .iter()
-            .filter(|b| !self.uncertain.contains(b) && !self.in_flight.contains_key(b))
+            .filter(|b| self.every_write_answered(b))
             .map(|b| (*b, Box::from(term)));
         let earlier = self
             .adoptable
@@ -368,9 +368,15 @@ impl Blocks {
         let uncertain = self
             .usable
             .iter()
-            .filter(|b| self.uncertain.contains(b) || self.in_flight.contains_key(b))
+            .filter(|b| !self.every_write_answered(b))
             .count();
         uncertain + self.quarantined_ranges().len()
+    }
+
+    /// Whether every allocation PATCH of this term with CIDRs of `block` was answered: none on its way,
+    /// none whose outcome is unknown.
+    fn every_write_answered(&self, block: &IpNet) -> bool {
+        !self.uncertain.contains(block) && !self.in_flight.contains_key(block)
     }
 }
 
