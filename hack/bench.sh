@@ -43,6 +43,9 @@
 #                   after SIGTERM on the leader (a release) and after kill -9 (an expiry at a 4 s lease)
 #                   (e2e/src/bin/bench-handover.rs).
 #                     hack/bench.sh handover [ROUNDS]                   default 10 of each
+#   kernel-routes   the kernel alone: N routes installed with one `ip -batch` in a fresh network namespace,
+#                   each via its own gateway, all via one, and via nexthop objects (root; no cluster):
+#                     hack/bench.sh kernel-routes [N ...]               default 10000 20000 50000
 #   ledger          the bytes and allocations the subnet-allocator's ledger (netcm-ipam's Pools) holds per
 #                   allocated Node and the time per allocation, single-stack and dual-stack. No cluster needed.
 #                     hack/bench.sh ledger                              50,000 Nodes, 3 rounds
@@ -122,6 +125,7 @@ case "$name" in
     controlplane_up
     export ROUNDS=${1:-10}
     run_debug bench-handover ;;
+  kernel-routes) exec python3 hack/bench_kernel_routes/bench_kernel_routes.py "$@" ;;
   ledger) exec cargo bench --locked -p netcm-ipam --bench ledger ;;
   memory-limit) exec bash hack/bench/memory-limit.sh "$@" ;;
   pools)
@@ -138,5 +142,5 @@ case "$name" in
     # As forget: its own cluster, netcm from hack/image.sh build's image.
     cargo build --quiet --locked -p netcm-e2e --bin bench-token-expiry
     exec "$root/target/debug/bench-token-expiry" ;;
-  *) sed -n '2,70p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,76p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
