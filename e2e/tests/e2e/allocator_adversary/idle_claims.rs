@@ -60,6 +60,20 @@ async fn touched_nodes(client: &kube::Client) -> Vec<String> {
         .collect()
 }
 
+/// Every Node is served without an overlap, and the six that waited at the takeover were touched
+/// before the one block's free CIDRs were used: the block was quarantined, for `why`.
+async fn the_block_was_quarantined(env: &TestEnv, why: &str) {
+    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    let mut touched = touched_nodes(&env.client).await;
+    touched.sort();
+    let waiting: Vec<String> = (1..=6).map(|i| format!("second-{i}")).collect();
+    assert_eq!(
+        touched, waiting,
+        "{why}: the block was quarantined, every Node waiting at the takeover touched before its free CIDRs were used"
+    );
+}
+
 #[tokio::test]
 async fn a_leader_that_steps_down_cleanly_leaves_its_claim_idle_and_the_next_serves_waiting_nodes_without_touching_them(
 ) {
@@ -109,15 +123,7 @@ async fn a_killed_leader_leaves_its_claim_open_and_the_next_touches_the_waiting_
     netcm_e2e::forget_the_leader(&env.client).await;
 
     let _second = start_allocator(&env, "second", &one_block_args());
-    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
-    assert_no_overlaps(&nodes);
-    let mut touched = touched_nodes(&env.client).await;
-    touched.sort();
-    let waiting: Vec<String> = (1..=6).map(|i| format!("second-{i}")).collect();
-    assert_eq!(
-        touched, waiting,
-        "the block was quarantined: every Node waiting at the takeover was touched before its free CIDRs were used"
-    );
+    the_block_was_quarantined(&env, "a killed leader's writes may still land").await;
 }
 
 #[tokio::test]
@@ -224,15 +230,7 @@ async fn an_idle_mark_older_than_the_last_leader_is_quarantined_since_a_rolled_b
     a_leader_without_idle_claims_takes_over_and_dies(&env.client).await;
 
     let _third = start_allocator(&env, "third", &one_block_args());
-    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
-    assert_no_overlaps(&nodes);
-    let mut touched = touched_nodes(&env.client).await;
-    touched.sort();
-    let waiting: Vec<String> = (1..=6).map(|i| format!("second-{i}")).collect();
-    assert_eq!(
-        touched, waiting,
-        "the first leader's mark is not the last leader's: the block is quarantined and every waiting Node touched before its free CIDRs are used"
-    );
+    the_block_was_quarantined(&env, "the first leader's mark is not the last leader's").await;
 }
 
 #[tokio::test]

@@ -146,6 +146,12 @@ mod tests {
         }
     }
 
+    /// The predecessor of a process that took `lease` over at `now`.
+    fn taken_over(lease: &Lease, now: Instant) -> Takeover {
+        after_winning(&Decision::TakeOver, Some(lease), None, L, MARGIN, now)
+            .expect("a predecessor")
+    }
+
     #[test]
     fn taking_over_an_expired_lease_reads_its_holders_configuration_and_waits_out_its_term() {
         let now = Instant::now();
@@ -176,15 +182,7 @@ mod tests {
             "the holder, not the identity on an earlier holder's annotation"
         );
         let unpublished = lease(Some("b_2"), 15, None);
-        let t = after_winning(
-            &Decision::TakeOver,
-            Some(&unpublished),
-            None,
-            L,
-            MARGIN,
-            now,
-        )
-        .expect("a predecessor");
+        let t = taken_over(&unpublished, now);
         assert_eq!(t.previous_configuration, None);
     }
 
@@ -202,15 +200,7 @@ mod tests {
             "a releaser is known by its published identity"
         );
         let unpublished = lease(None, 1, None);
-        let t = after_winning(
-            &Decision::TakeOver,
-            Some(&unpublished),
-            None,
-            L,
-            MARGIN,
-            now,
-        )
-        .expect("a predecessor");
+        let t = taken_over(&unpublished, now);
         assert_eq!(
             t.previous_identity(),
             None,
