@@ -240,6 +240,7 @@ mod tests {
                 flags: f.effective_config().into_iter().collect(),
             }),
             writes_may_land_until: until,
+            replaced: true,
         }
     }
 

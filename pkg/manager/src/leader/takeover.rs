@@ -34,6 +34,9 @@ pub struct Takeover {
     pub previous_configuration: Option<EffectiveConfiguration>,
     /// Until when one of its writes may still land (this process's monotonic clock).
     pub writes_may_land_until: Instant,
+    /// Whether it is the holder of the record this process's winning write replaced (`false`: the last
+    /// one this process saw before the Lease was deleted, and someone may have led after it).
+    pub replaced: bool,
 }
 
 impl Takeover {
@@ -42,6 +45,9 @@ impl Takeover {
     /// Controllers trust what a predecessor vouched for (the allocator's idle claims) only when it names
     /// this identity: a leader between them could have undone it.
     pub fn previous_identity(&self) -> Option<&str> {
+        if !self.replaced {
+            return None;
+        }
         if !self.previous_holder.is_empty() {
             return Some(&self.previous_holder);
         }
@@ -89,6 +95,7 @@ pub fn after_winning(
                 previous_holder: holder(&spec).to_string(),
                 previous_configuration: last_holders_configuration(lease),
                 writes_may_land_until: until(&spec),
+                replaced: true,
             })
         }
         // Created after a deletion during another holder's term (waited out): its configuration went
@@ -99,6 +106,7 @@ pub fn after_winning(
                 previous_holder: holder(o).to_string(),
                 previous_configuration: None,
                 writes_may_land_until: until(o),
+                replaced: false,
             }),
         _ => None,
     }
@@ -226,6 +234,11 @@ mod tests {
             .expect("the holder whose term was waited out");
         assert_eq!(t.previous_holder, "a_1");
         assert_eq!(t.previous_configuration, None);
+        assert_eq!(
+            t.previous_identity(),
+            None,
+            "someone may have led between the last record seen and the deletion"
+        );
         let renewal = lease(Some("me"), 15, None);
         assert_eq!(
             after_winning(&Decision::Renew, Some(&renewal), None, L, MARGIN, now),
