@@ -107,9 +107,6 @@ pub struct Allocator {
     /// This leader's term as the claims it creates, adopts or marks idle name it
     /// ([`crate::claims::TERM_ANNOTATION`]): its holder identity on the Lease.
     pub(crate) term: Box<str>,
-    /// The term of the leader right before this one, from the Lease: the only term whose idle marks this
-    /// leader trusts (`None`: unknown, none trusted).
-    pub(crate) predecessor_term: Option<Box<str>>,
     /// Held while a block's claim is created, so two workers never race to create one block.
     pub(crate) block_create: tokio::sync::Mutex<()>,
     /// Requests to the claim-ahead task (`claim_ahead.rs`), unless `--pod-cidr-claims=false`.

@@ -94,10 +94,6 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
             .leader
             .identity()
             .map_or_else(|| term_name().into(), Box::from),
-        predecessor_term: ctx
-            .leader
-            .takeover()
-            .and_then(|t| t.previous_identity().map(Box::from)),
         block_create: tokio::sync::Mutex::new(()),
         claim_ahead,
         voiding: tokio::sync::Mutex::new(()),

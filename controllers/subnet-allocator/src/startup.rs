@@ -60,12 +60,15 @@ impl Allocator {
         if !self.release_hold.is_zero() {
             self.restore_release_holds(&list);
         }
+        // Only the leader right before this one vouches for an idle mark (`None`: unknown, none trusted).
+        let takeover = self.guard.takeover();
+        let predecessor = takeover.as_deref().and_then(|t| t.previous_identity());
         let listed: Vec<ListedBlock> = list
             .iter()
             .map(|c| ListedBlock {
                 range: c.cidr,
                 term: c.term().map(Box::from),
-                idle: c.is_idle_by(self.predecessor_term.as_deref()),
+                idle: c.is_idle_by(predecessor),
             })
             .collect();
         let untrusted =
@@ -74,7 +77,7 @@ impl Allocator {
             tracing::info!(
                 controller = NAME,
                 claims = untrusted,
-                predecessor = self.predecessor_term.as_deref().unwrap_or("unknown"),
+                predecessor = predecessor.unwrap_or("unknown"),
                 "idle marks of a term other than the leader right before this one are not trusted: a leader in between may have used those blocks without a trace, so they are quarantined like open claims"
             );
         }

@@ -1,9 +1,9 @@
 //! What a leader leaves its successor when it steps down cleanly: every claim of a block whose
 //! allocation writes were all answered is marked idle, so the next leader uses it at once instead of
 //! quarantining its free CIDRs ([`crate::blocks`] says why that is safe). Idle claims it was left and did
-//! not use are marked again under its own term: the next leader trusts its predecessor's marks only. Runs after the workers have
-//! stopped and before the lease is released, so the marks still pass the fence; a leader that dies
-//! leaves its claims open, and the next one quarantines them.
+//! not use are marked again under its own term: the next leader trusts its predecessor's marks only.
+//! Runs after the workers have stopped and before the lease is released, so the marks still pass the
+//! fence; a leader that dies leaves its claims open, and the next one quarantines them.
 
 use ipnet::IpNet;
 

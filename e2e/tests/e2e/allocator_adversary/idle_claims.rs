@@ -234,8 +234,7 @@ async fn an_idle_mark_older_than_the_last_leader_is_quarantined_since_a_rolled_b
 }
 
 #[tokio::test]
-async fn a_clean_step_down_marks_the_claims_again_under_its_own_term_so_the_next_leader_trusts_them(
-) {
+async fn a_clean_step_down_names_its_own_term_on_the_claim_it_used_so_the_next_leader_trusts_it() {
     let env = TestEnv::new().await;
     a_first_leader_goes(&env, "TERM").await;
     let first_term = annotation(&the_claim(&env.client).await, TERM_ANNOTATION).map(str::to_string);

@@ -74,7 +74,6 @@ struct WriteWindow {
 
 #[derive(Debug)]
 struct GuardInner {
-    enabled: bool,
     renew_deadline: Duration,
     lease_duration: Duration,
     state: Mutex<GuardState>,
@@ -83,7 +82,8 @@ struct GuardInner {
     fenced: IntCounter,
     /// The leader before this one, from the Lease record this process's winning write replaced.
     takeover: Mutex<Option<Arc<Takeover>>>,
-    /// This process's holder identity on the Lease; `None` without leader election.
+    /// This process's holder identity on the Lease; `None` without leader election, when the fence
+    /// lets every write through.
     identity: Option<String>,
 }
 
@@ -122,7 +122,6 @@ impl LeaderGuard {
         registry.register(Box::new(fenced.clone()))?;
         Ok(Self {
             inner: Arc::new(GuardInner {
-                enabled: identity.is_some(),
                 renew_deadline,
                 lease_duration,
                 state: Mutex::new(GuardState::new(renew_deadline / 2)),
@@ -192,7 +191,7 @@ impl LeaderGuard {
     /// How long a write starting now may take: until the last renewal + lease duration − safety margin.
     /// `Duration::MAX` without leader election. Refusals count in `netcm_fenced_writes_total`.
     pub fn write_budget(&self) -> Result<Duration, Fenced> {
-        if !self.inner.enabled {
+        if self.inner.identity.is_none() {
             return Ok(Duration::MAX);
         }
         let now = Instant::now();
@@ -215,7 +214,7 @@ impl LeaderGuard {
     /// [`LeaderGuard::stop_writes_and_settle`] has stepped down no write can slip past it.
     pub fn begin_write(&self) -> Result<WriteTicket, Fenced> {
         let now = Instant::now();
-        if !self.inner.enabled {
+        if self.inner.identity.is_none() {
             return Ok(WriteTicket {
                 guard: self.clone(),
                 sent: now,
@@ -296,12 +295,12 @@ impl LeaderGuard {
 
     /// Whether this process currently believes it leads (always true without leader election).
     pub fn is_leader(&self) -> bool {
-        !self.inner.enabled || self.state().leading
+        self.inner.identity.is_none() || self.state().leading
     }
 
     /// client-go's `leaderElection` watchdog: fails only while leading with no renewal for lease + 20 s.
     pub fn watchdog(&self) -> Result<(), String> {
-        if !self.inner.enabled {
+        if self.inner.identity.is_none() {
             return Ok(());
         }
         let st = self.state();
