@@ -45,6 +45,17 @@ impl SlowWebhook {
     /// after `hold` (the API server gives up on it after its 30 s webhook timeout or the request's
     /// own deadline, whichever comes first).
     pub async fn start(client: &kube::Client, name: &str, hold: Duration) -> SlowWebhook {
+        Self::start_sparing(client, name, hold, None).await
+    }
+
+    /// Like [`SlowWebhook::start`], but a PATCH made as `spared_field_manager` is allowed at once and not
+    /// recorded: a test's own write can overtake the held writes of netcm.
+    pub async fn start_sparing(
+        client: &kube::Client,
+        name: &str,
+        hold: Duration,
+        spared_field_manager: Option<&str>,
+    ) -> SlowWebhook {
         let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
             .expect("self-signed webhook certificate");
         let key = PrivateKeyDer::try_from(cert.signing_key.serialize_der()).expect("webhook key");
@@ -62,7 +73,8 @@ impl SlowWebhook {
             .expect("bind webhook");
         let port = listener.local_addr().expect("webhook address").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let server = tokio::spawn(serve(listener, acceptor, seen.clone(), hold));
+        let spared = spared_field_manager.map(str::to_string);
+        let server = tokio::spawn(serve(listener, acceptor, seen.clone(), hold, spared));
 
         let config = ValidatingWebhookConfiguration {
             metadata: ObjectMeta {
@@ -145,19 +157,20 @@ async fn serve(
     acceptor: tokio_rustls::TlsAcceptor,
     seen: Arc<Mutex<Vec<HeldRequest>>>,
     hold: Duration,
+    spared: Option<String>,
 ) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let (acceptor, seen) = (acceptor.clone(), seen.clone());
+        let (acceptor, seen, spared) = (acceptor.clone(), seen.clone(), spared.clone());
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(stream).await else {
                 return;
             };
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let seen = seen.clone();
-                async move { Ok::<_, Infallible>(review(req, seen, hold).await) }
+                let (seen, spared) = (seen.clone(), spared.clone());
+                async move { Ok::<_, Infallible>(review(req, seen, hold, spared.as_deref()).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
@@ -166,11 +179,13 @@ async fn serve(
     }
 }
 
-/// Records the AdmissionReview, holds it, then allows it.
+/// Records the AdmissionReview, holds it, then allows it; one made as the `spared` field manager is
+/// allowed at once.
 async fn review(
     req: Request<Incoming>,
     seen: Arc<Mutex<Vec<HeldRequest>>>,
     hold: Duration,
+    spared: Option<&str>,
 ) -> Response<Full<Bytes>> {
     let body = req
         .into_body()
@@ -180,11 +195,14 @@ async fn review(
         .unwrap_or_default();
     let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let request = &review["request"];
-    seen.lock().unwrap().push(HeldRequest {
-        name: request["name"].as_str().unwrap_or_default().to_string(),
-        at: Instant::now(),
-    });
-    tokio::time::sleep(hold).await;
+    let field_manager = request["options"]["fieldManager"].as_str();
+    if spared.is_none() || field_manager != spared {
+        seen.lock().unwrap().push(HeldRequest {
+            name: request["name"].as_str().unwrap_or_default().to_string(),
+            at: Instant::now(),
+        });
+        tokio::time::sleep(hold).await;
+    }
     let answer = serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
