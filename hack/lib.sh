@@ -63,3 +63,17 @@ stop_component() {
   fi
   rm -f "$state/$name.pid"
 }
+
+# Runs `cargo test` with the arguments given; when it fails, repeats each panic message at the end, where a
+# truncated CI log still shows it (the netcm log tail and the backtrace of a failing test come after it).
+cargo_test_telling_why() {
+  local out rc=0
+  out=$(mktemp)
+  cargo test "$@" 2>&1 | tee "$out" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "=== why the failing tests failed (each panic message; their output is above)"
+    grep -E -A4 "^thread '[^']*'.* panicked at " "$out" | grep -v -E '^\s+[0-9]+: |^\s+at ' | head -80 || true
+  fi
+  rm -f "$out"
+  return "$rc"
+}

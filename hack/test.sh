@@ -10,6 +10,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+tag=test
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 timings=()
 step_name="" step_start=$SECONDS
@@ -91,18 +94,18 @@ NETCM_E2E_IMAGE_TAR=$(sed -n 's/^TAR=//p' <<<"$image_lines")
 step "multi-node cluster: a dual-stack pod network on netcm alone (hack/cluster.sh, e2e/tests/e2e/pod_network.rs)"
 python3 -m unittest discover -s hack/cluster
 # The test boots its own cluster from zero (down, then up): nodes without pod CIDRs, then helm install.
-cargo test --locked -p netcm-e2e --test e2e -- --test-threads=1 pod_network::
+cargo_test_telling_why --locked -p netcm-e2e --test e2e -- --test-threads=1 pod_network::
 [ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
 step "multi-node cluster: flannel host-gw and vxlan beside netcm (e2e/tests/e2e/pod_network_flannel.rs)"
-cargo test --locked -p netcm-e2e --test e2e -- --test-threads=1 pod_network_flannel::
+cargo_test_telling_why --locked -p netcm-e2e --test e2e -- --test-threads=1 pod_network_flannel::
 [ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
 step "e2e tests (real kube-apiserver + etcd; the chart on real nodes of hack/cluster.sh)"
 cargo build --locked -p netcm
 # pod_network and pod_network_flannel ran in the multi-node steps (they need no shared control plane).
 # The chart tests boot their own clusters (NODES=2, then NODES=1) and leave the last one up.
-cargo test --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip pod_network:: \
+cargo_test_telling_why --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip pod_network:: \
   --skip pod_network_flannel::
 [ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
