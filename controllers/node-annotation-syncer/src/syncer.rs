@@ -4,6 +4,7 @@
 //! No read of its own: a Node costs the syncer one write.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -50,19 +51,13 @@ impl netcm_manager::SyncError for SyncError {
     }
 }
 
-/// A write the cache may not have seen yet.
-struct Written {
-    /// The resourceVersion of the cached Node the write was computed from.
-    base_rv: String,
-    /// What was written.
-    values: BTreeMap<String, String>,
-}
-
 /// Per-Node memory; everything here is dropped when the Node is gone.
 #[derive(Default)]
 struct State {
-    /// netcm's last write per Node, until the cache moves past the version it was based on.
-    written: HashMap<String, Written>,
+    /// netcm's last write per Node that the cache may not show yet: by [`name_key`], the
+    /// [`write_digest`] of the cached version the write was planned on and the values written. Hashes,
+    /// not the values: during a backlog every Node has an entry (16 bytes instead of ~360).
+    written: HashMap<u64, u64>,
     /// Invalid overwrite values already reported, per Node: key → value.
     reported: HashMap<String, BTreeMap<String, String>>,
     /// Why a Node has nothing published, for the gauge.
@@ -111,7 +106,7 @@ impl Syncer {
     /// Forgets a Node that is gone.
     fn forget(&self, name: &str) {
         let mut st = self.state();
-        st.written.remove(name);
+        st.written.remove(&name_key(name));
         st.reported.remove(name);
         let from = st.waiting.remove(name);
         st.deferred.remove(name);
@@ -158,23 +153,26 @@ impl Syncer {
         self.metrics.waiting_moved(from, to);
     }
 
-    /// The Node's annotations as the API server has them: the cache's, plus netcm's own last write while
-    /// the cache still shows the version that write was based on. Without this, a second event queued
-    /// before the write's watch event arrives would PATCH the same values again.
-    fn current_annotations(&self, name: &str, node: &CachedNode) -> BTreeMap<String, String> {
-        let mut current: BTreeMap<String, String> = node
-            .annotations()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+    /// Whether `changes`, planned from the cached `node`, were already written by netcm onto this very
+    /// version: the write's watch event has not reached the cache yet, so a second event queued before it
+    /// would otherwise PATCH the same values again. A write whose version the cache has moved past is
+    /// forgotten. The plan is a function of the cached Node, so the same version plans the same changes.
+    fn already_written(
+        &self,
+        name: &str,
+        node: &CachedNode,
+        changes: &BTreeMap<String, String>,
+    ) -> bool {
+        let key = name_key(name);
         let mut st = self.state();
-        if let Some(w) = st.written.get(name) {
-            if node.resource_version() == w.base_rv {
-                current.extend(w.values.clone());
-            } else {
-                st.written.remove(name);
-            }
+        let Some(&digest) = st.written.get(&key) else {
+            return false;
+        };
+        if digest == write_digest(name, node.resource_version(), changes) {
+            return true;
         }
-        current
+        st.written.remove(&key);
+        false
     }
 
     /// Reports each invalid overwrite value once per Node: a Warning Event, a log line and the counter.
@@ -232,8 +230,14 @@ impl Syncer {
             // Going away: a lease for it would only make peers route to it a little longer.
             return Ok(SyncOutcome::Done);
         }
-        let current = self.current_annotations(name, &node);
-        let plan = subnet_lease::plan(&self.config, &node, &current);
+        let current: BTreeMap<String, String> = node
+            .annotations()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut plan = subnet_lease::plan(&self.config, &node, &current);
+        if self.already_written(name, &node, &plan.changes) {
+            plan.changes.clear();
+        }
         self.set_waiting(name, plan.waiting.as_ref());
         if plan.waiting.is_some() || plan.changes.is_empty() {
             // Nothing to write, so nothing is left to an agent, and what the Event says about an invalid
@@ -277,13 +281,8 @@ impl Syncer {
                     })
                     .collect();
                 tracing::info!(controller = NAME, node = name, changed = %changed.join(","), "published lease annotations");
-                self.state().written.insert(
-                    name.to_string(),
-                    Written {
-                        base_rv: node.resource_version().to_string(),
-                        values: plan.changes,
-                    },
-                );
+                let digest = write_digest(name, node.resource_version(), &plan.changes);
+                self.state().written.insert(name_key(name), digest);
                 Ok(SyncOutcome::Done)
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -322,3 +321,18 @@ impl Reconciler for Syncer {
 
 #[cfg(test)]
 mod tests;
+
+/// The key of a Node's entry in the syncer's per-Node memory of writes. Two names sharing a key only cost
+/// a repeated PATCH: each write's digest names its Node.
+fn name_key(name: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
+}
+
+/// What identifies one write: the Node, the cached version it was planned on, and the values.
+fn write_digest(name: &str, resource_version: &str, changes: &BTreeMap<String, String>) -> u64 {
+    let mut h = DefaultHasher::new();
+    (name, resource_version, changes).hash(&mut h);
+    h.finish()
+}

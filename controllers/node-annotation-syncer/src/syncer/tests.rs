@@ -44,26 +44,29 @@ fn node(rv: &str, annotations: &[(&str, &str)]) -> CachedNode {
 #[tokio::test]
 async fn netcms_own_write_counts_until_the_cache_moves_past_the_version_it_was_based_on() {
     let s = syncer();
-    s.state().written.insert(
-        "n1".into(),
-        Written {
-            base_rv: "5".into(),
-            values: [(format!("{P}public-ip"), "192.0.2.10".to_string())].into(),
-        },
+    let written: BTreeMap<String, String> =
+        [(format!("{P}public-ip"), "192.0.2.10".to_string())].into();
+    s.state()
+        .written
+        .insert(name_key("n1"), write_digest("n1", "5", &written));
+    assert!(
+        s.already_written("n1", &node("5", &[]), &written),
+        "the same values planned on the same version are the write the cache has not shown yet"
     );
-    let stale = s.current_annotations("n1", &node("5", &[]));
-    assert_eq!(
-        stale.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.10")
+    assert!(
+        !s.already_written("n2", &node("5", &[]), &written),
+        "another Node's write is not this one's"
     );
-    let moved_on = s.current_annotations("n1", &node("6", &[("public-ip", "192.0.2.11")]));
-    assert_eq!(
-        moved_on.get(&format!("{P}public-ip")).map(String::as_str),
-        Some("192.0.2.11")
-    );
+    let other: BTreeMap<String, String> =
+        [(format!("{P}public-ip"), "192.0.2.11".to_string())].into();
+    assert!(!s.already_written("n1", &node("6", &[]), &other));
     assert!(
         s.state().written.is_empty(),
         "the memory is dropped once the cache moved on"
+    );
+    assert!(
+        !s.already_written("n1", &node("5", &[]), &written),
+        "a forgotten write is written again"
     );
 }
 
