@@ -7,7 +7,7 @@
 //!
 //! In front of it, the same event (object, reason, note) is recorded at most once per [`DEDUP_WINDOW`],
 //! so a Node that fails on every retry does not flood the API; the log line and the metric still count
-//! every occurrence.
+//! every occurrence. An event that failed to record is not a repeat: the next occurrence tries again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +71,7 @@ impl EventRecorder {
             reason.to_string(),
             note.clone(),
         );
-        if !self.recent.insert_if_absent(key, ()) {
+        if !self.recent.insert_if_absent(key.clone(), ()) {
             return;
         }
         let event = Event {
@@ -82,6 +82,9 @@ impl EventRecorder {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, regarding).await {
+            // Not recorded, so not a repeat: the next occurrence tries again instead of being
+            // suppressed for the whole window.
+            self.recent.remove(&key);
             tracing::warn!(kind = %object_kind, object = %name, reason, error = %e, "failed to record event");
         }
     }
@@ -99,5 +102,48 @@ pub fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
         namespace: meta.namespace.clone(),
         uid: meta.uid.clone(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recorder whose client points at a closed port: every publish fails.
+    fn unreachable_recorder() -> EventRecorder {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
+        let client = kube::Client::try_from(config).expect("client");
+        EventRecorder::new(client, "netcm", "test")
+    }
+
+    fn node(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Node".into()),
+            api_version: Some("v1".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_event_that_failed_to_record_is_not_suppressed_as_a_repeat() {
+        let r = unreachable_recorder();
+        let n1 = node("n1");
+        let publish = || {
+            r.publish(
+                &n1,
+                EventType::Warning,
+                "CIDRNotAvailable",
+                "Allocate",
+                "no CIDR left".into(),
+            )
+        };
+        publish().await;
+        assert!(
+            r.recent.is_empty(),
+            "an event the API never got is not remembered as recorded"
+        );
+        publish().await;
+        assert!(r.recent.is_empty());
     }
 }
