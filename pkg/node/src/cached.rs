@@ -10,7 +10,8 @@
 //!
 //! Built by [`CachedNodeBuilder`] (the informer's decode, tests), or from a full `Node` read from the API
 //! (`From<&Node>`), through the same rules: pod CIDRs are `spec.podCIDRs`, else `spec.podCIDR`, each
-//! parsed once here; annotations and labels are sorted by key.
+//! parsed once here; annotations and labels are sorted by key. Annotation keys and their owners' field
+//! managers, the same on every Node, are held once per process (`interned.rs`).
 
 use std::fmt;
 
@@ -20,10 +21,22 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use crate::pod_cidrs::PodCidrs;
 
 mod builder;
+mod interned;
 pub use builder::CachedNodeBuilder;
 pub use netcm_protobuf::entries::{Address, Condition, Taint};
 
-/// A string of the Node: `len` bytes of its buffer from `start`.
+/// The text of `span`: in `text`, the Node's buffer, or in the table of interned strings.
+fn span_str(text: &str, span: Span) -> &str {
+    if let Some(s) = interned::get(span) {
+        return s;
+    }
+    let start = span.start as usize;
+    text.get(start..start + span.len as usize)
+        .unwrap_or_default()
+}
+
+/// A string of the Node: `len` bytes of its buffer from `start`, or (with [`interned::INTERNED`] set in
+/// `start`) an annotation key or field manager many Nodes share.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Span {
     start: u32,
@@ -109,10 +122,7 @@ impl CachedNode {
     }
 
     fn str(&self, span: Span) -> &str {
-        let start = span.start as usize;
-        self.text
-            .get(start..start + span.len as usize)
-            .unwrap_or_default()
+        span_str(&self.text, span)
     }
 
     fn pair(&self, p: &Pair) -> (&str, &str) {

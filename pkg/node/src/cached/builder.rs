@@ -1,7 +1,8 @@
 //! [`CachedNodeBuilder`]: copies each string into the Node's one buffer as it is given, and lays the
 //! tables out once at [`CachedNodeBuilder::build`].
 
-use super::{Address, CachedNode, CidrEntry, Condition, Pair, Rest, Span, Taint};
+use super::interned::{self, INTERNED};
+use super::{span_str, Address, CachedNode, CidrEntry, Condition, Pair, Rest, Span, Taint};
 use crate::pod_cidrs::{parse_pod_cidr, pick_pod_cidrs};
 
 /// Builds a [`CachedNode`]; lists keep the order they are given in, except annotations and labels
@@ -56,7 +57,7 @@ impl CachedNodeBuilder {
         let (Ok(start), Ok(len)) = (u32::try_from(self.text.len()), u32::try_from(s.len())) else {
             return Span::default();
         };
-        if start.checked_add(len).is_none() {
+        if start.checked_add(len).is_none_or(|end| end >= INTERNED) {
             return Span::default();
         }
         self.text.push_str(s);
@@ -122,15 +123,24 @@ impl CachedNodeBuilder {
         self
     }
 
-    /// Adds an annotation.
+    /// Appends `s` to the buffer unless it is interned (or can be now).
+    fn push_shared(&mut self, s: &str) -> Span {
+        interned::intern(s).unwrap_or_else(|| self.push(s))
+    }
+
+    /// Adds an annotation; its key is interned.
     pub fn annotation(&mut self, key: &str, value: &str) -> &mut Self {
-        let p = self.pair(key, value);
+        let p = Pair {
+            key: self.push_shared(key),
+            value: self.push(value),
+        };
         self.node.annotations.push(p);
         self
     }
 
-    /// Adds that field manager `manager` owns the annotation `key`. The strings are stored once per Node:
-    /// the key as its annotation's when that was added before, a manager as its first mention.
+    /// Adds that field manager `manager` owns the annotation `key`. Both are interned; past the table's
+    /// room they are stored once per Node: the key as its annotation's when that was added before, a
+    /// manager as its first mention.
     pub fn annotation_owner(&mut self, key: &str, manager: &str) -> &mut Self {
         let text = &self.text;
         let same = |span: &Span, s: &str| span_str(text, *span) == s;
@@ -146,8 +156,8 @@ impl CachedNodeBuilder {
             .iter()
             .map(|p| p.value)
             .find(|m| same(m, manager));
-        let key = key_span.unwrap_or_else(|| self.push(key));
-        let value = manager_span.unwrap_or_else(|| self.push(manager));
+        let key = key_span.unwrap_or_else(|| self.push_shared(key));
+        let value = manager_span.unwrap_or_else(|| self.push_shared(manager));
         self.node.annotation_owners.push(Pair { key, value });
         self
     }
@@ -211,13 +221,6 @@ impl CachedNodeBuilder {
             text,
         }
     }
-}
-
-/// The text of `span` in `text`.
-fn span_str(text: &str, span: Span) -> &str {
-    let start = span.start as usize;
-    text.get(start..start + span.len as usize)
-        .unwrap_or_default()
 }
 
 /// The pairs sorted by key, the last of a repeated key kept (as a JSON object decodes).

@@ -219,10 +219,8 @@ fn a_node_read_from_the_api_keeps_who_owns_each_annotation_sorted() {
 }
 
 #[test]
-fn an_owners_key_and_manager_are_stored_once_per_node() {
-    let mut b = CachedNode::builder("n", "u", "1");
-    b.annotation("flannel.alpha.coreos.com/public-ip", "192.0.2.1");
-    let without = b.build().text.len();
+fn annotation_keys_and_their_owners_are_held_once_per_process_not_in_each_nodes_buffer() {
+    let bare = CachedNode::builder("n", "u", "1").build().text.len();
     let mut b = CachedNode::builder("n", "u", "1");
     b.annotation("flannel.alpha.coreos.com/public-ip", "192.0.2.1")
         .annotation_owner("flannel.alpha.coreos.com/public-ip", "flanneld")
@@ -230,9 +228,13 @@ fn an_owners_key_and_manager_are_stored_once_per_node() {
         .annotation_owner("flannel.alpha.coreos.com/gone", "flanneld");
     let n = b.build();
     assert_eq!(
-        n.text.len() - without,
-        "flanneld".len() + "flannel.alpha.coreos.com/gone".len(),
-        "the kept annotation's key and the repeated manager are not copied again"
+        n.text.len() - bare,
+        "192.0.2.1".len(),
+        "only the annotation's value is the Node's own"
+    );
+    assert_eq!(
+        n.annotation("flannel.alpha.coreos.com/public-ip"),
+        Some("192.0.2.1")
     );
     assert_eq!(
         n.annotation_owners().collect::<Vec<_>>(),
