@@ -64,9 +64,10 @@ impl CachedNodeBuilder {
         Span { start, len }
     }
 
+    /// A key (interned) and its value (the Node's own).
     fn pair(&mut self, key: &str, value: &str) -> Pair {
         Pair {
-            key: self.push(key),
+            key: self.push_shared(key),
             value: self.push(value),
         }
     }
@@ -116,9 +117,12 @@ impl CachedNodeBuilder {
         self
     }
 
-    /// Adds one of `status.addresses`.
+    /// Adds one of `status.addresses`; its type is interned.
     pub fn address(&mut self, address: Address<&str>) -> &mut Self {
-        let a = address.map(|s| self.push(s));
+        let a = Address {
+            type_: self.push_shared(address.type_),
+            address: self.push(address.address),
+        };
         self.node.addresses.push(a);
         self
     }
@@ -130,10 +134,7 @@ impl CachedNodeBuilder {
 
     /// Adds an annotation; its key is interned.
     pub fn annotation(&mut self, key: &str, value: &str) -> &mut Self {
-        let p = Pair {
-            key: self.push_shared(key),
-            value: self.push(value),
-        };
+        let p = self.pair(key, value);
         self.node.annotations.push(p);
         self
     }
@@ -162,23 +163,32 @@ impl CachedNodeBuilder {
         self
     }
 
-    /// Adds a label.
+    /// Adds a label; its key is interned.
     pub fn label(&mut self, key: &str, value: &str) -> &mut Self {
         let p = self.pair(key, value);
         self.node.labels.push(p);
         self
     }
 
-    /// Adds one of `status.conditions`.
+    /// Adds one of `status.conditions`; its type, status and reason are interned, not its message.
     pub fn condition(&mut self, condition: Condition<&str>) -> &mut Self {
-        let c = condition.map(|s| self.push(s));
+        let c = Condition {
+            type_: self.push_shared(condition.type_),
+            status: self.push_shared(condition.status),
+            reason: condition.reason.map(|r| self.push_shared(r)),
+            message: condition.message.map(|m| self.push(m)),
+        };
         self.node.conditions.push(c);
         self
     }
 
-    /// Adds one of `spec.taints`.
+    /// Adds one of `spec.taints`; its key and effect are interned.
     pub fn taint(&mut self, taint: Taint<&str>) -> &mut Self {
-        let t = taint.map(|s| self.push(s));
+        let t = Taint {
+            key: self.push_shared(taint.key),
+            value: taint.value.map(|v| self.push(v)),
+            effect: self.push_shared(taint.effect),
+        };
         self.node.taints.push(t);
         self
     }

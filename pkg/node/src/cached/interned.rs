@@ -1,5 +1,6 @@
-//! Strings many Nodes repeat word for word — annotation keys and the field managers that own them —
-//! stored once per process instead of once in every Node's buffer: a [`Span`] whose `start` has
+//! Strings many Nodes repeat word for word — annotation and label keys, the field managers that own
+//! annotations, address types, condition types, statuses and reasons, taint keys and effects — stored
+//! once per process instead of once in every Node's buffer: a [`Span`] whose `start` has
 //! [`INTERNED`] set names an entry of this table. At most [`CAPACITY`] strings are ever interned (leaked
 //! once, a few KiB); past that, or for a string longer than any annotation key, a Node keeps its own
 //! copy, so no input grows the table without bound.

@@ -283,3 +283,34 @@ fn pod_capacity_is_kept_only_as_a_plain_count() {
     assert!(b.build().rest.is_none(), "no Rest allocated for it");
     assert_eq!(std::mem::size_of::<CachedNode>(), 72, "it fills padding");
 }
+
+#[test]
+fn the_strings_every_node_repeats_are_read_back_but_not_kept_in_its_buffer() {
+    let bare = CachedNode::builder("n", "u", "1").build().text.len();
+    let ready = Condition {
+        type_: "Ready",
+        status: "True",
+        reason: Some("KubeletReady"),
+        message: Some("kubelet is posting ready status"),
+    };
+    let not_ready = Taint {
+        key: "node.kubernetes.io/not-ready",
+        value: None,
+        effect: "NoSchedule",
+    };
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.address(internal_ip())
+        .condition(ready)
+        .taint(not_ready)
+        .label("kubernetes.io/os", "linux");
+    let n = b.build();
+    assert_eq!(
+        n.text.len() - bare,
+        "192.0.2.1".len() + "kubelet is posting ready status".len() + "linux".len(),
+        "only the address, the message and the label's value are the Node's own"
+    );
+    assert_eq!(n.addresses().collect::<Vec<_>>(), [internal_ip()]);
+    assert_eq!(n.condition("Ready"), Some(ready));
+    assert_eq!(n.taints().collect::<Vec<_>>(), [not_ready]);
+    assert_eq!(n.label("kubernetes.io/os"), Some("linux"));
+}
