@@ -71,7 +71,7 @@ cargo_test_telling_why() {
   out=$(mktemp)
   cargo test "$@" 2>&1 | tee "$out" || rc=$?
   if [ "$rc" != 0 ]; then
-    echo "=== why the failing tests failed (each panic message; their output is above)"
+    echo "=== every panic message above, the failing tests' among them (a test of a recovered panic prints one too)"
     grep -E -A4 "^thread '[^']*'.* panicked at " "$out" | grep -v -E '^\s+[0-9]+: |^\s+at ' | head -80 || true
   fi
   rm -f "$out"

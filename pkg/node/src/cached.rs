@@ -10,8 +10,9 @@
 //!
 //! Built by [`CachedNodeBuilder`] (the informer's decode, tests), or from a full `Node` read from the API
 //! (`From<&Node>`), through the same rules: pod CIDRs are `spec.podCIDRs`, else `spec.podCIDR`, each
-//! parsed once here; annotations and labels are sorted by key. Annotation keys and their owners' field
-//! managers, the same on every Node, are held once per process (`interned.rs`).
+//! parsed once here; annotations and labels are sorted by key. The words every Node repeats (annotation
+//! and label keys, field managers, address types, condition and taint words) are held once per process
+//! (`interned.rs`).
 
 use std::fmt;
 
@@ -36,7 +37,7 @@ fn span_str(text: &str, span: Span) -> &str {
 }
 
 /// A string of the Node: `len` bytes of its buffer from `start`, or (with [`interned::INTERNED`] set in
-/// `start`) an annotation key or field manager many Nodes share.
+/// `start`) a word many Nodes share, from the process-wide table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Span {
     start: u32,

@@ -1,5 +1,5 @@
-//! [`CachedNodeBuilder`]: copies each string into the Node's one buffer as it is given, and lays the
-//! tables out once at [`CachedNodeBuilder::build`].
+//! [`CachedNodeBuilder`]: copies each string into the Node's one buffer as it is given (a word every
+//! Node repeats is interned instead), and lays the tables out once at [`CachedNodeBuilder::build`].
 
 use super::interned::{self, INTERNED};
 use super::{span_str, Address, CachedNode, CidrEntry, Condition, Pair, Rest, Span, Taint};
