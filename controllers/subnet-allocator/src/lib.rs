@@ -64,8 +64,6 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let pools = Pools::new(&config).map_err(InitError::new)?;
     let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
     metrics.publish(&pools.stats());
-    // The leader before this one, from the Lease taken before init: waited out if claims cannot cover it.
-    let predecessor = predecessor::judge(ctx.leader.takeover().as_deref(), flags);
     let predecessor_gauge = predecessor::register_gauge(&ctx.registry).map_err(InitError::new)?;
     let queue = ctx.node_queue(NAME)?;
     let (claim_ahead, claim_ahead_requests) = if flags.pod_cidr_claims {
@@ -131,6 +129,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let stepping_down = allocator.clone();
     let prepare = allocator.clone();
     let readiness = ctx.readiness.clone();
+    let flags = flags.clone();
     Ok(Some(
         controller
             .prepare(|shutdown| async move {
@@ -142,6 +141,9 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
                     prepare.reconcile_pools(cc).await;
                 }
                 prepare.record_all_existing().await;
+                // The leader before this one, from the Lease this one took (init may run before it, on a
+                // warm standby): waited out if claims cannot cover it.
+                let predecessor = predecessor::judge(prepare.guard.takeover().as_deref(), &flags);
                 if !prepare
                     .wait_out_predecessor(&predecessor, &predecessor_gauge, &shutdown)
                     .await

@@ -24,6 +24,7 @@ use kube::api::{Api, ListParams};
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::nodes::{create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::takeover::{said_no_cidr, shared_cidrs};
+use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
 use netcm_e2e::{audit, client_for, control_plane, wait_for, Netcm, TestEnv};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -33,6 +34,10 @@ use tokio::task::JoinHandle;
 /// leader releases on SIGTERM, the standby wakes on the Lease watch), shorter than the etcd client's
 /// keepalive timeout (10 s), so the server never drops the connection as dead.
 const DELAY: Duration = Duration::from_secs(8);
+/// How long the webhook holds each write of the warm standby test's Nodes: longer than [`DELAY`], so the
+/// old leader's write is still in flight when the standby's cache shows the Nodes; shorter than netcm's
+/// write timeout (the renew deadline less a margin, 9.5 s), so it lands.
+const WRITE_HOLD: Duration = Duration::from_millis(8_600);
 /// Rounds of allocate, hand over, check.
 const ROUNDS: usize = 3;
 /// Nodes created each round; the pool has one CIDR, so one gets it and the others wait.
@@ -140,25 +145,46 @@ async fn cached_node_names(client: &kube::Client) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The second API server, whose Node watch cache lags [`DELAY`] behind etcd, beside the first.
+struct Lagging {
+    servers: ApiServers,
+    _proxy: EtcdDelay,
+    one: kube::Client,
+    two: kube::Client,
+}
+
+impl Lagging {
+    /// Starts the second server behind the delaying proxy; from then on its Node cache lags.
+    async fn start(env: &TestEnv) -> Lagging {
+        let proxy = EtcdDelay::start(etcd_port()).await;
+        let override_flag = format!(
+            "--etcd-servers-overrides=/nodes#http://127.0.0.1:{}",
+            proxy.port
+        );
+        let servers = tokio::task::spawn_blocking(move || {
+            ApiServers::start_with_flags(&[override_flag.as_str()])
+        })
+        .await
+        .expect("start the second kube-apiserver");
+        let two = client_for(servers.kubeconfig(Apiserver::Two)).await;
+        // Started without delay (its readiness check reads etcd); from now on its Node cache lags.
+        proxy.set_delay(DELAY);
+        Lagging {
+            servers,
+            _proxy: proxy,
+            one: env.client.clone(),
+            two,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cidr_a_node_already_holds(
 ) {
     // Dropped in reverse: the replicas, the servers (the second stopped), the proxy, the cluster lock.
     let env = TestEnv::new().await;
-    let proxy = EtcdDelay::start(etcd_port()).await;
-    let override_flag = format!(
-        "--etcd-servers-overrides=/nodes#http://127.0.0.1:{}",
-        proxy.port
-    );
-    let servers = tokio::task::spawn_blocking(move || {
-        ApiServers::start_with_flags(&[override_flag.as_str()])
-    })
-    .await
-    .expect("start the second kube-apiserver");
-    let one = env.client.clone();
-    let two = client_for(servers.kubeconfig(Apiserver::Two)).await;
-    // Started without delay (its readiness check reads etcd); from now on its Node cache lags.
-    proxy.set_delay(DELAY);
+    let lagging = Lagging::start(&env).await;
+    let (servers, one, two) = (&lagging.servers, &lagging.one, &lagging.two);
 
     let mut overlaps = 0;
     for round in 0..ROUNDS {
@@ -171,10 +197,12 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
             cidr.as_str(),
             "--node-cidr-mask-size=24",
             "--pod-cidr-claims=false",
+            // Cold: its first list is made after it takes the Lease (the warm standby's test is below).
+            "--warm-standby=false",
         ];
         let names: Vec<String> = (0..NODES).map(|i| format!("r{round}-{i:02}")).collect();
         create_nodes(
-            &one,
+            one,
             names
                 .iter()
                 .map(|n| NodeFixture::named(n.clone()))
@@ -187,7 +215,7 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
             "the lagging server's cache to show the new Nodes",
             Duration::from_secs(60),
             || async {
-                let cached = cached_node_names(&two).await;
+                let cached = cached_node_names(two).await;
                 names.iter().all(|n| cached.contains(n)).then_some(())
             },
         )
@@ -202,7 +230,7 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
             "the old leader to give the pool's one CIDR to a Node",
             Duration::from_secs(60),
             || async {
-                let nodes = netcm_e2e::nodes::all_nodes(&one).await;
+                let nodes = netcm_e2e::nodes::all_nodes(one).await;
                 nodes
                     .into_iter()
                     .find(|n| !pod_cidrs(n).is_empty())
@@ -213,7 +241,7 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
         let written = Instant::now();
         // Created after that write: once a replica has seen it, it has seen the write.
         let marker = format!("r{round}-marker");
-        create_nodes(&one, vec![NodeFixture::named(marker.clone())], 1).await;
+        create_nodes(one, vec![NodeFixture::named(marker.clone())], 1).await;
 
         let new = Netcm::start(
             &format!("r{round}-new-leader"),
@@ -221,7 +249,7 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
             &args,
         );
         let new_id = new.identity().await;
-        new.wait_standing_by(&two, Duration::from_secs(30)).await;
+        new.wait_standing_by(two, Duration::from_secs(30)).await;
         old.signal("TERM");
         let status = old.wait_exit(Duration::from_secs(30)).await;
         assert!(
@@ -236,14 +264,14 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
             "the new leader to find no CIDR for the marker Node",
             Duration::from_secs(180),
             || async {
-                said_no_cidr(&two, &new_id)
+                said_no_cidr(two, &new_id)
                     .await
                     .contains(&marker)
                     .then_some(())
             },
         )
         .await;
-        let nodes = netcm_e2e::nodes::all_nodes(&one).await;
+        let nodes = netcm_e2e::nodes::all_nodes(one).await;
         let (shared, holders) = shared_cidrs(&nodes);
         let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
         eprintln!(
@@ -257,6 +285,141 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
     assert_eq!(
         overlaps, 0,
         "a leader that started from a stale list gave out a CIDR a Node already held"
+    );
+}
+
+/// A warm standby's cache is only as new as its watch. Here the standby's watch goes through the lagging
+/// server. The old leader gives the pool's last CIDR to one of the Nodes created at once, and the webhook
+/// holds that write for [`WRITE_HOLD`]; once the standby's cache shows those Nodes, the old leader is
+/// stopped: its drain waits for the write to land, then it releases the Lease. The new leader's cache then
+/// shows every Node waiting and the CIDR free, and the write only [`DELAY`] after it landed; a leader
+/// that started from that cache gives the same CIDR to another of the Nodes (they are queued in no
+/// particular order). netcm first proves its cache holds a write it made after taking the Lease
+/// (`run/catch_up.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_standby_whose_watch_lags_proves_its_cache_fresh_before_it_gives_out_a_cidr() {
+    let env = TestEnv::new().await;
+    let lagging = Lagging::start(&env).await;
+    let (servers, one, two) = (&lagging.servers, &lagging.one, &lagging.two);
+    let (mut overlaps, mut catch_ups) = (0, Vec::new());
+    for round in 0..ROUNDS {
+        if round > 0 {
+            env.clean().await;
+        }
+        // Per round: the harness's clean removes webhook configurations.
+        let webhook = SlowWebhook::start(one, "netcm-e2e-warm-lag", WRITE_HOLD).await;
+        // Two CIDRs: the first Node's, and the last one, which the Nodes created at once wait for.
+        let cidr = format!("--cluster-cidr=10.{}.0.0/23", 210 + 2 * round);
+        let args = [
+            "--controllers=subnet-allocator",
+            cidr.as_str(),
+            "--node-cidr-mask-size=24",
+            "--pod-cidr-claims=false",
+            "--warm-standby=true",
+        ];
+        let mut old = Netcm::start(
+            &format!("w{round}-old-leader"),
+            servers.kubeconfig(Apiserver::One),
+            &args,
+        );
+        old.wait_leading(Duration::from_secs(30)).await;
+        create_nodes(one, vec![NodeFixture::named(format!("w{round}-first"))], 1).await;
+        netcm_e2e::nodes::wait_all_allocated(one, 1, Duration::from_secs(60)).await;
+        let new = Netcm::start(
+            &format!("w{round}-new-leader"),
+            servers.kubeconfig(Apiserver::Two),
+            &args,
+        );
+        let new_id = new.identity().await;
+        new.wait_standing_by(two, Duration::from_secs(30)).await;
+        new.wait_metric(
+            "netcm_node_cache_nodes",
+            "1",
+            |v| v == 1.0,
+            Duration::from_secs(60),
+        )
+        .await;
+
+        let names: Vec<String> = (0..NODES).map(|i| format!("w{round}-{i:02}")).collect();
+        let created = Instant::now();
+        create_nodes(
+            one,
+            names
+                .iter()
+                .map(|n| NodeFixture::named(n.clone()).label(SLOW_WRITES_LABEL, "true"))
+                .collect(),
+            NODES,
+        )
+        .await;
+        // The standby's cache shows them, waiting; the old leader's write is still held.
+        let all = (1 + NODES) as f64;
+        new.wait_metric(
+            "netcm_node_cache_nodes",
+            "every Node",
+            |v| v == all,
+            Duration::from_secs(60),
+        )
+        .await;
+        old.signal("TERM");
+        let status = old.wait_exit(Duration::from_secs(30)).await;
+        assert!(
+            status.success(),
+            "the old leader stops cleanly on SIGTERM: {status}"
+        );
+        new.wait_leading(Duration::from_secs(30)).await;
+        let led = created.elapsed();
+        let holder = netcm_e2e::nodes::all_nodes(one)
+            .await
+            .into_iter()
+            .filter(|n| n.metadata.name.as_ref().is_some_and(|n| names.contains(n)))
+            .find(|n| !pod_cidrs(n).is_empty())
+            .and_then(|n| n.metadata.name);
+        let marker = format!("w{round}-marker");
+        create_nodes(one, vec![NodeFixture::named(marker.clone())], 1).await;
+        wait_for(
+            "the new leader to find no CIDR for the marker Node",
+            Duration::from_secs(180),
+            || async {
+                said_no_cidr(two, &new_id)
+                    .await
+                    .contains(&marker)
+                    .then_some(())
+            },
+        )
+        .await;
+        let nodes = netcm_e2e::nodes::all_nodes(one).await;
+        let (shared, holders) = shared_cidrs(&nodes);
+        let proven = new
+            .metric("netcm_node_cache_catch_ups_total{result=\"proven\"}")
+            .await;
+        let relisted = new
+            .metric("netcm_node_cache_catch_ups_total{result=\"relisted\"}")
+            .await;
+        eprintln!(
+            "[lagging] warm round {round}: the old leader gave the CIDR to {holder:?}; the new leader led {led:.1?} after the Nodes were created; \
+             catch-ups proven {proven:?}, relisted {relisted:?}; Nodes sharing one: {shared} {holders:?}"
+        );
+        assert!(
+            holder.is_some(),
+            "the old leader's held write landed before it let go of the Lease"
+        );
+        assert!(
+            led < WRITE_HOLD + DELAY,
+            "the new leader led {led:?} after the Nodes were created: its cache could have caught up by itself"
+        );
+        webhook.remove(one).await;
+        catch_ups.push(proven.unwrap_or(0.0) + relisted.unwrap_or(0.0));
+        overlaps += shared;
+        drop(new);
+    }
+    assert_eq!(
+        overlaps, 0,
+        "a leader that started from a warm cache behind its watch gave out a CIDR a Node already held"
+    );
+    assert_eq!(
+        catch_ups,
+        vec![1.0; ROUNDS],
+        "each new leader caught its warm cache up once"
     );
 }
 

@@ -75,6 +75,11 @@ pub struct GenericFlags {
     #[arg(long)]
     pub leader_elect_resource_namespace: Option<String>,
 
+    /// A standby lists and watches Nodes while it waits for the Lease, so that it serves at once when it
+    /// leads instead of relisting every Node first; it then holds the leader's Node cache too.
+    #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
+    pub warm_standby: bool,
+
     /// The IP address on which to serve /metrics and health checks.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,

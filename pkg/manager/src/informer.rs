@@ -77,7 +77,16 @@ pub struct AlreadyStarted;
 struct Shared<K> {
     handlers: Mutex<Vec<Handler<K>>>,
     started: std::sync::atomic::AtomicBool,
+    /// Whether a run is under way (it may run again after it ended).
+    running: std::sync::atomic::AtomicBool,
+    /// Whether handlers hear events ([`SharedInformer::held`], [`SharedInformer::open`]). Held across each
+    /// event's store update and dispatch, so opening never loses nor doubles an event.
+    dispatching: Mutex<bool>,
     synced_tx: watch::Sender<bool>,
+    /// How many lists have completed (the first and every relist).
+    lists_tx: watch::Sender<u64>,
+    /// The newest resourceVersion the store holds, as an etcd revision ([`SharedInformer::wait_holds`]).
+    newest_tx: watch::Sender<u64>,
     store: Store<K>,
 }
 
@@ -101,16 +110,72 @@ impl<K: Cached> Default for SharedInformer<K> {
 }
 
 impl<K: Cached> SharedInformer<K> {
-    /// Creates an informer; subscribe, then [`SharedInformer::run`] it.
+    /// Creates an informer whose handlers hear every event; subscribe, then [`SharedInformer::run`] it.
     pub fn new() -> Self {
-        let (synced_tx, _) = watch::channel(false);
+        Self::with_dispatch(true)
+    }
+
+    /// Creates an informer that caches without telling its handlers until [`SharedInformer::open`]: a
+    /// standby's warm cache, whose controllers' queues stay empty until it leads.
+    pub fn held() -> Self {
+        Self::with_dispatch(false)
+    }
+
+    fn with_dispatch(open: bool) -> Self {
         Self {
             shared: Arc::new(Shared {
                 handlers: Mutex::new(Vec::new()),
                 started: std::sync::atomic::AtomicBool::new(false),
-                synced_tx,
+                running: std::sync::atomic::AtomicBool::new(false),
+                dispatching: Mutex::new(open),
+                synced_tx: watch::channel(false).0,
+                lists_tx: watch::channel(0).0,
+                newest_tx: watch::channel(0).0,
                 store: Store::new(),
             }),
+        }
+    }
+
+    /// Starts telling the handlers: first every cached object as added (what a first list would have
+    /// told them), then every event from here on. Idempotent.
+    pub fn open(&self) {
+        let mut dispatching = self.shared.dispatching.lock();
+        if *dispatching {
+            return;
+        }
+        let handlers = self.shared.handlers.lock().clone();
+        for obj in self.list() {
+            self.dispatch(&handlers, InformerEvent::Added(obj));
+        }
+        *dispatching = true;
+    }
+
+    /// How many lists have completed so far; with [`SharedInformer::wait_listed_after`], to wait for a
+    /// list that started after some moment.
+    pub fn lists_completed(&self) -> u64 {
+        *self.shared.lists_tx.borrow()
+    }
+
+    /// Waits until more than `completed` lists have completed.
+    pub async fn wait_listed_after(&self, completed: u64) {
+        let mut rx = self.shared.lists_tx.subscribe();
+        let _ = rx.wait_for(|n| *n > completed).await;
+    }
+
+    /// Waits until the store holds resourceVersion `revision` or newer: a watch delivers in the order of
+    /// etcd's revisions, so the cache then shows every change made before that revision.
+    pub async fn wait_holds(&self, revision: u64) {
+        let mut rx = self.shared.newest_tx.subscribe();
+        let _ = rx.wait_for(|n| *n >= revision).await;
+    }
+
+    fn saw(&self, resource_version: &str) {
+        if let Some(r) = version::revision(resource_version) {
+            self.shared.newest_tx.send_if_modified(|n| {
+                let newer = r > *n;
+                *n = (*n).max(r);
+                newer
+            });
         }
     }
 
@@ -137,6 +202,16 @@ impl<K: Cached> SharedInformer<K> {
         self.shared.store.list()
     }
 
+    /// How many objects the cache holds.
+    pub fn len(&self) -> usize {
+        self.shared.store.len()
+    }
+
+    /// Whether the cache holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.shared.store.is_empty()
+    }
+
     /// Whether the first full list has been cached.
     pub fn has_synced(&self) -> bool {
         *self.shared.synced_tx.borrow()
@@ -155,19 +230,19 @@ impl<K: Cached> SharedInformer<K> {
     }
 
     /// Lists and watches `api` until `cancel` fires, caching what `convert` makes of each decoded object
-    /// and notifying subscribers. Runs once.
+    /// and notifying subscribers. Runs once at a time; run again after it ended, it lists again into the
+    /// same cache (a relist).
     pub async fn run<W>(self, api: Api<W>, convert: Convert<W, K>, cancel: CancellationToken)
     where
         W: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        if self
-            .shared
-            .started
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            tracing::error!("informer started twice; ignoring the second start");
-            return;
-        }
+        let _running = match Running::take(&self.shared) {
+            Some(r) => r,
+            None => {
+                tracing::error!("informer started twice; ignoring the second start");
+                return;
+            }
+        };
         let handlers: Vec<Handler<K>> = self.shared.handlers.lock().clone();
         let kind = W::kind(&()).to_string();
         let strategy = initial_list::decide(initial_list::probe(&api).await);
@@ -229,10 +304,15 @@ impl<K: Cached> SharedInformer<K> {
         relisted: &mut Vec<Arc<K>>,
         event: Event<K>,
     ) {
+        let dispatching = self.shared.dispatching.lock();
+        let handlers = if *dispatching { handlers } else { &[] };
         match event {
             Event::Init => relisted.clear(),
             Event::InitApply(obj) => relisted.push(self.unless_unchanged(obj)),
             Event::InitDone => {
+                for obj in relisted.iter() {
+                    self.saw(obj.resource_version());
+                }
                 let listed = store::collect(std::mem::take(relisted));
                 let before = self.shared.store.replace(listed);
                 let events = relist_events(before, self.list());
@@ -249,8 +329,10 @@ impl<K: Cached> SharedInformer<K> {
                 }
                 tracing::info!(kind = %kind, objects = self.shared.store.len(), added, deleted_during_gap = gone, "list complete");
                 self.shared.synced_tx.send_replace(true);
+                self.shared.lists_tx.send_modify(|n| *n += 1);
             }
             Event::Apply(obj) => {
+                self.saw(obj.resource_version());
                 let new = Arc::new(obj);
                 let prev = self.shared.store.put(new.clone());
                 for ev in apply_events(prev, new) {
@@ -258,6 +340,7 @@ impl<K: Cached> SharedInformer<K> {
                 }
             }
             Event::Delete(obj) => {
+                self.saw(obj.resource_version());
                 let last = self
                     .shared
                     .store
@@ -266,6 +349,33 @@ impl<K: Cached> SharedInformer<K> {
                 self.dispatch(handlers, InformerEvent::Deleted(last));
             }
         }
+    }
+}
+
+/// The mark that one run of the informer is under way: taken at its start, given back when it ends.
+/// Subscriptions stay closed after a run ends: a handler added then would have missed what the cache holds.
+struct Running<'a> {
+    running: &'a std::sync::atomic::AtomicBool,
+}
+
+impl<'a> Running<'a> {
+    /// `None` when a run is already under way.
+    fn take<K>(shared: &'a Shared<K>) -> Option<Self> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if shared.running.swap(true, SeqCst) {
+            return None;
+        }
+        shared.started.store(true, SeqCst);
+        Some(Self {
+            running: &shared.running,
+        })
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.running
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -1,9 +1,10 @@
 //! The manager's main sequence, in KCM's shape, as the phases of a [`Manager`] that read top to bottom:
-//! **serve** HTTP; **elect**: wait for the API server and win the lease; **init** the enabled controllers
-//! (they subscribe to the informer and build queues); **sync**: start the informer and wait for its
-//! cache; **run** the controllers until the term ends (SIGTERM, or the lease is lost); **drain**: stop
-//! the controllers while the lease is still renewed, then release it — or, once it is lost, stop writing
-//! and exit non-zero.
+//! **serve** HTTP; wait for the API server; **init** the enabled controllers (they subscribe to the
+//! informer, which holds their events until they run, and build queues); **elect**: win the lease — a
+//! warm standby lists and watches Nodes meanwhile; **sync**: wait for the informer's cache (a warm one
+//! must also be proven fresh, [`catch_up`]); **run** the controllers until the term ends (SIGTERM, or
+//! the lease is lost); **drain**: stop the controllers while the lease is still renewed, then release it
+//! — or, once it is lost, stop writing and exit non-zero.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -30,6 +31,7 @@ use crate::node_fields::NodeFields;
 use crate::registry::{Registry as ControllerRegistry, RegistryError};
 use crate::supervision::{ControllerHealth, Failure, Supervisor};
 
+mod catch_up;
 mod clients;
 mod health;
 mod process;
@@ -130,6 +132,8 @@ struct Manager {
     /// then exits non-zero.
     failure: Failure,
     health: Health,
+    /// The shared Node informer: held until the controllers run.
+    nodes: SharedInformer<CachedNode>,
 }
 
 /// The controllers an init phase built, by name, not yet running.
@@ -157,6 +161,7 @@ impl Manager {
         tracing::info!(
             controllers = %enabled.join(","),
             leader_elect = flags.leader_elect,
+            warm_standby = flags.warm_standby,
             lease = %format!("{}/{}", lease.namespace, lease.name),
             lease_duration = %format_duration(lease.lease_duration),
             renew_deadline = %format_duration(lease.renew_deadline),
@@ -175,7 +180,9 @@ impl Manager {
         failure.install_panic_hook();
         let registry = Registry::new();
         crate::logging::register_metrics(&registry)?;
-        let metrics = ManagerMetrics::register(&registry)?;
+        // Held: the controllers' handlers hear nothing until they run, so a standby's queues stay empty.
+        let nodes: SharedInformer<CachedNode> = SharedInformer::held();
+        let metrics = ManagerMetrics::register(&registry, &nodes)?;
         crate::sync_metrics::register(&registry)?;
         let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {
             RunError::Metrics(prometheus::Error::Msg(format!("workqueue metrics: {e}")))
@@ -214,6 +221,7 @@ impl Manager {
             shutdown,
             failure,
             health,
+            nodes,
             opts,
             controllers,
         })
@@ -254,43 +262,52 @@ impl Manager {
         Ok(cancel)
     }
 
-    /// The phases after serving: elect → init → sync → run → drain.
+    /// The phases after serving: init → elect → sync → run → drain. A warm standby (`--warm-standby`)
+    /// starts its informer before it elects and proves the cache fresh in sync; else the informer starts
+    /// once the Lease is won.
     async fn lead(&self) -> Result<(), RunError> {
-        let Some(mut term) = self.elect().await? else {
+        if !wait_for_apiserver(&self.client, &self.shutdown).await {
             return Ok(());
-        };
-        let nodes: SharedInformer<CachedNode> = SharedInformer::new();
-        let initialized = self.init(&nodes).await?;
+        }
+        self.health.api_reachable.store(true, Ordering::SeqCst);
+        let nodes = &self.nodes;
+        let initialized = self.init(nodes).await?;
         // The cache keeps only what the initialized controllers' reconcilers declared they read.
         let fields = initialized
             .iter()
             .fold(NodeFields::none(), |all, (_, c)| all.union(c.node_fields()));
-        let informer = Informer::start(
-            &nodes,
-            &self.client,
-            self.opts.flags.kube_api_content_type,
-            fields,
-            &self.failure,
-        );
+        let warm = self.opts.flags.leader_elect && self.opts.flags.warm_standby;
+        let start_informer = |fields: NodeFields| {
+            Informer::start(
+                nodes,
+                &self.client,
+                self.opts.flags.kube_api_content_type,
+                fields,
+                &self.failure,
+            )
+        };
+        let standing_by = warm.then(|| start_informer(fields.clone()));
+        let Some(mut term) = self.elect().await? else {
+            if let Some(informer) = standing_by {
+                informer.stop().await;
+            }
+            return Ok(());
+        };
+        let mut informer = standing_by.unwrap_or_else(|| start_informer(fields));
         let mut running = Running::none();
-        let end = match self.sync(&nodes, &mut term).await {
+        let end = match self.sync(nodes, &mut informer, warm, &mut term).await {
             Some(end) => end,
             None => {
-                running = self.run_controllers(initialized, &nodes);
+                running = self.run_controllers(initialized, nodes);
                 self.term_end(&mut term).await
             }
         };
         self.drain(running, informer, term, end).await
     }
 
-    /// Elect: wait for the API server (`/readyz` fails until then), then — under leader election —
-    /// acquire the Lease (a standby waits here, ready), publish the effective configuration on it and
-    /// start the renew loop. `None`: shut down before leading.
+    /// Elect: under leader election, acquire the Lease (a standby waits here, ready), publish the
+    /// effective configuration on it and start the renew loop. `None`: shut down before leading.
     async fn elect(&self) -> Result<Option<Term>, RunError> {
-        if !wait_for_apiserver(&self.client, &self.shutdown).await {
-            return Ok(None);
-        }
-        self.health.api_reachable.store(true, Ordering::SeqCst);
         if !self.opts.flags.leader_elect {
             return Ok(Some(Term::unelected()));
         }
@@ -358,12 +375,54 @@ impl Manager {
         Ok(initialized)
     }
 
-    /// Sync: wait for the informer's first full list. `None` once synced; the term's end if it came first.
-    async fn sync(&self, nodes: &SharedInformer<CachedNode>, term: &mut Term) -> Option<TermEnd> {
+    /// Sync: wait for the informer's first full list and, when it started before the Lease was won
+    /// (`warm`), for the proof that it holds every write made before ([`catch_up`]). `None` once synced;
+    /// the term's end if it came first.
+    async fn sync(
+        &self,
+        nodes: &SharedInformer<CachedNode>,
+        informer: &mut Informer,
+        warm: bool,
+        term: &mut Term,
+    ) -> Option<TermEnd> {
+        let synced = async {
+            nodes.wait_synced().await;
+            if warm {
+                self.catch_up(nodes, informer).await;
+            }
+        };
         tokio::select! {
-            _ = nodes.wait_synced() => None,
+            () = synced => None,
             end = self.term_end(term) => Some(end),
         }
+    }
+
+    /// Proves the warm cache holds every Node change made before this term, or relists.
+    async fn catch_up(&self, nodes: &SharedInformer<CachedNode>, informer: &mut Informer) {
+        let started = std::time::Instant::now();
+        let result = match catch_up::prove_fresh(&self.client, nodes, &self.lease.identity).await {
+            Ok(catch_up::Fresh::Written { node, revision }) => {
+                tracing::info!(
+                    node = %node,
+                    resource_version = revision,
+                    elapsed = %format_duration(started.elapsed()),
+                    "the warm Node cache holds a write made after the Lease was won, so every earlier one too: no relist"
+                );
+                "proven"
+            }
+            Ok(catch_up::Fresh::NoNodes) => {
+                tracing::info!(
+                    "a consistent list finds no Node: the warm Node cache cannot miss one; no relist"
+                );
+                "empty"
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the warm Node cache could not be proven fresh; relisting every Node, as a cold leader does");
+                informer.relist().await;
+                "relisted"
+            }
+        };
+        self.metrics.catch_ups.with_label_values(&[result]).inc();
     }
 
     /// Run: start every initialized controller (`Controller::run`); the renew loop keeps the lease.
@@ -373,6 +432,7 @@ impl Manager {
         nodes: &SharedInformer<CachedNode>,
     ) -> Running {
         self.health.cache_synced.store(true, Ordering::SeqCst);
+        nodes.open();
         tracing::info!(
             nodes = nodes.list().len(),
             "caches are synced; starting controllers"

@@ -54,7 +54,19 @@ struct Fed {
 
 impl Fed {
     fn new() -> Self {
-        let informer = SharedInformer::<CachedNode>::new();
+        Self::with(SharedInformer::<CachedNode>::new())
+    }
+
+    /// Fed to an informer that holds its handlers' events until it is opened.
+    fn held() -> Self {
+        let fed = Self::with(SharedInformer::<CachedNode>::held());
+        fed.informer
+            .subscribe(fed.handlers[0].clone())
+            .expect("not started");
+        fed
+    }
+
+    fn with(informer: SharedInformer<CachedNode>) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let handler: Handler<CachedNode> = {
             let (informer, seen) = (informer.clone(), seen.clone());
@@ -190,6 +202,74 @@ fn a_relist_started_again_forgets_what_the_broken_one_had_listed() {
     f.feed(Event::InitApply(one(node("a", "a1"))));
     assert_eq!(f.feed(Event::InitDone), ["add a1 (cache: a1)"]);
     assert_eq!(uids(&f.informer), ["a1"]);
+}
+
+#[test]
+fn a_held_informer_caches_silently_then_tells_everything_cached_as_added_once_opened() {
+    let mut f = Fed::held();
+    let at = |name: &str, uid: &str, rv: &str| CachedNode::builder(name, uid, rv).build();
+    f.feed(Event::Init);
+    f.feed(Event::InitApply(at("a", "a1", "5")));
+    f.feed(Event::InitApply(at("gone", "g1", "6")));
+    assert!(
+        f.feed(Event::InitDone).is_empty(),
+        "nothing told while held"
+    );
+    assert!(f.feed(Event::Apply(at("b", "b1", "7"))).is_empty());
+    assert!(f.feed(Event::Delete(at("gone", "g1", "8"))).is_empty());
+    assert!(f.informer.has_synced());
+    assert_eq!(uids(&f.informer), ["a1", "b1"], "the cache kept up");
+
+    f.informer.open();
+    let mut told = std::mem::take(&mut *f.seen.lock());
+    told.sort();
+    assert_eq!(told, ["add a1 (cache: a1)", "add b1 (cache: b1)"]);
+    f.informer.open();
+    assert!(
+        f.seen.lock().is_empty(),
+        "opening twice tells nothing again"
+    );
+    assert_eq!(
+        f.feed(Event::Apply(at("c", "c1", "9"))),
+        ["add c1 (cache: c1)"]
+    );
+}
+
+#[tokio::test]
+async fn the_informer_says_when_it_holds_a_revision_and_counts_completed_lists() {
+    let mut f = Fed::new();
+    let at = |name: &str, rv: &str| CachedNode::builder(name, name, rv).build();
+    f.feed(Event::Init);
+    f.feed(Event::InitApply(at("a", "10")));
+    f.feed(Event::InitApply(at("b", "12")));
+    assert_eq!(f.informer.lists_completed(), 0);
+    let holds = |f: &Fed, revision: u64| {
+        let informer = f.informer.clone();
+        async move {
+            tokio::time::timeout(Duration::from_millis(50), informer.wait_holds(revision))
+                .await
+                .is_ok()
+        }
+    };
+    assert!(!holds(&f, 12).await, "a list in progress holds nothing yet");
+    f.feed(Event::InitDone);
+    assert_eq!(f.informer.lists_completed(), 1);
+    assert!(holds(&f, 12).await && !holds(&f, 13).await);
+    f.feed(Event::Apply(at("a", "13")));
+    assert!(holds(&f, 13).await);
+    // A version that is not a number says nothing about revisions; a delete's does.
+    f.feed(Event::Apply(at("a", "not-a-revision")));
+    assert!(!holds(&f, 14).await);
+    f.feed(Event::Delete(at("b", "20")));
+    assert!(holds(&f, 20).await);
+    let informer = f.informer.clone();
+    let after_one = tokio::spawn(async move { informer.wait_listed_after(1).await });
+    f.feed(Event::Init);
+    f.feed(Event::InitDone);
+    tokio::time::timeout(Duration::from_secs(1), after_one)
+        .await
+        .expect("a second list completes the wait")
+        .expect("joined");
 }
 
 #[test]

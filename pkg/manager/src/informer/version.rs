@@ -26,7 +26,7 @@ pub struct OlderThanSeen {
 }
 
 /// The etcd revision a resourceVersion stands for, if it is one.
-fn revision(resource_version: &str) -> Option<u64> {
+pub fn revision(resource_version: &str) -> Option<u64> {
     resource_version.parse().ok()
 }
 

@@ -119,10 +119,14 @@ impl Running {
     }
 }
 
-/// The shared Node informer's task.
+/// The shared Node informer's task, and what it needs to start again.
 pub(super) struct Informer {
     cancel: CancellationToken,
     task: JoinHandle<()>,
+    nodes: SharedInformer<CachedNode>,
+    client: kube::Client,
+    fields: NodeFields,
+    failure: Failure,
 }
 
 impl Informer {
@@ -136,7 +140,6 @@ impl Informer {
         fields: NodeFields,
         failure: &Failure,
     ) -> Self {
-        let cancel = CancellationToken::new();
         let client = match content_type {
             ApiContentType::Protobuf => node_informer_client(client.clone()),
             ApiContentType::Json => client.clone(),
@@ -145,8 +148,27 @@ impl Informer {
             content_type = content_type.as_str(),
             "the Node informer lists and watches in this encoding"
         );
+        let (cancel, task) = Self::spawn(nodes, &client, &fields, failure);
+        Self {
+            cancel,
+            task,
+            nodes: nodes.clone(),
+            client,
+            fields,
+            failure: failure.clone(),
+        }
+    }
+
+    fn spawn(
+        nodes: &SharedInformer<CachedNode>,
+        client: &kube::Client,
+        fields: &NodeFields,
+        failure: &Failure,
+    ) -> (CancellationToken, JoinHandle<()>) {
+        let cancel = CancellationToken::new();
+        let fields = fields.clone();
         let list_watch = nodes.clone().run(
-            Api::<WireNode>::all(client),
+            Api::<WireNode>::all(client.clone()),
             Arc::new(move |wire: WireNode| fields.keep(wire)),
             cancel.clone(),
         );
@@ -159,7 +181,18 @@ impl Informer {
                 }
             }
         });
-        Self { cancel, task }
+        (cancel, task)
+    }
+
+    /// Starts the list+watch over with a new list into the same cache, and waits until that list is
+    /// complete: a consistent read made from now on.
+    pub(super) async fn relist(&mut self) {
+        self.cancel.cancel();
+        let _ = (&mut self.task).await;
+        let before = self.nodes.lists_completed();
+        (self.cancel, self.task) =
+            Self::spawn(&self.nodes, &self.client, &self.fields, &self.failure);
+        self.nodes.wait_listed_after(before).await;
     }
 
     /// Stops the list+watch and waits for it to end.

@@ -1,0 +1,120 @@
+//! A warm standby's Node cache, proven fresh before its controllers start.
+//!
+//! A standby lists and watches Nodes while it waits for the Lease (`--warm-standby`), so that when it leads
+//! it need not relist every Node first. But its cache is only as fresh as its watch: behind a lagging API
+//! server it can miss a Node the previous leader created and gave CIDRs to just before it went
+//! (`lagging_api_server.rs`), and a cache that misses a held CIDR gives it out again. A cold leader's
+//! first list is a consistent read made after it took the Lease, so it holds every write the previous
+//! leader could have made before that; the warm cache must be shown to be at least as new.
+//!
+//! The proof: a watch delivers a kind's changes in the order of etcd's revisions, so once the cache holds
+//! a change this leader made *after* taking the Lease, it holds every Node change made before it. The
+//! leader makes one: it adds [`ANNOTATION`] to one Node (any Node a consistent list names) and removes it
+//! again, so the Node ends as it was, and waits until the cache holds the removal's resourceVersion. That
+//! costs a list of one Node and two writes. Kubernetes offers no cheaper proof: a watch's bookmarks come
+//! about once a minute, and a client cannot ask for a progress notification.
+//!
+//! When the proof cannot be made (no permission to patch Nodes, the watch too slow, an API error), the
+//! caller relists, as a cold leader would. When a consistent list finds no Node at all, there is nothing
+//! the cache could miss that a fresh list would show.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use netcm_node::CachedNode;
+use serde_json::json;
+
+use crate::informer::version::revision;
+use crate::informer::SharedInformer;
+
+/// The annotation the proof writes on one Node and removes at once; its value is the new leader's
+/// identity, so a value left behind by a leader that died between the two writes says whose it was.
+pub const ANNOTATION: &str = "netcm.io/catching-up";
+
+/// How long the watch may take to deliver the proof's write before the leader relists instead.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// How the cache was shown to be fresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Fresh {
+    /// The cache holds this leader's write on `node`, at `revision`.
+    Written {
+        /// The Node written.
+        node: String,
+        /// The resourceVersion of the second write.
+        revision: u64,
+    },
+    /// A consistent list found no Node.
+    NoNodes,
+}
+
+/// Why the proof could not be made.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CatchUpError {
+    /// The consistent list of one Node failed.
+    #[error("listing one Node: {0}")]
+    List(#[source] kube::Error),
+    /// A write on the Node failed (deleted meanwhile, forbidden, the API server).
+    #[error("writing the {ANNOTATION} annotation on Node {node}: {source}")]
+    Write {
+        /// The Node.
+        node: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The write's answer had no resourceVersion that is an etcd revision.
+    #[error(
+        "Node {node} was written at resourceVersion {version:?}, which is not an etcd revision"
+    )]
+    NoRevision {
+        /// The Node.
+        node: String,
+        /// The answer's resourceVersion.
+        version: Option<String>,
+    },
+    /// The watch did not deliver the write in time.
+    #[error("the Node watch had not delivered resourceVersion {revision} after {DEADLINE:?}")]
+    Late {
+        /// The write's resourceVersion.
+        revision: u64,
+    },
+}
+
+/// Writes on one Node after the Lease was taken and waits until `nodes` holds that write. `client` is the
+/// leader's fenced client: the writes are this term's.
+pub(super) async fn prove_fresh(
+    client: &kube::Client,
+    nodes: &SharedInformer<CachedNode>,
+    identity: &str,
+) -> Result<Fresh, CatchUpError> {
+    let api: Api<Node> = Api::all(client.clone());
+    // No resourceVersion: a consistent read, so the Node it names exists now, not in a lagging cache.
+    let listed = api
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .map_err(CatchUpError::List)?;
+    let Some(node) = listed.items.into_iter().find_map(|n| n.metadata.name) else {
+        return Ok(Fresh::NoNodes);
+    };
+    let write = |value: serde_json::Value| {
+        let (api, node) = (api.clone(), node.clone());
+        async move {
+            let body = json!({ "metadata": { "annotations": { ANNOTATION: value } } });
+            api.patch_metadata(&node, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map_err(|source| CatchUpError::Write { node, source })
+        }
+    };
+    write(json!(identity)).await?;
+    let removed = write(serde_json::Value::Null).await?;
+    let version = removed.metadata.resource_version;
+    let Some(at) = version.as_deref().and_then(revision) else {
+        return Err(CatchUpError::NoRevision { node, version });
+    };
+    tokio::time::timeout(DEADLINE, nodes.wait_holds(at))
+        .await
+        .map_err(|_| CatchUpError::Late { revision: at })?;
+    Ok(Fresh::Written { node, revision: at })
+}
