@@ -12,7 +12,9 @@
 //! annotation. The first hand-over is SIGTERM (the leader drains and
 //! releases the Lease), the second kill -9 (the Lease must expire), both at client-go's default lease
 //! (15 s, renew deadline 10 s, retry 2 s). What the new leader does between taking the Lease and serving
-//! (its relist of N Nodes, the claims' quarantine) is in its log, whose path is printed.
+//! (a warm standby's catch-up, or a cold one's relist of N Nodes; the claims' quarantine) is in its log,
+//! whose path is printed. `NETCM_EXTRA_ARGS=--warm-standby=false` measures a cold standby; give a warm one
+//! STANDBY_SECONDS enough to list the N Nodes before the signal.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -58,6 +60,8 @@ struct Handover {
     /// Lease seen changing hands → the Node created then holds its CIDR, and its lease annotation.
     lease_to_cidr: Duration,
     lease_to_annotation: Duration,
+    /// The standby's resident set just before the signal: what a warm standby's cache costs.
+    standby_rss_mib: f64,
     standby_peak_rss_mib: f64,
     log: String,
 }
@@ -98,6 +102,7 @@ async fn hand_over(
     let log = format!("/tmp/{set}-{label}.log");
     let standby = spawn(&mut c, &format!("{set}-{label}"));
     tokio::time::sleep(Duration::from_secs(cfg.standby_seconds)).await;
+    let standby_rss_mib = proc_stats(standby.id()).rss_mib;
 
     let t0 = Instant::now();
     let status = Command::new("kill")
@@ -141,6 +146,7 @@ async fn hand_over(
         to_cidr,
         lease_to_cidr,
         lease_to_annotation,
+        standby_rss_mib,
         standby_peak_rss_mib: proc_stats(standby.id()).peak_rss_mib,
         log,
     };
@@ -182,19 +188,20 @@ pub async fn failover_mode(client: &kube::Client, cfg: &Config) {
         "\n### Failover with {} Nodes allocated (controllers subnet-allocator,node-annotation-syncer; lease 15 s, renew 10 s, retry 2 s; standby waiting {} s)\n",
         cfg.nodes, cfg.standby_seconds
     );
-    println!("| how the leader goes | signal → standby holds the Lease | signal → CIDR of a Node created at the signal | Lease → CIDR of a Node created then | Lease → its lease annotation | new leader's peak RSS | new leader's log |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| how the leader goes | signal → standby holds the Lease | signal → CIDR of a Node created at the signal | Lease → CIDR of a Node created then | Lease → its lease annotation | standby's RSS before the signal | new leader's peak RSS | new leader's log |");
+    println!("|---|---|---|---|---|---|---|---|");
     for h in [&term, &kill] {
         let how = match h.signal {
             "TERM" => "SIGTERM (drain, release)",
             _ => "kill -9 (the Lease expires)",
         };
         println!(
-            "| {how} | {} | {} | {} | {} | {:.1} MiB | `{}` |",
+            "| {how} | {} | {} | {} | {} | {:.1} MiB | {:.1} MiB | `{}` |",
             ms(h.to_lease),
             ms(h.to_cidr),
             ms(h.lease_to_cidr),
             ms(h.lease_to_annotation),
+            h.standby_rss_mib,
             h.standby_peak_rss_mib,
             h.log
         );

@@ -9,9 +9,9 @@
 //!
 //! The proof: a watch delivers a kind's changes in the order of etcd's revisions, so once the cache holds
 //! a change this leader made *after* taking the Lease, it holds every Node change made before it. The
-//! leader makes one: it adds [`ANNOTATION`] to one Node (any Node a consistent list names) and removes it
-//! again, so the Node ends as it was, and waits until the cache holds the removal's resourceVersion. That
-//! costs a list of one Node and two writes. Kubernetes offers no cheaper proof: a watch's bookmarks come
+//! leader makes one: it adds [`ANNOTATION`] to one Node (any Node; it takes one from its cache) and
+//! removes it again, so the Node ends as it was, and waits until the cache holds the removal's
+//! resourceVersion. That costs two writes. Kubernetes offers no cheaper proof: a watch's bookmarks come
 //! about once a minute, and a client cannot ask for a progress notification.
 //!
 //! When the proof cannot be made (no permission to patch Nodes, the watch too slow, an API error), the
@@ -34,6 +34,9 @@ pub const ANNOTATION: &str = "netcm.io/catching-up";
 
 /// How long the watch may take to deliver the proof's write before the leader relists instead.
 const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Cached Nodes tried in turn when the first is gone.
+const CANDIDATES: usize = 3;
 
 /// How the cache was shown to be fresh.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +77,9 @@ pub(super) enum CatchUpError {
         /// The answer's resourceVersion.
         version: Option<String>,
     },
+    /// Every Node tried was gone (a cache this stale is relisted anyway).
+    #[error("no Node to write: every cached Node tried was gone")]
+    NoCandidate,
     /// The watch did not deliver the write in time.
     #[error("the Node watch had not delivered resourceVersion {revision} after {DEADLINE:?}")]
     Late {
@@ -82,39 +88,81 @@ pub(super) enum CatchUpError {
     },
 }
 
+impl CatchUpError {
+    /// Whether the Node written was not found.
+    fn is_not_found(&self) -> bool {
+        matches!(self, Self::Write { source: kube::Error::Api(status), .. } if status.code == 404)
+    }
+}
+
 /// Writes on one Node after the Lease was taken and waits until `nodes` holds that write. `client` is the
-/// leader's fenced client: the writes are this term's.
+/// leader's fenced client: the writes are this term's. The Node is one the cache holds (a Node deleted
+/// since is skipped); only when the cache holds none does a consistent list of one Node say whether any
+/// exists.
 pub(super) async fn prove_fresh(
     client: &kube::Client,
     nodes: &SharedInformer<CachedNode>,
     identity: &str,
 ) -> Result<Fresh, CatchUpError> {
     let api: Api<Node> = Api::all(client.clone());
-    // No resourceVersion: a consistent read, so the Node it names exists now, not in a lagging cache.
-    let listed = api
-        .list_metadata(&ListParams::default().limit(1))
-        .await
-        .map_err(CatchUpError::List)?;
-    let Some(node) = listed.items.into_iter().find_map(|n| n.metadata.name) else {
-        return Ok(Fresh::NoNodes);
-    };
-    let write = |value: serde_json::Value| {
-        let (api, node) = (api.clone(), node.clone());
-        async move {
-            let body = json!({ "metadata": { "annotations": { ANNOTATION: value } } });
-            api.patch_metadata(&node, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .map_err(|source| CatchUpError::Write { node, source })
+    // A few cached Nodes, in case one is gone; any Node's write is a proof, so no list is needed.
+    let mut candidates: Vec<String> = nodes
+        .list()
+        .iter()
+        .take(CANDIDATES)
+        .map(|n| n.name().to_string())
+        .collect();
+    if candidates.is_empty() {
+        // No resourceVersion: a consistent read, so the Node it names exists now.
+        let listed = api
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(CatchUpError::List)?;
+        candidates.extend(listed.items.into_iter().filter_map(|n| n.metadata.name));
+        if candidates.is_empty() {
+            return Ok(Fresh::NoNodes);
         }
-    };
-    write(json!(identity)).await?;
-    let removed = write(serde_json::Value::Null).await?;
-    let version = removed.metadata.resource_version;
-    let Some(at) = version.as_deref().and_then(revision) else {
-        return Err(CatchUpError::NoRevision { node, version });
-    };
-    tokio::time::timeout(DEADLINE, nodes.wait_holds(at))
-        .await
-        .map_err(|_| CatchUpError::Late { revision: at })?;
-    Ok(Fresh::Written { node, revision: at })
+    }
+    let mut last = None;
+    for node in candidates {
+        match write_and_remove(&api, &node, identity).await {
+            Ok(at) => {
+                tokio::time::timeout(DEADLINE, nodes.wait_holds(at))
+                    .await
+                    .map_err(|_| CatchUpError::Late { revision: at })?;
+                return Ok(Fresh::Written { node, revision: at });
+            }
+            // Gone since the cache saw it: try the next.
+            Err(e) if e.is_not_found() => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or(CatchUpError::NoCandidate))
+}
+
+/// Adds [`ANNOTATION`] to `node` and removes it; the etcd revision of the removal.
+async fn write_and_remove(
+    api: &Api<Node>,
+    node: &str,
+    identity: &str,
+) -> Result<u64, CatchUpError> {
+    let mut version = None;
+    for value in [json!(identity), serde_json::Value::Null] {
+        let body = json!({ "metadata": { "annotations": { ANNOTATION: value } } });
+        let written = api
+            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(|source| CatchUpError::Write {
+                node: node.to_string(),
+                source,
+            })?;
+        version = written.metadata.resource_version;
+    }
+    version
+        .as_deref()
+        .and_then(revision)
+        .ok_or_else(|| CatchUpError::NoRevision {
+            node: node.to_string(),
+            version,
+        })
 }
