@@ -46,11 +46,11 @@ impl ManagerMetrics {
         let catch_ups = IntCounterVec::new(
             Opts::new(
                 "netcm_node_cache_catch_ups_total",
-                "Times a new leader's warm Node cache was shown to hold every earlier write, by result: proven (it held this leader's own write), empty (no Node exists), relisted (no proof; every Node listed again).",
+                "Times a new leader's warm Node cache was shown to hold every earlier write, by result: proven (it held this leader's own write on a Node), relisted (no proof: every Node listed again).",
             ),
             &["result"],
         )?;
-        for result in ["proven", "empty", "relisted"] {
+        for result in ["proven", "relisted"] {
             catch_ups.with_label_values(&[result]);
         }
         registry.register(Box::new(catch_ups.clone()))?;

@@ -410,11 +410,12 @@ impl Manager {
                 );
                 "proven"
             }
-            Ok(catch_up::Fresh::NoNodes) => {
+            Ok(catch_up::Fresh::Empty) => {
                 tracing::info!(
-                    "a consistent list finds no Node: the warm Node cache cannot miss one; no relist"
+                    "the warm Node cache holds no Node to prove it fresh with; relisting"
                 );
-                "empty"
+                informer.relist().await;
+                "relisted"
             }
             Err(e) => {
                 tracing::warn!(error = %e, "the warm Node cache could not be proven fresh; relisting every Node, as a cold leader does");

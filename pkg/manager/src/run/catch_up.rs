@@ -14,14 +14,13 @@
 //! resourceVersion. That costs two writes. Kubernetes offers no cheaper proof: a watch's bookmarks come
 //! about once a minute, and a client cannot ask for a progress notification.
 //!
-//! When the proof cannot be made (no permission to patch Nodes, the watch too slow, an API error), the
-//! caller relists, as a cold leader would. When a consistent list finds no Node at all, there is nothing
-//! the cache could miss that a fresh list would show.
+//! When the proof cannot be made (no Node cached to write on, no permission to patch Nodes, the watch too
+//! slow, an API error), the caller relists, as a cold leader would.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use netcm_node::CachedNode;
 use serde_json::json;
 
@@ -31,6 +30,9 @@ use crate::informer::SharedInformer;
 /// The annotation the proof writes on one Node and removes at once; its value is the new leader's
 /// identity, so a value left behind by a leader that died between the two writes says whose it was.
 pub const ANNOTATION: &str = "netcm.io/catching-up";
+
+/// The proof's field manager, so an audit log tells its writes from the controllers'.
+pub const FIELD_MANAGER: &str = "netcm-catch-up";
 
 /// How long the watch may take to deliver the proof's write before the leader relists instead.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -48,16 +50,14 @@ pub(super) enum Fresh {
         /// The resourceVersion of the second write.
         revision: u64,
     },
-    /// A consistent list found no Node.
-    NoNodes,
+    /// The cache holds no Node to write: nothing to prove with (the caller relists, which costs
+    /// little when there are truly no Nodes).
+    Empty,
 }
 
 /// Why the proof could not be made.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum CatchUpError {
-    /// The consistent list of one Node failed.
-    #[error("listing one Node: {0}")]
-    List(#[source] kube::Error),
     /// A write on the Node failed (deleted meanwhile, forbidden, the API server).
     #[error("writing the {ANNOTATION} annotation on Node {node}: {source}")]
     Write {
@@ -97,31 +97,22 @@ impl CatchUpError {
 
 /// Writes on one Node after the Lease was taken and waits until `nodes` holds that write. `client` is the
 /// leader's fenced client: the writes are this term's. The Node is one the cache holds (a Node deleted
-/// since is skipped); only when the cache holds none does a consistent list of one Node say whether any
-/// exists.
+/// since is skipped).
 pub(super) async fn prove_fresh(
     client: &kube::Client,
     nodes: &SharedInformer<CachedNode>,
     identity: &str,
 ) -> Result<Fresh, CatchUpError> {
     let api: Api<Node> = Api::all(client.clone());
-    // A few cached Nodes, in case one is gone; any Node's write is a proof, so no list is needed.
-    let mut candidates: Vec<String> = nodes
+    // A few cached Nodes, in case one is gone: any Node's write is a proof.
+    let candidates: Vec<String> = nodes
         .list()
         .iter()
         .take(CANDIDATES)
         .map(|n| n.name().to_string())
         .collect();
     if candidates.is_empty() {
-        // No resourceVersion: a consistent read, so the Node it names exists now.
-        let listed = api
-            .list_metadata(&ListParams::default().limit(1))
-            .await
-            .map_err(CatchUpError::List)?;
-        candidates.extend(listed.items.into_iter().filter_map(|n| n.metadata.name));
-        if candidates.is_empty() {
-            return Ok(Fresh::NoNodes);
-        }
+        return Ok(Fresh::Empty);
     }
     let mut last = None;
     for node in candidates {
@@ -146,11 +137,15 @@ async fn write_and_remove(
     node: &str,
     identity: &str,
 ) -> Result<u64, CatchUpError> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
     let mut version = None;
     for value in [json!(identity), serde_json::Value::Null] {
         let body = json!({ "metadata": { "annotations": { ANNOTATION: value } } });
         let written = api
-            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&body))
+            .patch_metadata(node, &params, &Patch::Merge(&body))
             .await
             .map_err(|source| CatchUpError::Write {
                 node: node.to_string(),
