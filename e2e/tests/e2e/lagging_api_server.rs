@@ -178,6 +178,47 @@ impl Lagging {
     }
 }
 
+/// Sends the old leader SIGTERM, which it must exit from cleanly, and waits until the new one leads.
+async fn hand_over(old: &mut Netcm, new: &Netcm) {
+    old.signal("TERM");
+    let status = old.wait_exit(Duration::from_secs(30)).await;
+    assert!(
+        status.success(),
+        "the old leader stops cleanly on SIGTERM: {status}"
+    );
+    new.wait_leading(Duration::from_secs(30)).await;
+}
+
+/// Every Node, and those sharing a CIDR (how many beyond the first, and who), once the new leader `new_id`
+/// has caught up with etcd: it has said it has no CIDR for `marker`, a Node created after the old leader's
+/// write that the pool cannot serve.
+async fn once_caught_up(
+    one: &kube::Client,
+    two: &kube::Client,
+    new_id: &str,
+    marker: &str,
+) -> (
+    Vec<Node>,
+    usize,
+    std::collections::BTreeMap<String, Vec<String>>,
+) {
+    wait_for(
+        "the new leader to find no CIDR for the marker Node",
+        Duration::from_secs(180),
+        || async {
+            said_no_cidr(two, new_id)
+                .await
+                .iter()
+                .any(|n| n == marker)
+                .then_some(())
+        },
+    )
+    .await;
+    let nodes = netcm_e2e::nodes::all_nodes(one).await;
+    let (shared, holders) = shared_cidrs(&nodes);
+    (nodes, shared, holders)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cidr_a_node_already_holds(
 ) {
@@ -250,29 +291,10 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
         );
         let new_id = new.identity().await;
         new.wait_standing_by(two, Duration::from_secs(30)).await;
-        old.signal("TERM");
-        let status = old.wait_exit(Duration::from_secs(30)).await;
-        assert!(
-            status.success(),
-            "the old leader stops cleanly on SIGTERM: {status}"
-        );
-        new.wait_leading(Duration::from_secs(30)).await;
+        hand_over(&mut old, &new).await;
         let handed_over = written.elapsed();
 
-        // The new leader has caught up with etcd once it has seen the marker, which it cannot serve.
-        wait_for(
-            "the new leader to find no CIDR for the marker Node",
-            Duration::from_secs(180),
-            || async {
-                said_no_cidr(two, &new_id)
-                    .await
-                    .contains(&marker)
-                    .then_some(())
-            },
-        )
-        .await;
-        let nodes = netcm_e2e::nodes::all_nodes(one).await;
-        let (shared, holders) = shared_cidrs(&nodes);
+        let (nodes, shared, holders) = once_caught_up(one, two, &new_id, &marker).await;
         let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
         eprintln!(
             "[lagging] round {round}: the old leader gave the CIDR to {holder}; the new leader led {handed_over:.1?} after that write; \
@@ -360,13 +382,7 @@ async fn a_warm_standby_whose_watch_lags_proves_its_cache_fresh_before_it_gives_
             Duration::from_secs(60),
         )
         .await;
-        old.signal("TERM");
-        let status = old.wait_exit(Duration::from_secs(30)).await;
-        assert!(
-            status.success(),
-            "the old leader stops cleanly on SIGTERM: {status}"
-        );
-        new.wait_leading(Duration::from_secs(30)).await;
+        hand_over(&mut old, &new).await;
         let led = created.elapsed();
         let holder = netcm_e2e::nodes::all_nodes(one)
             .await
@@ -376,19 +392,7 @@ async fn a_warm_standby_whose_watch_lags_proves_its_cache_fresh_before_it_gives_
             .and_then(|n| n.metadata.name);
         let marker = format!("w{round}-marker");
         create_nodes(one, vec![NodeFixture::named(marker.clone())], 1).await;
-        wait_for(
-            "the new leader to find no CIDR for the marker Node",
-            Duration::from_secs(180),
-            || async {
-                said_no_cidr(two, &new_id)
-                    .await
-                    .contains(&marker)
-                    .then_some(())
-            },
-        )
-        .await;
-        let nodes = netcm_e2e::nodes::all_nodes(one).await;
-        let (shared, holders) = shared_cidrs(&nodes);
+        let (_, shared, holders) = once_caught_up(one, two, &new_id, &marker).await;
         let proven = new
             .metric("netcm_node_cache_catch_ups_total{result=\"proven\"}")
             .await;
