@@ -79,6 +79,12 @@ impl AuditEvent {
             .is_some_and(|s| (200..300).contains(&s.code))
     }
 
+    /// Whether this is one of the two PATCHes with which a new leader proves its warm Node cache fresh
+    /// (field manager `netcm-catch-up`): the manager's, not any controller's.
+    pub fn is_catch_up(&self) -> bool {
+        self.request_uri.contains("fieldManager=netcm-catch-up")
+    }
+
     /// The resource, with `/subresource` if any.
     pub fn resource(&self) -> String {
         match &self.object_ref {

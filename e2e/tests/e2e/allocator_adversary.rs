@@ -440,7 +440,7 @@ async fn a_node_whose_addresses_change_before_the_cache_shows_its_cidr_is_writte
             && ev.resource() == "nodes"
             && ev.user_agent.starts_with("netcm")
             // A new leader's proof that its warm cache is fresh writes one Node twice; not the allocator.
-            && !ev.request_uri.contains("fieldManager=netcm-catch-up")
+            && !ev.is_catch_up()
         {
             let node = ev.object_ref.map(|o| o.name).unwrap_or_default();
             *writes.entry(node).or_default() += 1;

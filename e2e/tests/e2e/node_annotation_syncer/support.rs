@@ -193,15 +193,22 @@ pub async fn leader_identity(env: &TestEnv, not: Option<&str>) -> String {
     .await
 }
 
-/// Node PATCHes (any result) in the audit log made by the process with this identity.
+/// Node PATCHes (any result) in the audit log made by the process with this identity's controllers (not
+/// the catch-up proof of a new leader's warm cache).
 pub fn node_patches_by(env: &TestEnv, identity: &str) -> usize {
     audit::read(&env.cp.audit_log)
         .iter()
-        .filter(|e| e.verb == "patch" && e.resource() == "nodes" && e.user_agent.contains(identity))
+        .filter(|e| {
+            e.verb == "patch"
+                && e.resource() == "nodes"
+                && e.user_agent.contains(identity)
+                && !e.is_catch_up()
+        })
         .count()
 }
 
-/// Node PATCHes (any result) in the audit log made by the process with this identity to the Node `node`.
+/// Node PATCHes (any result) in the audit log made by the process with this identity's controllers to the
+/// Node `node`.
 pub fn node_patches_to(env: &TestEnv, identity: &str, node: &str) -> usize {
     audit::read(&env.cp.audit_log)
         .iter()
@@ -209,6 +216,7 @@ pub fn node_patches_to(env: &TestEnv, identity: &str, node: &str) -> usize {
             e.verb == "patch"
                 && e.resource() == "nodes"
                 && e.user_agent.contains(identity)
+                && !e.is_catch_up()
                 && e.object_ref.as_ref().is_some_and(|o| o.name == node)
         })
         .count()
