@@ -397,35 +397,6 @@ impl Manager {
         }
     }
 
-    /// Proves the warm cache holds every Node change made before this term, or relists.
-    async fn catch_up(&self, nodes: &SharedInformer<CachedNode>, informer: &mut Informer) {
-        let started = std::time::Instant::now();
-        let result = match catch_up::prove_fresh(&self.client, nodes, &self.lease.identity).await {
-            Ok(catch_up::Fresh::Written { node, revision }) => {
-                tracing::info!(
-                    node = %node,
-                    resource_version = revision,
-                    elapsed = %format_duration(started.elapsed()),
-                    "the warm Node cache holds a write made after the Lease was won, so every earlier one too: no relist"
-                );
-                "proven"
-            }
-            Ok(catch_up::Fresh::Empty) => {
-                tracing::info!(
-                    "the warm Node cache holds no Node to prove it fresh with; relisting"
-                );
-                informer.relist().await;
-                "relisted"
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "the warm Node cache could not be proven fresh; relisting every Node, as a cold leader does");
-                informer.relist().await;
-                "relisted"
-            }
-        };
-        self.metrics.catch_ups.with_label_values(&[result]).inc();
-    }
-
     /// Run: start every initialized controller (`Controller::run`); the renew loop keeps the lease.
     fn run_controllers(
         &self,

@@ -24,8 +24,45 @@ use kube::api::{Api, Patch, PatchParams};
 use netcm_node::CachedNode;
 use serde_json::json;
 
+use super::{Informer, Manager};
+use crate::duration::format_duration;
 use crate::informer::version::revision;
 use crate::informer::SharedInformer;
+
+impl Manager {
+    /// Proves the warm cache holds every Node change made before this term, or relists.
+    pub(super) async fn catch_up(
+        &self,
+        nodes: &SharedInformer<CachedNode>,
+        informer: &mut Informer,
+    ) {
+        let started = std::time::Instant::now();
+        let result = match prove_fresh(&self.client, nodes, &self.lease.identity).await {
+            Ok(Fresh::Written { node, revision }) => {
+                tracing::info!(
+                    node = %node,
+                    resource_version = revision,
+                    elapsed = %format_duration(started.elapsed()),
+                    "the warm Node cache holds a write made after the Lease was won, so every earlier one too: no relist"
+                );
+                "proven"
+            }
+            Ok(Fresh::Empty) => {
+                tracing::info!(
+                    "the warm Node cache holds no Node to prove it fresh with; relisting"
+                );
+                informer.relist().await;
+                "relisted"
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the warm Node cache could not be proven fresh; relisting every Node, as a cold leader does");
+                informer.relist().await;
+                "relisted"
+            }
+        };
+        self.metrics.catch_ups.with_label_values(&[result]).inc();
+    }
+}
 
 /// The annotation the proof writes on one Node and removes at once; its value is the new leader's
 /// identity, so a value left behind by a leader that died between the two writes says whose it was.
