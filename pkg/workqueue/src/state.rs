@@ -3,7 +3,7 @@
 //! Everything here runs under the queue's mutex; waking waiters is left to
 //! the caller, guided by the return values.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -23,29 +23,34 @@ pub(crate) enum Scheduled {
     Delayed(bool),
 }
 
+/// Once the FIFO has held this many keys, it and the dirty map are shrunk when the FIFO drains: a backlog
+/// (every Node queued at once when a leader starts) would otherwise keep their peak size for good.
+const SHRINK_DRAINED_ABOVE: usize = 1024;
+
 /// The queue's data; one entry per key in each structure.
 pub(crate) struct State<K> {
     /// Keys ready to be handed out, in order.
     queue: VecDeque<K>,
-    /// Keys that need processing (queued, or re-added while processing).
-    dirty: HashSet<K>,
-    /// Keys currently held by a worker.
-    processing: HashSet<K>,
+    /// Keys that need processing (queued, or re-added while processing), each with when it was first
+    /// added since it was last handed out (the queue-duration metric's start).
+    dirty: HashMap<K, Instant>,
+    /// Keys currently held by a worker, each with when it was handed out.
+    processing: HashMap<K, Instant>,
     /// Keys waiting for their `add_after` time.
     delayed: DelayHeap<K>,
     /// Set by shutdown; no more keys are accepted.
     shutting_down: bool,
     /// Metric recording.
-    recorder: Recorder<K>,
+    recorder: Recorder,
 }
 
 impl<K: Clone + Eq + Hash> State<K> {
     /// An empty state recording through `recorder`.
-    pub(crate) fn new(recorder: Recorder<K>) -> Self {
+    pub(crate) fn new(recorder: Recorder) -> Self {
         Self {
             queue: VecDeque::new(),
-            dirty: HashSet::new(),
-            processing: HashSet::new(),
+            dirty: HashMap::new(),
+            processing: HashMap::new(),
             delayed: DelayHeap::new(),
             shutting_down: false,
             recorder,
@@ -54,16 +59,16 @@ impl<K: Clone + Eq + Hash> State<K> {
 
     /// Marks `key` dirty; returns true if it was pushed onto the FIFO.
     pub(crate) fn add(&mut self, key: K, now: Instant) -> bool {
-        if self.shutting_down || self.dirty.contains(&key) {
+        if self.shutting_down || self.dirty.contains_key(&key) {
             return false;
         }
-        self.recorder.added(&key, now);
-        if self.processing.contains(&key) {
+        self.recorder.added();
+        if self.processing.contains_key(&key) {
             // It runs again once the current worker calls done.
-            self.dirty.insert(key);
+            self.dirty.insert(key, now);
             return false;
         }
-        self.dirty.insert(key.clone());
+        self.dirty.insert(key.clone(), now);
         self.push(key);
         true
     }
@@ -71,20 +76,25 @@ impl<K: Clone + Eq + Hash> State<K> {
     /// Hands out the next queued key, moving it from dirty to processing.
     pub(crate) fn pop(&mut self, now: Instant) -> Option<K> {
         let key = self.queue.pop_front()?;
-        self.dirty.remove(&key);
-        self.processing.insert(key.clone());
-        self.recorder.started(&key, now);
+        let added = self.dirty.remove(&key).unwrap_or(now);
+        self.processing.insert(key.clone(), now);
+        self.recorder.started(added, now);
+        self.update_unfinished_work(now);
+        if self.queue.is_empty() {
+            self.shrink_drained();
+        }
         Some(key)
     }
 
     /// Ends processing of `key`; returns true if it was queued again because it
     /// was re-added meanwhile. Keys not being processed are ignored.
     pub(crate) fn done(&mut self, key: &K, now: Instant) -> bool {
-        if !self.processing.remove(key) {
+        let Some(started) = self.processing.remove(key) else {
             return false;
-        }
-        self.recorder.finished(key, now);
-        if self.dirty.contains(key) {
+        };
+        self.recorder.finished(started, now);
+        self.update_unfinished_work(now);
+        if self.dirty.contains_key(key) {
             self.push(key.clone());
             return true;
         }
@@ -130,7 +140,8 @@ impl<K: Clone + Eq + Hash> State<K> {
 
     /// Refreshes the unfinished-work gauges.
     pub(crate) fn update_unfinished_work(&mut self, now: Instant) {
-        self.recorder.update_unfinished_work(now);
+        self.recorder
+            .update_unfinished_work(now, self.processing.values().copied());
     }
 
     /// Pushes `key` onto the FIFO.
@@ -139,18 +150,33 @@ impl<K: Clone + Eq + Hash> State<K> {
         self.recorder.pushed();
     }
 
+    /// Gives back what a drained backlog left allocated: called when the FIFO is empty, so it runs at
+    /// most once per time the FIFO grew past [`SHRINK_DRAINED_ABOVE`] (the cost stays amortised O(1)).
+    fn shrink_drained(&mut self) {
+        if self.queue.capacity() > SHRINK_DRAINED_ABOVE {
+            self.queue.shrink_to_fit();
+            self.dirty.shrink_to_fit();
+        }
+    }
+
+    /// The FIFO's and the dirty map's capacity, in keys.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> (usize, usize) {
+        (self.queue.capacity(), self.dirty.capacity())
+    }
+
     /// Checks the structural invariants: the FIFO holds distinct dirty keys
     /// that are not processing, and every other dirty key is processing.
     #[cfg(test)]
     pub(crate) fn invariants_hold(&self) -> bool {
-        let queued: HashSet<&K> = self.queue.iter().collect();
+        let queued: std::collections::HashSet<&K> = self.queue.iter().collect();
         queued.len() == self.queue.len()
-            && queued.iter().all(|key| self.dirty.contains(*key))
-            && queued.iter().all(|key| !self.processing.contains(*key))
+            && queued.iter().all(|key| self.dirty.contains_key(*key))
+            && queued.iter().all(|key| !self.processing.contains_key(*key))
             && self
                 .dirty
-                .iter()
-                .all(|key| queued.contains(key) || self.processing.contains(key))
+                .keys()
+                .all(|key| queued.contains(key) || self.processing.contains_key(key))
     }
 }
 
@@ -252,6 +278,58 @@ mod tests {
             Scheduled::Delayed(true)
         );
         assert!(state.next_ready_at().is_some_and(|at| at > now));
+    }
+
+    #[test]
+    fn a_drained_backlog_gives_its_memory_back_and_a_small_queue_keeps_its_own() {
+        let now = Instant::now();
+        let mut state = State::new(Recorder::new(None));
+        for key in 0..50_000_u32 {
+            state.add(key, now);
+        }
+        let (fifo, dirty) = state.capacity();
+        assert!(fifo >= 50_000 && dirty >= 50_000, "{fifo} {dirty}");
+        while let Some(key) = state.pop(now) {
+            state.done(&key, now);
+        }
+        let (fifo, dirty) = state.capacity();
+        assert!(
+            fifo < 64 && dirty < 64,
+            "still {fifo} {dirty} after draining"
+        );
+        assert!(state.invariants_hold());
+
+        for key in 0..100_u32 {
+            state.add(key, now);
+        }
+        let (before, _) = state.capacity();
+        while let Some(key) = state.pop(now) {
+            state.done(&key, now);
+        }
+        assert_eq!(
+            state.capacity().0,
+            before,
+            "below the threshold nothing is shrunk"
+        );
+    }
+
+    #[test]
+    fn a_key_readded_while_processing_keeps_its_first_add_time_across_a_shrink() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(5);
+        let mut state = State::new(Recorder::new(None));
+        for key in 0..2_000_u32 {
+            state.add(key, t0);
+        }
+        assert_eq!(state.pop(t0), Some(0));
+        assert!(!state.add(0, later), "processing: it waits for done");
+        while let Some(key) = state.pop(later) {
+            state.done(&key, later);
+        }
+        // The FIFO drained and shrank; the re-added key is still dirty and comes back on done.
+        assert!(state.done(&0, later));
+        assert_eq!(state.pop(later), Some(0));
+        assert!(state.invariants_hold());
     }
 
     #[test]

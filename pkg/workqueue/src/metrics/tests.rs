@@ -18,7 +18,7 @@ fn register_exposes_every_family_with_client_go_names() {
     let registry = Registry::new();
     let metrics = WorkqueueMetrics::register(&registry).expect("register");
     let mut recorder = Recorder::new(Some(metrics.for_queue("q")));
-    recorder.added(&1, Instant::now());
+    recorder.added();
     let names = families(&registry);
     for family in FAMILIES {
         let found = names
@@ -62,19 +62,19 @@ fn recorder_tracks_durations_and_unfinished_work() {
     let t0 = Instant::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
 
-    recorder.added(&"a", at(0));
+    recorder.added();
     recorder.pushed();
-    recorder.added(&"b", at(1));
+    recorder.added();
     recorder.pushed();
     assert_eq!(value(&registry, "workqueue_depth", "q"), 2.0);
-    recorder.started(&"a", at(2));
-    recorder.started(&"b", at(4));
+    recorder.started(at(0), at(2));
+    recorder.started(at(1), at(4));
     assert_eq!(value(&registry, "workqueue_depth", "q"), 0.0);
     assert_eq!(
         histogram(&registry, "workqueue_queue_duration_seconds", "q"),
         (2, 5.0)
     );
-    recorder.update_unfinished_work(at(10));
+    recorder.update_unfinished_work(at(10), [at(2), at(4)].into_iter());
     assert_eq!(
         value(&registry, "workqueue_unfinished_work_seconds", "q"),
         14.0
@@ -87,7 +87,8 @@ fn recorder_tracks_durations_and_unfinished_work() {
         ),
         8.0
     );
-    recorder.finished(&"a", at(12));
+    recorder.finished(at(2), at(12));
+    recorder.update_unfinished_work(at(12), [at(4)].into_iter());
     assert_eq!(
         histogram(&registry, "workqueue_work_duration_seconds", "q"),
         (1, 10.0)
@@ -96,7 +97,8 @@ fn recorder_tracks_durations_and_unfinished_work() {
         value(&registry, "workqueue_unfinished_work_seconds", "q"),
         8.0
     );
-    recorder.finished(&"b", at(12));
+    recorder.finished(at(4), at(12));
+    recorder.update_unfinished_work(at(12), std::iter::empty());
     assert_eq!(
         value(&registry, "workqueue_unfinished_work_seconds", "q"),
         0.0
@@ -116,9 +118,9 @@ fn dropping_a_recorder_removes_its_items_from_the_depth() {
     let registry = Registry::new();
     let metrics = WorkqueueMetrics::register(&registry).expect("register");
     let mut recorder = Recorder::new(Some(metrics.for_queue("q")));
-    recorder.added(&1, Instant::now());
+    recorder.added();
     recorder.pushed();
-    recorder.added(&2, Instant::now());
+    recorder.added();
     recorder.pushed();
     assert_eq!(value(&registry, "workqueue_depth", "q"), 2.0);
     drop(recorder);
