@@ -63,6 +63,9 @@ struct Handover {
     /// The standby's resident set just before the signal: what a warm standby's cache costs.
     standby_rss_mib: f64,
     standby_peak_rss_mib: f64,
+    /// The leader's peak resident set (VmHWM) just before the signal: for the first hand-over, what the
+    /// chart's controllers peaked at over the whole backlog.
+    leader_peak_rss_mib: f64,
     log: String,
 }
 
@@ -103,6 +106,7 @@ async fn hand_over(
     let standby = spawn(&mut c, &format!("{set}-{label}"));
     tokio::time::sleep(Duration::from_secs(cfg.standby_seconds)).await;
     let standby_rss_mib = proc_stats(standby.id()).rss_mib;
+    let leader_peak_rss_mib = proc_stats(leader.id()).peak_rss_mib;
 
     let t0 = Instant::now();
     let status = Command::new("kill")
@@ -148,6 +152,7 @@ async fn hand_over(
         lease_to_annotation,
         standby_rss_mib,
         standby_peak_rss_mib: proc_stats(standby.id()).peak_rss_mib,
+        leader_peak_rss_mib,
         log,
     };
     eprintln!(
@@ -188,19 +193,20 @@ pub async fn failover_mode(client: &kube::Client, cfg: &Config) {
         "\n### Failover with {} Nodes allocated (controllers subnet-allocator,node-annotation-syncer; lease 15 s, renew 10 s, retry 2 s; standby waiting {} s)\n",
         cfg.nodes, cfg.standby_seconds
     );
-    println!("| how the leader goes | signal → standby holds the Lease | signal → CIDR of a Node created at the signal | Lease → CIDR of a Node created then | Lease → its lease annotation | standby's RSS before the signal | new leader's peak RSS | new leader's log |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| how the leader goes | signal → standby holds the Lease | signal → CIDR of a Node created at the signal | Lease → CIDR of a Node created then | Lease → its lease annotation | old leader's peak RSS | standby's RSS before the signal | new leader's peak RSS | new leader's log |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for h in [&term, &kill] {
         let how = match h.signal {
             "TERM" => "SIGTERM (drain, release)",
             _ => "kill -9 (the Lease expires)",
         };
         println!(
-            "| {how} | {} | {} | {} | {} | {:.1} MiB | {:.1} MiB | `{}` |",
+            "| {how} | {} | {} | {} | {} | {:.1} MiB | {:.1} MiB | {:.1} MiB | `{}` |",
             ms(h.to_lease),
             ms(h.to_cidr),
             ms(h.lease_to_cidr),
             ms(h.lease_to_annotation),
+            h.leader_peak_rss_mib,
             h.standby_rss_mib,
             h.standby_peak_rss_mib,
             h.log
