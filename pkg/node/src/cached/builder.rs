@@ -209,13 +209,24 @@ impl CachedNodeBuilder {
                 && span_str(&text, a.value) == span_str(&text, b.value)
         });
         let labels = sorted(&text, node.labels);
+        let mut pairs = Vec::with_capacity(
+            node.addresses.len() + annotations.len() + annotation_owners.len() + labels.len(),
+        );
+        let end = |pairs: &Vec<Pair>| u32::try_from(pairs.len()).unwrap_or(u32::MAX);
+        pairs.extend(node.addresses.iter().map(|a| Pair {
+            key: a.type_,
+            value: a.address,
+        }));
+        let addresses_end = end(&pairs);
+        pairs.extend(annotations);
+        let annotations_end = end(&pairs);
+        pairs.extend(annotation_owners);
+        let ends = [addresses_end, annotations_end, end(&pairs)];
+        pairs.extend(labels);
         let rest = Rest {
             provider_id: node.provider_id,
-            unschedulable: node.unschedulable,
-            addresses: node.addresses.into_boxed_slice(),
-            annotations,
-            annotation_owners: annotation_owners.into_boxed_slice(),
-            labels,
+            pairs: pairs.into_boxed_slice(),
+            ends,
             conditions: node.conditions.into_boxed_slice(),
             taints: node.taints.into_boxed_slice(),
         };
@@ -225,6 +236,7 @@ impl CachedNodeBuilder {
             resource_version: node.resource_version,
             deleting: node.deleting,
             has_annotations,
+            unschedulable: node.unschedulable,
             pod_cidrs: node.pod_cidrs.into_boxed_slice(),
             capacity_pods: node.capacity_pods,
             rest: (!rest.is_empty()).then(|| Box::new(rest)),
@@ -234,11 +246,11 @@ impl CachedNodeBuilder {
 }
 
 /// The pairs sorted by key, the last of a repeated key kept (as a JSON object decodes).
-fn sorted(text: &str, mut pairs: Vec<Pair>) -> Box<[Pair]> {
+fn sorted(text: &str, mut pairs: Vec<Pair>) -> Vec<Pair> {
     let key = |p: &Pair| span_str(text, p.key);
     // Reversed first, so the stable sort puts a repeated key's last value first and dedup keeps it.
     pairs.reverse();
     pairs.sort_by(|a, b| key(a).cmp(key(b)));
     pairs.dedup_by(|later, first| key(later) == key(first));
-    pairs.into_boxed_slice()
+    pairs
 }

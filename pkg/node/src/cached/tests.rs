@@ -265,6 +265,48 @@ fn a_stored_entry_costs_what_the_caches_own_entry_types_did() {
 }
 
 #[test]
+fn the_four_lists_of_pairs_share_one_table_and_each_reads_back_only_its_own() {
+    let mut b = CachedNode::builder("n", "u", "1");
+    b.label("zone", "z1")
+        .annotation_owner("flannel.alpha.coreos.com/public-ip", "flanneld")
+        .annotation("flannel.alpha.coreos.com/public-ip", "10.0.0.1")
+        .address(internal_ip())
+        .annotation("a", "1")
+        .label("os", "linux");
+    let n = b.build();
+    let rest = n.rest.as_deref().expect("declared fields");
+    assert_eq!(rest.pairs.len(), 6, "one table for all four lists");
+    assert_eq!(n.addresses().collect::<Vec<_>>(), vec![internal_ip()]);
+    assert_eq!(
+        n.annotations().collect::<Vec<_>>(),
+        vec![
+            ("a", "1"),
+            ("flannel.alpha.coreos.com/public-ip", "10.0.0.1")
+        ]
+    );
+    assert_eq!(
+        n.annotation_owners().collect::<Vec<_>>(),
+        vec![("flannel.alpha.coreos.com/public-ip", "flanneld")]
+    );
+    assert_eq!(
+        n.labels().collect::<Vec<_>>(),
+        vec![("os", "linux"), ("zone", "z1")]
+    );
+    assert_eq!(n.annotation("a"), Some("1"));
+    assert_eq!(n.label("a"), None, "an annotation is not read as a label");
+    assert_eq!(n.label("zone"), Some("z1"));
+    // A Node with labels alone: the other lists read empty.
+    let mut b = CachedNode::builder("m", "u", "1");
+    b.label("zone", "z1");
+    let m = b.build();
+    assert_eq!(m.addresses().count() + m.annotations().count(), 0);
+    assert_eq!(m.annotation_owners().count(), 0);
+    assert_eq!(m.label("zone"), Some("z1"));
+    // The declared fields beyond the pod CIDRs, with their four tables before: 128 bytes.
+    assert!(std::mem::size_of::<Rest>() <= 72);
+}
+
+#[test]
 fn pod_capacity_is_kept_only_as_a_plain_count() {
     let with = |quantity: &str| {
         let mut b = CachedNode::builder("n", "u", "1");
