@@ -67,9 +67,10 @@ impl InitContext {
     pub fn node_queue(&self, name: &str) -> Result<Queue<Key>, InitError> {
         let queue = self.new_queue(name);
         let handler_queue = queue.clone();
+        let keys = self.nodes.name_keys();
         self.nodes
             .subscribe(Arc::new(move |ev: &InformerEvent<CachedNode>| {
-                handler_queue.add(Key::from(ev.name()));
+                handler_queue.add(keys.key(ev.name()));
             }))
             .map_err(InitError::new)?;
         Ok(queue)

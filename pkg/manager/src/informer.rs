@@ -54,11 +54,11 @@ pub enum InformerEvent<K> {
 
 impl<K: Cached> InformerEvent<K> {
     /// The object's name.
-    pub fn name(&self) -> String {
+    pub fn name(&self) -> &str {
         let obj = match self {
             Self::Added(o) | Self::Updated(_, o) | Self::Deleted(o) => o,
         };
-        obj.name().to_string()
+        obj.name()
     }
 }
 
@@ -88,6 +88,28 @@ struct Shared<K> {
     /// The newest resourceVersion the store holds, as an etcd revision ([`SharedInformer::wait_holds`]).
     newest_tx: watch::Sender<u64>,
     store: Store<K>,
+    /// Shared by every [`NameKeys`] of this informer.
+    name_keys: NameKeys,
+}
+
+/// Makes an object's name into a shared string for a queue key. Every handler of one event runs in turn,
+/// so the handlers that queue the object's name (each controller's queue) get one allocation between
+/// them instead of one each: at a 50,000-Node backlog both chart controllers' queues hold every name.
+#[derive(Clone, Default)]
+pub struct NameKeys {
+    /// The last name handed out.
+    last: Arc<Mutex<Option<Arc<str>>>>,
+}
+
+impl NameKeys {
+    /// `name` as a shared string: the one handed out last when it is the same name.
+    pub fn key(&self, name: &str) -> Arc<str> {
+        let mut last = self.last.lock();
+        match last.as_ref() {
+            Some(key) if &**key == name => key.clone(),
+            _ => last.insert(Arc::from(name)).clone(),
+        }
+    }
 }
 
 /// A cloneable handle to the process-wide informer caching `K`s.
@@ -132,6 +154,7 @@ impl<K: Cached> SharedInformer<K> {
                 lists_tx: watch::channel(0).0,
                 newest_tx: watch::channel(0).0,
                 store: Store::new(),
+                name_keys: NameKeys::default(),
             }),
         }
     }
@@ -190,6 +213,12 @@ impl<K: Cached> SharedInformer<K> {
         }
         self.shared.handlers.lock().push(handler);
         Ok(())
+    }
+
+    /// The informer's [`NameKeys`], for a handler that queues names (it holds no reference to the
+    /// informer, so a handler keeping it makes no cycle).
+    pub fn name_keys(&self) -> NameKeys {
+        self.shared.name_keys.clone()
     }
 
     /// Reads one object from the cache.

@@ -72,7 +72,7 @@ impl Fed {
             let (informer, seen) = (informer.clone(), seen.clone());
             Arc::new(move |ev: &InformerEvent<CachedNode>| {
                 let cached = informer
-                    .get(&ev.name())
+                    .get(ev.name())
                     .map_or("absent".to_string(), |n| n.uid().to_string());
                 let what = describe(std::slice::from_ref(ev)).concat();
                 seen.lock().push(format!("{what} (cache: {cached})"));
@@ -287,4 +287,30 @@ fn the_watch_backoff_doubles_to_four_seconds_never_gives_up_and_starts_over_afte
     assert!(delays[19] >= Duration::from_secs(4));
     b.reset();
     assert!(b.next().is_some_and(|d| d < Duration::from_millis(500)));
+}
+
+#[test]
+fn every_handler_queueing_an_events_name_shares_one_string() {
+    let informer: SharedInformer<CachedNode> = SharedInformer::new();
+    let seen = Arc::new(Mutex::new(Vec::<Arc<str>>::new()));
+    for _ in 0..2 {
+        let (keys, seen) = (informer.name_keys(), seen.clone());
+        informer
+            .subscribe(Arc::new(move |ev: &InformerEvent<CachedNode>| {
+                seen.lock().push(keys.key(ev.name()));
+            }))
+            .expect("subscribe");
+    }
+    let handlers = informer.shared.handlers.lock().clone();
+    informer.dispatch(&handlers, InformerEvent::Added(node("a", "a1")));
+    informer.dispatch(&handlers, InformerEvent::Added(node("b", "b1")));
+    let seen = seen.lock();
+    let names: Vec<&str> = seen.iter().map(|k| &**k).collect();
+    assert_eq!(names, ["a", "a", "b", "b"]);
+    assert!(
+        Arc::ptr_eq(&seen[0], &seen[1]),
+        "one allocation for both queues"
+    );
+    assert!(Arc::ptr_eq(&seen[2], &seen[3]));
+    assert!(!Arc::ptr_eq(&seen[1], &seen[2]));
 }
