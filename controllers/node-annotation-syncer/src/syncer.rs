@@ -60,8 +60,10 @@ struct State {
     written: HashMap<u64, u64>,
     /// Invalid overwrite values already reported, per Node: key → value.
     reported: HashMap<String, BTreeMap<String, String>>,
-    /// Why a Node has nothing published, for the gauge.
-    waiting: HashMap<String, &'static str>,
+    /// Why a Node has nothing published, for the gauge, by [`name_key`]: while a backlog waits for its
+    /// pod CIDRs every Node has an entry, and a copy of each name cost ~5 MiB at 50,000 (two names of one
+    /// hash would only share one count of the gauge).
+    waiting: HashMap<u64, &'static str>,
     /// Nodes whose lease differs from netcm's and is left to their node agent (who owns what), for the
     /// gauge and to log a verdict once.
     deferred: HashMap<String, AgentLease>,
@@ -108,7 +110,7 @@ impl Syncer {
         let mut st = self.state();
         st.written.remove(&name_key(name));
         st.reported.remove(name);
-        let from = st.waiting.remove(name);
+        let from = st.waiting.remove(&name_key(name));
         st.deferred.remove(name);
         let deferred = st.deferred.len();
         drop(st);
@@ -146,8 +148,8 @@ impl Syncer {
         let to = waiting.map(Waiting::label);
         let mut st = self.state();
         let from = match to {
-            Some(r) => st.waiting.insert(name.to_string(), r),
-            None => st.waiting.remove(name),
+            Some(r) => st.waiting.insert(name_key(name), r),
+            None => st.waiting.remove(&name_key(name)),
         };
         drop(st);
         self.metrics.waiting_moved(from, to);
