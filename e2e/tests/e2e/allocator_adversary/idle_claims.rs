@@ -265,3 +265,63 @@ async fn a_clean_step_down_names_its_own_term_on_the_claim_it_used_so_the_next_l
         "the last leader's marks are trusted: no quarantine, no Node touched"
     );
 }
+
+#[tokio::test]
+async fn a_leader_left_an_idle_claim_it_never_used_marks_it_again_under_its_own_term_so_the_next_trusts_it(
+) {
+    let env = TestEnv::new().await;
+    create_plain_nodes(&env.client, "first-", 4).await;
+    let mut first = start_allocator(&env, "first", &one_block_args());
+    wait_all_allocated(&env.client, 4, TIMEOUT).await;
+    first.signal("TERM");
+    first.wait_exit(TIMEOUT).await;
+    let first_term = annotation(&the_claim(&env.client).await, TERM_ANNOTATION).map(str::to_string);
+    assert!(
+        first_term.is_some(),
+        "the first leader marked its claim idle"
+    );
+
+    // The second leader is left the idle claim and no Node to serve, so it never takes the block into
+    // use. Its workers start only once its startup read the claims: four syncs of the four served Nodes.
+    let mut second = start_allocator(&env, "second", &one_block_args());
+    second.wait_http(TIMEOUT).await;
+    let synced = [r#"controller="subnet-allocator""#, r#"result="success""#];
+    wait_for(
+        "the second leader's workers to sync the served Nodes",
+        TIMEOUT,
+        || async {
+            (netcm_e2e::netcm::metric_sum(&second, "netcm_sync_total", &synced).await >= 4.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let second_term = netcm_e2e::lease_holder(&env.client, netcm_e2e::LEASE_NAME)
+        .await
+        .expect("the second leader holds the Lease");
+    second.signal("TERM");
+    second.wait_exit(TIMEOUT).await;
+    let claim = the_claim(&env.client).await;
+    assert!(
+        annotation(&claim, IDLE_ANNOTATION).is_some(),
+        "still idle: {:?}",
+        claim.metadata.annotations
+    );
+    assert_eq!(
+        annotation(&claim, TERM_ANNOTATION),
+        Some(second_term.as_str()),
+        "marked again under the term of the leader that stepped down, which never used the block"
+    );
+    assert_ne!(Some(second_term), first_term);
+
+    // Without the second mark the claim would name the first leader, not the one right before the
+    // third, and the third would quarantine the block and touch every waiting Node.
+    create_plain_nodes(&env.client, "third-", 6).await;
+    let _third = start_allocator(&env, "third", &one_block_args());
+    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
+    assert_no_overlaps(&nodes);
+    assert_eq!(
+        touched_nodes(&env.client).await,
+        Vec::<String>::new(),
+        "the mark names the leader right before the third: trusted, no quarantine, no Node touched"
+    );
+}
