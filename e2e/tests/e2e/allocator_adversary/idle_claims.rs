@@ -241,28 +241,52 @@ async fn a_clean_step_down_names_its_own_term_on_the_claim_it_used_so_the_next_l
 
     let mut second = start_allocator(&env, "second", &one_block_args());
     wait_all_allocated(&env.client, 10, TIMEOUT).await;
-    let second_term = netcm_e2e::lease_holder(&env.client, netcm_e2e::LEASE_NAME)
-        .await
-        .expect("the second leader holds the Lease");
-    second.signal("TERM");
-    second.wait_exit(TIMEOUT).await;
-    let claim = the_claim(&env.client).await;
-    assert!(annotation(&claim, IDLE_ANNOTATION).is_some());
-    assert_eq!(
-        annotation(&claim, TERM_ANNOTATION),
-        Some(second_term.as_str()),
-        "the mark names the Lease holder that made it"
-    );
+    let second_term = steps_down_marking_under_its_term(
+        &env,
+        &mut second,
+        "the mark names the Lease holder that made it",
+    )
+    .await;
     assert_ne!(Some(second_term), first_term);
 
-    create_plain_nodes(&env.client, "third-", 3).await;
-    let _third = start_allocator(&env, "third", &one_block_args());
-    let nodes = wait_all_allocated(&env.client, 13, TIMEOUT).await;
+    a_third_leader_serves_without_touching_a_node(&env, 3, "the last leader's marks are trusted")
+        .await;
+}
+
+/// The leader `leader` (holding the Lease) goes with SIGTERM; the block's claim is then idle under its
+/// term (`why`), which is returned.
+async fn steps_down_marking_under_its_term(env: &TestEnv, leader: &mut Netcm, why: &str) -> String {
+    let term = netcm_e2e::lease_holder(&env.client, netcm_e2e::LEASE_NAME)
+        .await
+        .expect("the leader holds the Lease");
+    leader.signal("TERM");
+    leader.wait_exit(TIMEOUT).await;
+    let claim = the_claim(&env.client).await;
+    assert!(
+        annotation(&claim, IDLE_ANNOTATION).is_some(),
+        "idle: {:?}",
+        claim.metadata.annotations
+    );
+    assert_eq!(
+        annotation(&claim, TERM_ANNOTATION),
+        Some(term.as_str()),
+        "{why}"
+    );
+    term
+}
+
+/// `more` Nodes wait, then a third leader serves every Node without an overlap and without touching a
+/// waiting Node: it trusted the idle mark (`why`), so there was no quarantine.
+async fn a_third_leader_serves_without_touching_a_node(env: &TestEnv, more: usize, why: &str) {
+    let before = all_nodes(&env.client).await.len();
+    create_plain_nodes(&env.client, "third-", more).await;
+    let _third = start_allocator(env, "third", &one_block_args());
+    let nodes = wait_all_allocated(&env.client, before + more, TIMEOUT).await;
     assert_no_overlaps(&nodes);
     assert_eq!(
         touched_nodes(&env.client).await,
         Vec::<String>::new(),
-        "the last leader's marks are trusted: no quarantine, no Node touched"
+        "{why}: no quarantine, no Node touched"
     );
 }
 
@@ -295,33 +319,20 @@ async fn a_leader_left_an_idle_claim_it_never_used_marks_it_again_under_its_own_
         },
     )
     .await;
-    let second_term = netcm_e2e::lease_holder(&env.client, netcm_e2e::LEASE_NAME)
-        .await
-        .expect("the second leader holds the Lease");
-    second.signal("TERM");
-    second.wait_exit(TIMEOUT).await;
-    let claim = the_claim(&env.client).await;
-    assert!(
-        annotation(&claim, IDLE_ANNOTATION).is_some(),
-        "still idle: {:?}",
-        claim.metadata.annotations
-    );
-    assert_eq!(
-        annotation(&claim, TERM_ANNOTATION),
-        Some(second_term.as_str()),
-        "marked again under the term of the leader that stepped down, which never used the block"
-    );
+    let second_term = steps_down_marking_under_its_term(
+        &env,
+        &mut second,
+        "marked again under the term of the leader that stepped down, which never used the block",
+    )
+    .await;
     assert_ne!(Some(second_term), first_term);
 
     // Without the second mark the claim would name the first leader, not the one right before the
     // third, and the third would quarantine the block and touch every waiting Node.
-    create_plain_nodes(&env.client, "third-", 6).await;
-    let _third = start_allocator(&env, "third", &one_block_args());
-    let nodes = wait_all_allocated(&env.client, 10, TIMEOUT).await;
-    assert_no_overlaps(&nodes);
-    assert_eq!(
-        touched_nodes(&env.client).await,
-        Vec::<String>::new(),
-        "the mark names the leader right before the third: trusted, no quarantine, no Node touched"
-    );
+    a_third_leader_serves_without_touching_a_node(
+        &env,
+        6,
+        "the mark names the leader right before the third",
+    )
+    .await;
 }
