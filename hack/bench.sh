@@ -11,7 +11,7 @@
 #                     MODE=scale NODES=50000 hack/bench.sh allocation   ceiling, netcm and KCM at QPS=1000 (BURST=2×QPS)
 #                     MODE=scale NODES=5000 ROUNDS=3 hack/bench.sh allocation   three rounds, then the medians of the ratios
 #                     MODE=scale NODES=100000 CLUSTER_CIDR=10.0.0.0/7 BARE_CEILING_ONLY=1 hack/bench.sh allocation
-#                                   past a /8's 65,536 /24s (~8 GiB for kube-apiserver, ~40 min)
+#                                   past a /8's 65,536 /24s (kube-apiserver ~10 GiB, ~30 min)
 #                     MODE=churn NODES=5000 CHURN_SECONDS=300 hack/bench.sh allocation   20 Nodes/s created + deleted
 #                     MODE=sizing hack/bench.sh allocation   5,000 Nodes of a seeded max-pods mix (SEED, 29), netcm at
 #                                   a fixed /24 vs --node-cidr-size-from-pods (/24../28), ROUNDS (3) alternating:
