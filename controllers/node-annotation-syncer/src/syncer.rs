@@ -107,10 +107,11 @@ impl Syncer {
 
     /// Forgets a Node that is gone.
     fn forget(&self, name: &str) {
+        let key = name_key(name);
         let mut st = self.state();
-        st.written.remove(&name_key(name));
+        st.written.remove(&key);
         st.reported.remove(name);
-        let from = st.waiting.remove(&name_key(name));
+        let from = st.waiting.remove(&key);
         st.deferred.remove(name);
         let deferred = st.deferred.len();
         drop(st);

@@ -48,8 +48,9 @@ pub struct InitContext {
     pub readiness: ControllerHealth,
 }
 
-/// A workqueue key: an object's name, one allocation shared by the queue's FIFO, its dirty set and its
-/// metrics' bookkeeping (three copies of a `String` per queued key cost 6 MiB at a 50,000-Node backlog).
+/// A workqueue key: an object's name, one allocation shared by the queue's FIFO and its dirty and
+/// processing maps, and by every controller's Node queue ([`crate::informer::NameKeys`]): copies of a
+/// `String` per queued key cost 6 MiB at a 50,000-Node backlog.
 pub type Key = Arc<str>;
 
 impl InitContext {
