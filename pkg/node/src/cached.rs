@@ -23,7 +23,9 @@ use crate::pod_cidrs::PodCidrs;
 
 mod builder;
 mod interned;
+mod layout;
 pub use builder::CachedNodeBuilder;
+use layout::{flags, Tables};
 pub use netcm_protobuf::entries::{Address, Condition, Taint};
 
 /// The text of `span`: in `text`, the Node's buffer, or in the table of interned strings.
@@ -58,74 +60,22 @@ struct CidrEntry {
     net: Option<IpNet>,
 }
 
-/// A Node as the informer caches it: identity, deletion state, and the declared fields.
+/// A Node as the informer caches it: identity, deletion state, and the declared fields. Two boxes: the
+/// Node's strings, and one table of words for everything else (`layout.rs`).
 #[derive(Clone)]
 pub struct CachedNode {
+    /// The strings, starting with the name, the uid and the resourceVersion.
     text: Box<str>,
-    name: Span,
-    uid: Span,
-    resource_version: Span,
-    deleting: bool,
-    /// Whether `metadata.annotations` has any entry, kept whatever is declared: a JSON Patch's `test` of
-    /// one annotation needs the map to exist (the allocator's fence, `ipam.netcm.io/fenced-at`).
-    has_annotations: bool,
-    /// `spec.unschedulable` (false unless declared): here, not in `Rest`, it fills padding.
-    unschedulable: bool,
-    pod_cidrs: Box<[CidrEntry]>,
-    /// `status.capacity.pods` as a plain count, 0 when absent (or not a count). Here, not in `Rest`:
-    /// every kubelet's Node carries it, so in `Rest` it would allocate one for every Node of a cluster
-    /// whose only declaration is the allocator's; here it fills padding (the struct stays 72 bytes).
-    capacity_pods: u32,
-    /// Every other declared field, allocated only when the Node has one: the subnet-allocator alone
-    /// declares none of them, and at 50,000 Nodes their empty slots would cost 4 MiB.
-    rest: Option<Box<Rest>>,
+    tables: Tables,
 }
 
-/// The declared fields beyond identity and pod CIDRs. The four lists of string pairs share one table
-/// (one allocation instead of four: a Node with a flannel lease and its addresses cost 80 bytes more
-/// with them apart, 4 MiB at 50,000 Nodes).
-#[derive(Clone, Default)]
-struct Rest {
-    provider_id: Option<Span>,
-    /// `status.addresses` (type, address) in the Node's order, then the annotations sorted by key, then
-    /// the annotation owners, then the labels sorted by key; [`Rest::ends`] says where each ends.
-    pairs: Box<[Pair]>,
-    /// Where the addresses, the annotations and the annotation owners end in `pairs` (the labels run to
-    /// its end). An owner is (annotation key, field manager) from `metadata.managedFields`, sorted; a
-    /// key's span is its annotation's when that is kept, and each manager's text is stored once.
-    ends: [u32; 3],
-    conditions: Box<[Condition<Span>]>,
-    taints: Box<[Taint<Span>]>,
-}
-
-/// The lists [`Rest::pairs`] holds, in their order there.
+/// The lists of pairs, by their order in the table of pairs.
 #[derive(Clone, Copy)]
 enum PairList {
-    Addresses,
-    Annotations,
-    AnnotationOwners,
-    Labels,
-}
-
-impl Rest {
-    fn is_empty(&self) -> bool {
-        self.provider_id.is_none()
-            && self.pairs.is_empty()
-            && self.conditions.is_empty()
-            && self.taints.is_empty()
-    }
-
-    /// The pairs of one list.
-    fn pairs(&self, list: PairList) -> &[Pair] {
-        let [addresses, annotations, owners] = self.ends.map(|end| end as usize);
-        let range = match list {
-            PairList::Addresses => 0..addresses,
-            PairList::Annotations => addresses..annotations,
-            PairList::AnnotationOwners => annotations..owners,
-            PairList::Labels => owners..self.pairs.len(),
-        };
-        self.pairs.get(range).unwrap_or_default()
-    }
+    Addresses = 0,
+    Annotations = 1,
+    AnnotationOwners = 2,
+    Labels = 3,
 }
 
 /// One pod CIDR entry of the Node: as written, and parsed once (`None`: it is not a CIDR).
@@ -151,63 +101,64 @@ impl CachedNode {
         (self.str(p.key), self.str(p.value))
     }
 
+    /// The `i`th of the strings the buffer starts with: name, uid, resourceVersion.
+    fn leading(&self, i: usize) -> &str {
+        let lens = self.tables.lens();
+        let start: usize = lens.iter().take(i).sum();
+        let len = lens.get(i).copied().unwrap_or(0);
+        self.text.get(start..start + len).unwrap_or_default()
+    }
+
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        self.str(self.name)
+        self.leading(0)
     }
 
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
-        self.str(self.uid)
+        self.leading(1)
     }
 
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> &str {
-        self.str(self.resource_version)
+        self.leading(2)
     }
 
-    /// One of the [`Rest`] fields, empty when the Node has none of them.
-    fn part<T>(&self, field: impl Fn(&Rest) -> &[T]) -> &[T] {
-        self.rest.as_deref().map_or(&[], field)
-    }
-
-    /// One of the lists of pairs, empty when the Node has none of them.
-    fn pair_list(&self, list: PairList) -> &[Pair] {
-        self.part(|r| r.pairs(list))
+    /// The pairs of one list.
+    fn pair_list(&self, list: PairList) -> impl ExactSizeIterator<Item = Pair> + '_ {
+        let (first, range) = self.tables.pair_range(list as usize);
+        range.map(move |k| self.tables.pair(first, k))
     }
 
     /// Whether `metadata.deletionTimestamp` is set.
     pub fn is_deleting(&self) -> bool {
-        self.deleting
+        self.tables.has(flags::DELETING)
     }
 
     /// Whether `metadata.annotations` has any entry, declared or not.
     pub fn has_annotations(&self) -> bool {
-        self.has_annotations
+        self.tables.has(flags::HAS_ANNOTATIONS)
     }
 
     /// `spec.unschedulable` (if declared).
     pub fn unschedulable(&self) -> bool {
-        self.unschedulable
+        self.tables.has(flags::UNSCHEDULABLE)
     }
 
     /// `status.capacity.pods` (if declared): how many pods the kubelet runs, as it registered. `None`
     /// when absent or not a plain count (a Quantity like `1k`, which no kubelet writes for pods).
     pub fn capacity_pods(&self) -> Option<u32> {
-        (self.capacity_pods != 0).then_some(self.capacity_pods)
+        Some(self.tables.capacity_pods()).filter(|n| *n != 0)
     }
 
     /// `spec.providerID` (if declared).
     pub fn provider_id(&self) -> Option<&str> {
-        self.rest
-            .as_ref()
-            .and_then(|r| r.provider_id)
-            .map(|s| self.str(s))
+        self.tables.provider_id().map(|s| self.str(s))
     }
 
     /// The pod CIDR entries (`spec.podCIDRs`, else `spec.podCIDR`), each as written and parsed.
     pub fn pod_cidr_entries(&self) -> impl ExactSizeIterator<Item = PodCidr<'_>> + '_ {
-        self.pod_cidrs.iter().map(|e| PodCidr {
+        self.tables.pod_cidrs().map(|e| PodCidr {
             raw: self.str(e.raw),
             net: e.net,
         })
@@ -215,7 +166,7 @@ impl CachedNode {
 
     /// The pod CIDR entries as written, in the Node's order.
     pub fn raw_pod_cidrs(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
-        self.pod_cidrs.iter().map(|e| self.str(e.raw))
+        self.tables.pod_cidrs().map(|e| self.str(e.raw))
     }
 
     /// The pod CIDRs, parsed (when the Node was cached, not now), with the entries that are not CIDRs.
@@ -234,7 +185,7 @@ impl CachedNode {
 
     /// `status.addresses`, in the Node's order.
     pub fn addresses(&self) -> impl ExactSizeIterator<Item = Address<&str>> + '_ {
-        self.pair_list(PairList::Addresses).iter().map(|p| Address {
+        self.pair_list(PairList::Addresses).map(|p| Address {
             type_: self.str(p.key),
             address: self.str(p.value),
         })
@@ -242,14 +193,12 @@ impl CachedNode {
 
     /// The value of the annotation `key`, if it was declared and the Node has it.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.lookup(self.pair_list(PairList::Annotations), key)
+        self.lookup(PairList::Annotations, key)
     }
 
     /// The kept annotations, sorted by key.
     pub fn annotations(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
-        self.pair_list(PairList::Annotations)
-            .iter()
-            .map(|p| self.pair(p))
+        self.pair_list(PairList::Annotations).map(|p| self.pair(&p))
     }
 
     /// Who owns which kept annotation key, by `metadata.managedFields`: (key, field manager) sorted, one
@@ -257,28 +206,33 @@ impl CachedNode {
     /// Only declared pairs are kept: a declaration may leave out its own manager, whose ownership it knows.
     pub fn annotation_owners(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
         self.pair_list(PairList::AnnotationOwners)
-            .iter()
-            .map(|p| self.pair(p))
+            .map(|p| self.pair(&p))
     }
 
     /// The value of the label `key`, if it was declared and the Node has it.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.lookup(self.pair_list(PairList::Labels), key)
+        self.lookup(PairList::Labels, key)
     }
 
     /// The kept labels, sorted by key.
     pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + '_ {
-        self.pair_list(PairList::Labels)
-            .iter()
-            .map(|p| self.pair(p))
+        self.pair_list(PairList::Labels).map(|p| self.pair(&p))
     }
 
-    fn lookup(&self, pairs: &[Pair], key: &str) -> Option<&str> {
-        pairs
-            .binary_search_by(|p| self.str(p.key).cmp(key))
-            .ok()
-            .and_then(|i| pairs.get(i))
-            .map(|p| self.str(p.value))
+    /// Binary search of a list sorted by key.
+    fn lookup(&self, list: PairList, key: &str) -> Option<&str> {
+        let (first, range) = self.tables.pair_range(list as usize);
+        let (mut low, mut high) = (range.start, range.end);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let p = self.tables.pair(first, mid);
+            match self.str(p.key).cmp(key) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return Some(self.str(p.value)),
+            }
+        }
+        None
     }
 
     /// The condition of type `type_`, if it was declared and the Node reports it.
@@ -288,16 +242,12 @@ impl CachedNode {
 
     /// The kept conditions, in the Node's order.
     pub fn conditions(&self) -> impl ExactSizeIterator<Item = Condition<&str>> + '_ {
-        self.part(|r| &r.conditions)
-            .iter()
-            .map(|c| c.map(|s| self.str(*s)))
+        self.tables.conditions().map(|c| c.map(|s| self.str(*s)))
     }
 
     /// `spec.taints` (if declared), in the Node's order.
     pub fn taints(&self) -> impl ExactSizeIterator<Item = Taint<&str>> + '_ {
-        self.part(|r| &r.taints)
-            .iter()
-            .map(|t| t.map(|s| self.str(*s)))
+        self.tables.taints().map(|t| t.map(|s| self.str(*s)))
     }
 
     /// The reference Events about this Node name: kind, version, name and uid, without a
@@ -406,8 +356,8 @@ impl PartialEq for CachedNode {
         self.name() == other.name()
             && self.uid() == other.uid()
             && self.resource_version() == other.resource_version()
-            && self.deleting == other.deleting
-            && self.has_annotations == other.has_annotations
+            && self.is_deleting() == other.is_deleting()
+            && self.has_annotations() == other.has_annotations()
             && self.unschedulable() == other.unschedulable()
             && self.provider_id() == other.provider_id()
             && self.capacity_pods() == other.capacity_pods()
@@ -429,8 +379,8 @@ impl fmt::Debug for CachedNode {
             .field("name", &self.name())
             .field("uid", &self.uid())
             .field("resource_version", &self.resource_version())
-            .field("deleting", &self.deleting)
-            .field("has_annotations", &self.has_annotations)
+            .field("deleting", &self.is_deleting())
+            .field("has_annotations", &self.has_annotations())
             .field("unschedulable", &self.unschedulable())
             .field("provider_id", &self.provider_id())
             .field("capacity_pods", &self.capacity_pods())

@@ -2,7 +2,8 @@
 //! Node repeats is interned instead), and lays the tables out once at [`CachedNodeBuilder::build`].
 
 use super::interned::{self, INTERNED};
-use super::{span_str, Address, CachedNode, CidrEntry, Condition, Pair, Rest, Span, Taint};
+use super::layout::{flags, Parts as Layout, Tables};
+use super::{span_str, Address, CachedNode, CidrEntry, Condition, Pair, Span, Taint};
 use crate::pod_cidrs::{parse_pod_cidr, pick_pod_cidrs};
 
 /// Builds a [`CachedNode`]; lists keep the order they are given in, except annotations and labels
@@ -223,25 +224,22 @@ impl CachedNodeBuilder {
         pairs.extend(annotation_owners);
         let ends = [addresses_end, annotations_end, end(&pairs)];
         pairs.extend(labels);
-        let rest = Rest {
+        let set = |on: bool, flag: u32| if on { flag } else { 0 };
+        let tables = Tables::encode(&Layout {
+            flags: set(node.deleting, flags::DELETING)
+                | set(has_annotations, flags::HAS_ANNOTATIONS)
+                | set(node.unschedulable, flags::UNSCHEDULABLE),
+            // The buffer starts with these three, pushed first by `new`.
+            lens: [node.name.len, node.uid.len, node.resource_version.len],
             provider_id: node.provider_id,
-            pairs: pairs.into_boxed_slice(),
-            ends,
-            conditions: node.conditions.into_boxed_slice(),
-            taints: node.taints.into_boxed_slice(),
-        };
-        CachedNode {
-            name: node.name,
-            uid: node.uid,
-            resource_version: node.resource_version,
-            deleting: node.deleting,
-            has_annotations,
-            unschedulable: node.unschedulable,
-            pod_cidrs: node.pod_cidrs.into_boxed_slice(),
             capacity_pods: node.capacity_pods,
-            rest: (!rest.is_empty()).then(|| Box::new(rest)),
-            text,
-        }
+            pod_cidrs: &node.pod_cidrs,
+            pairs: &pairs,
+            ends,
+            conditions: &node.conditions,
+            taints: &node.taints,
+        });
+        CachedNode { text, tables }
     }
 }
 
