@@ -1,12 +1,12 @@
 //! [`CachedNode`]: what the shared informer holds of one Node — its identity and the fields the enabled
 //! controllers declared, nothing else — in a few hundred bytes at most.
 //!
-//! Every string of the Node (name, uid, keys, values, addresses, …) sits in one buffer, and each field is
-//! a span of it: a Node costs a handful of allocations (the buffer, and one table per non-empty list)
-//! instead of one per string, and no `Option` of an unused field is carried. Readers see `&str`s and
-//! small borrowed views through the accessors; the layout is private. An address, condition or taint is
-//! `netcm-protobuf`'s one definition ([`Address`], [`Condition`], [`Taint`]): held as spans of the buffer,
-//! read as `&str`s.
+//! Every string of the Node (name, uid, keys, values, addresses, …) sits in one buffer, and everything
+//! else — flags, the pod CIDRs parsed, and each string's span of the buffer — in one table of words whose
+//! header says which sections it holds (`layout.rs`): a Node is two boxes whatever it declares, and no
+//! slot of an unused field is carried. Readers see `&str`s and small borrowed views through the
+//! accessors; the layout is private. An address, condition or taint is `netcm-protobuf`'s one definition
+//! ([`Address`], [`Condition`], [`Taint`]), read as `&str`s.
 //!
 //! Built by [`CachedNodeBuilder`] (the informer's decode, tests), or from a full `Node` read from the API
 //! (`From<&Node>`), through the same rules: pod CIDRs are `spec.podCIDRs`, else `spec.podCIDR`, each
