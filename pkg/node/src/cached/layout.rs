@@ -204,7 +204,9 @@ impl Tables {
         s.conditions = section(flags::CONDITIONS, &|i| {
             1 + count(self.word(i)).saturating_mul(CONDITION_WORDS)
         });
-        s.taints = section(flags::TAINTS, &|_| 0);
+        s.taints = section(flags::TAINTS, &|i| {
+            1 + count(self.word(i)).saturating_mul(TAINT_WORDS)
+        });
         s
     }
 
