@@ -30,10 +30,9 @@ REPOSITORY=localhost/netcm
 BINARY=/usr/local/bin/netcm
 IMAGE_USER=65532:65532
 PORTS=(10271/tcp)
-# distroless's environment and working directory, plus glibc malloc's settings for netcm (the
-# Dockerfile's ENV says why; keep MALLOC_ENV, the Dockerfile and e2e's IMAGE_MALLOC_ENV in step).
-MALLOC_ENV=(MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072)
-IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "${MALLOC_ENV[@]}")
+# distroless's environment and working directory (netcm's allocator settings are compiled in:
+# .cargo/config.toml).
+IMAGE_ENV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt)
 WORKDIR=/home/nonroot
 
 # log, die and need; they read $tag, so an image's tag is never a variable named tag here.

@@ -386,13 +386,6 @@ impl Netcm {
     }
 }
 
-/// The image's `ENV` for glibc's malloc (the Dockerfile's; hack/image.sh's MALLOC_ENV): benchmarks run
-/// netcm with it, so their memory is the memory of the shipped image.
-pub const IMAGE_MALLOC_ENV: [(&str, &str); 2] = [
-    ("MALLOC_ARENA_MAX", "1"),
-    ("MALLOC_MMAP_THRESHOLD_", "131072"),
-];
-
 /// The sample saying whether this process leads netcm's Lease.
 pub const MASTER_STATUS: &str = "leader_election_master_status{name=\"netcm\"}";
 

@@ -3,8 +3,8 @@
     oci.py config LAYOUT TAG   the image tagged TAG as hack/image.sh check compares it with the Dockerfile:
                                the KEY<TAB>VALUE lines of hack/image/dockerfile.py, for ENTRYPOINT, USER,
                                EXPOSE, COPY (the entrypoint's file, if a layer has it), LABEL and ENV (the
-                               Dockerfile's own, MALLOC_*: distroless's PATH and SSL_CERT_FILE come from its
-                               base image)
+                               Dockerfile's own: all but distroless's PATH and SSL_CERT_FILE, which come from
+                               its base image)
     oci.py digest LAYOUT       the digest of the layout's (first) manifest: the image's identity, which
                                hack/supply-chain.sh reproducible compares
 
@@ -53,6 +53,10 @@ def files(layout, man):
     return out
 
 
+# The environment distroless's base image sets; the Dockerfile's final stage does not repeat it.
+BASE_ENV = ("PATH=", "SSL_CERT_FILE=")
+
+
 def config_lines(layout, tag):
     """The (KEY, VALUE) pairs of the image tagged `tag`, comparable with dockerfile.final_stage's."""
     man = manifest(layout, tag)
@@ -63,7 +67,7 @@ def config_lines(layout, tag):
     if ep in files(layout, man):
         out.append(("COPY", ep))
     out.extend(("LABEL", k + "=" + v) for k, v in sorted((cfg.get("Labels") or {}).items()))
-    out.extend(("ENV", e) for e in cfg.get("Env") or [] if e.startswith("MALLOC_"))
+    out.extend(("ENV", e) for e in cfg.get("Env") or [] if not e.startswith(BASE_ENV))
     return out
 
 

@@ -60,12 +60,12 @@ class ConfigLinesTest(unittest.TestCase):
             "Entrypoint": ["/usr/local/bin/netcm"], "User": "65532:65532",
             "ExposedPorts": {"10271/tcp": {}, "9/udp": {}},
             "Labels": {"b": "2", "a": "one two"},
-            "Env": ["PATH=/bin", "MALLOC_ARENA_MAX=1", "SSL_CERT_FILE=/x"],
+            "Env": ["PATH=/bin", "RUST_LOG=info", "SSL_CERT_FILE=/x"],
         }, ["./usr/local/bin/netcm", "./etc/passwd"])
         self.assertEqual(config_lines(self.layout, "0.1.0-abc"), [
             ("ENTRYPOINT", "/usr/local/bin/netcm"), ("USER", "65532:65532"),
             ("EXPOSE", "10271/tcp"), ("EXPOSE", "9/udp"), ("COPY", "/usr/local/bin/netcm"),
-            ("LABEL", "a=one two"), ("LABEL", "b=2"), ("ENV", "MALLOC_ARENA_MAX=1"),
+            ("LABEL", "a=one two"), ("LABEL", "b=2"), ("ENV", "RUST_LOG=info"),
         ])
 
     def test_no_copy_line_when_no_layer_has_the_entrypoint(self):

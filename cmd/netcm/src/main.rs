@@ -12,6 +12,13 @@ use netcm_manager::logging::sink::write_stderr_line;
 use netcm_manager::run::{run, ManagerOptions, RunError};
 use netcm_manager::StandbyContext;
 
+/// jemalloc, not glibc's malloc: a backlog replaces every cached Node twice (its CIDR, then its lease),
+/// each by a larger one, amid each write's short-lived buffers; glibc keeps the holes this leaves inside
+/// its arena resident, jemalloc reuses them by size class and gives whole free pages back at once (its
+/// settings are compiled in: `.cargo/config.toml`). Measured in docs/performance.md, "Memory per Node".
+#[global_allocator]
+static MALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// netcm — a network controller manager for Kubernetes: pod CIDR allocation, flannel-format subnet
 /// leases and node routes, leader-elected in the shape of kube-controller-manager.
 #[derive(Debug, Parser)]

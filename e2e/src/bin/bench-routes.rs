@@ -96,7 +96,7 @@ async fn main() {
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
         ],
-        &netcm_e2e::netcm::IMAGE_MALLOC_ENV,
+        &[],
     );
     wait_for("every route of the backlog", patience, || async {
         (lab.route_count() == n as usize).then_some(())

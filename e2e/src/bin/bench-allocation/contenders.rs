@@ -64,9 +64,6 @@ pub fn netcm_from(
     ]);
     cmd.args(extra);
     cmd.args(cfg.netcm_extra_args.split_whitespace());
-    // The malloc settings netcm's image runs with (Dockerfile ENV, hack/image.sh): the bench runs the
-    // binary as the image does.
-    cmd.envs(netcm_e2e::netcm::IMAGE_MALLOC_ENV);
     Contender {
         label: label.to_string(),
         cmd,
