@@ -78,8 +78,8 @@ cmd_reproducible() {
   a=$(mktemp -d /tmp/netcm-repro-a.XXXX) b=$(mktemp -d /tmp/netcm-repro-b.XXXX)
   trap 'rm -rf "$a" "$b"' RETURN
   if [ "${1:-}" = --against-checkout ]; then
-    # What goes into the image: the workspace's sources and lock file, and the image recipe.
-    git diff --quiet HEAD -- Cargo.toml Cargo.lock cmd pkg controllers hack/image.sh hack/image \
+    # What goes into the image: the workspace's sources, lock file and cargo settings, and the image recipe.
+    git diff --quiet HEAD -- .cargo Cargo.toml Cargo.lock cmd pkg controllers hack/image.sh hack/image \
       || die "the checkout's sources differ from HEAD: its image is not HEAD's (commit them, or run without --against-checkout)"
     [ -f "$root/_out/image/netcm/index.json" ] || die "no image in _out/image: run hack/image.sh build first"
     local built_from
