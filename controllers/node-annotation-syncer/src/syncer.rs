@@ -289,7 +289,9 @@ impl Syncer {
                     .collect();
                 tracing::info!(controller = NAME, node = name, changed = %changed.join(","), "published lease annotations");
                 let digest = write_digest(name, node.resource_version(), &plan.changes);
-                self.state().written.insert(name_key(name), digest);
+                let mut st = self.state();
+                netcm_table::make_room_for_one(&mut st.written);
+                st.written.insert(name_key(name), digest);
                 Ok(SyncOutcome::Done)
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {

@@ -33,7 +33,7 @@ impl Tracking {
                 uid,
                 written: false,
             };
-            netcm_ipam::table::make_room_for_one(&mut self.by_name);
+            netcm_table::make_room_for_one(&mut self.by_name);
             self.by_name.insert(name.into(), tracked);
         }
     }
@@ -53,7 +53,7 @@ impl Tracking {
                     uid: uid.into(),
                     written: true,
                 };
-                netcm_ipam::table::make_room_for_one(&mut self.by_name);
+                netcm_table::make_room_for_one(&mut self.by_name);
                 self.by_name.insert(name.into(), tracked);
             }
         }

@@ -106,7 +106,7 @@ impl Ledger {
                 Family::V6 => self.v6.insert(&span, &node),
             }
         }
-        crate::table::make_room_for_one(&mut self.nodes);
+        netcm_table::make_room_for_one(&mut self.nodes);
         self.nodes.insert(node, HeldCidrs::new(cidrs));
     }
 

@@ -20,7 +20,6 @@
 //!   overlaps one a node holds or a service range.
 //! - [`prefix_for_pods`], [`NodeSizing`] — per-Node size from capacity (opt-in): the smallest block
 //!   holding 2 addresses per pod, within the operator's bounds.
-//! - [`table::make_room_for_one`] — keeps a per-Node map from doubling under churn.
 //!
 //! ```
 //! use netcm_ipam::{AllocatorConfig, AllocatorFlags, Pools};
@@ -51,7 +50,6 @@ mod problems;
 mod selector;
 mod sizing;
 mod space;
-pub mod table;
 #[cfg(test)]
 mod test_fixtures;
 

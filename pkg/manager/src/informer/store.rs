@@ -88,12 +88,20 @@ impl<K: Cached> Store<K> {
 
     /// Stores `obj` under its name; the version it replaced, if any.
     pub fn put(&self, obj: Arc<K>) -> Option<Arc<K>> {
-        self.objects.write().replace(ByName(obj)).map(|o| o.0)
+        let mut objects = self.objects.write();
+        netcm_table::make_room_for_one(&mut *objects);
+        objects.replace(ByName(obj)).map(|o| o.0)
     }
 
     /// Drops the object `name`; the last version stored, if any.
     pub fn remove(&self, name: &str) -> Option<Arc<K>> {
         self.objects.write().take(name).map(|o| o.0)
+    }
+
+    /// How many objects it holds before its set must grow (for tests of its size under churn).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.objects.read().capacity()
     }
 
     /// Replaces every object with `objects` (a relist's result); what the cache held before.

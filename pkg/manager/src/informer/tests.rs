@@ -43,6 +43,23 @@ fn a_watch_event_with_a_new_uid_under_a_known_name_is_a_delete_then_an_add() {
     assert_eq!(describe(&apply_events(None, node("a", "a1"))), ["add a1"]);
 }
 
+#[test]
+fn a_cache_of_50000_nodes_under_churn_keeps_its_size_instead_of_doubling() {
+    let cache = store::Store::new();
+    for i in 0..50_000 {
+        cache.put(node(&format!("node-{i}"), "u"));
+    }
+    let start = cache.capacity();
+    let mut largest = start;
+    for i in 0..60_000 {
+        cache.put(node(&format!("node-{}", 50_000 + i), "u"));
+        cache.remove(&format!("node-{i}"));
+        largest = largest.max(cache.capacity());
+    }
+    assert_eq!(cache.len(), 50_000);
+    assert_eq!(largest, start, "the set stays at its size");
+}
+
 /// An informer fed by hand, with a handler that records each event and what the cache held of the
 /// event's name at that moment.
 struct Fed {
