@@ -51,6 +51,7 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         ctx.recorder.clone(),
         ctx.leader.clone(),
         metrics,
+        ctx.allocation_backlog.clone(),
     );
     Ok(Some(Controller::new().reconciler(
         syncer,

@@ -10,6 +10,8 @@ use netcm_node::Family;
 pub struct SyncerMetrics {
     /// PATCHes of lease annotations sent to the API server.
     pub writes: IntCounter,
+    /// Lease writes that waited for the subnet-allocator's backlog first.
+    pub given_way: IntCounter,
     pub(crate) invalid: IntCounterVec,
     pub(crate) waiting: IntGaugeVec,
     pub(crate) agent_managed: IntGauge,
@@ -21,6 +23,10 @@ impl SyncerMetrics {
         let writes = IntCounter::with_opts(Opts::new(
             "netcm_annotation_writes_total",
             "Lease annotation PATCHes the node-annotation-syncer sent to the API server.",
+        ))?;
+        let given_way = IntCounter::with_opts(Opts::new(
+            "netcm_annotation_writes_given_way_total",
+            "Lease writes that waited (up to 2 s each) for the subnet-allocator's backlog to end, then were decided again: a Node's CIDR comes before its lease.",
         ))?;
         let invalid = IntCounterVec::new(
             Opts::new(
@@ -47,11 +53,13 @@ impl SyncerMetrics {
             waiting.with_label_values(&[r]);
         }
         registry.register(Box::new(writes.clone()))?;
+        registry.register(Box::new(given_way.clone()))?;
         registry.register(Box::new(invalid.clone()))?;
         registry.register(Box::new(waiting.clone()))?;
         registry.register(Box::new(agent_managed.clone()))?;
         Ok(Self {
             writes,
+            given_way,
             invalid,
             waiting,
             agent_managed,

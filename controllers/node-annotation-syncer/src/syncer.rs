@@ -12,8 +12,8 @@ use kube::api::{Api, Patch, PatchParams};
 use netcm_manager::client::unread::patch_unread;
 use netcm_manager::sync_metrics::{api_reason, REASON_FENCED};
 use netcm_manager::{
-    CachedNode, EventRecorder, EventType, Fenced, LeaderGuard, NodeFields, Reconciler,
-    SharedInformer, SyncOutcome,
+    AllocationBacklog, CachedNode, EventRecorder, EventType, Fenced, LeaderGuard, NodeFields,
+    Reconciler, SharedInformer, SyncOutcome,
 };
 use parking_lot::{Mutex, MutexGuard};
 
@@ -24,6 +24,11 @@ use crate::subnet_lease::{self, Instead, InvalidOverwrite, Plan, Waiting};
 
 /// The controller's name: its workqueue, metrics label and log field.
 pub const NAME: &str = "node-annotation-syncer";
+
+/// How long a lease write waits for the subnet-allocator's backlog to end before it is written anyway:
+/// with the default 16 workers the syncer then writes ~8 leases a second during a backlog instead of
+/// taking a third of the API server's writes, and never stops.
+pub const GIVE_WAY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The Event reason for an unusable overwrite annotation.
 pub const REASON_INVALID_OVERWRITE: &str = "InvalidPublicIPOverwrite";
@@ -78,6 +83,8 @@ pub struct Syncer {
     pub(crate) recorder: EventRecorder,
     pub(crate) guard: LeaderGuard,
     pub(crate) metrics: SyncerMetrics,
+    /// The subnet-allocator's backlog, which lease writes give way to.
+    pub(crate) allocation_backlog: AllocationBacklog,
     state: Mutex<State>,
 }
 
@@ -90,6 +97,7 @@ impl Syncer {
         recorder: EventRecorder,
         guard: LeaderGuard,
         metrics: SyncerMetrics,
+        allocation_backlog: AllocationBacklog,
     ) -> Arc<Self> {
         Arc::new(Self {
             nodes,
@@ -98,6 +106,7 @@ impl Syncer {
             recorder,
             guard,
             metrics,
+            allocation_backlog,
             state: Mutex::new(State::default()),
         })
     }
@@ -225,14 +234,34 @@ impl Syncer {
     }
 
     /// The sync handler: publish the lease of one Node if anything differs. Decides from the cache alone.
+    /// While the subnet-allocator has a backlog a write gives way to it for up to [`GIVE_WAY`], then is
+    /// decided again from the cache as it is by then.
     pub async fn sync_node(&self, name: &str) -> Result<SyncOutcome, SyncError> {
+        if let Some(done) = self.decide_and_publish(name, true).await? {
+            return Ok(done);
+        }
+        self.metrics.given_way.inc();
+        self.allocation_backlog.give_way(GIVE_WAY).await;
+        Ok(self
+            .decide_and_publish(name, false)
+            .await?
+            .unwrap_or(SyncOutcome::Done))
+    }
+
+    /// Publishes the lease of one Node if anything differs; `None` if a write was due and, `may_give_way`,
+    /// it gave way to the allocator's backlog instead.
+    async fn decide_and_publish(
+        &self,
+        name: &str,
+        may_give_way: bool,
+    ) -> Result<Option<SyncOutcome>, SyncError> {
         let Some(node) = self.nodes.get(name) else {
             self.forget(name);
-            return Ok(SyncOutcome::Done);
+            return Ok(Some(SyncOutcome::Done));
         };
         if node.is_deleting() {
             // Going away: a lease for it would only make peers route to it a little longer.
-            return Ok(SyncOutcome::Done);
+            return Ok(Some(SyncOutcome::Done));
         }
         let current: BTreeMap<String, String> = node
             .annotations()
@@ -252,16 +281,19 @@ impl Syncer {
                 // Nothing to retry on a timer: the change that fixes it (pod CIDR, address) is a Node update.
                 tracing::debug!(controller = NAME, node = name, reason = %w, "not publishing a lease yet");
             }
-            return Ok(SyncOutcome::Done);
+            return Ok(Some(SyncOutcome::Done));
         }
         // An agent's lease: netcm has no say in it, not even about the agent's overwrites. Who else owns
         // a lease key is in the cache (the declared annotation owners, netcm's own left out).
         if let Some(agent) = owner::agent_lease(&self.config.keys, node.annotation_owners()) {
             self.defer(name, agent, &plan);
-            return Ok(SyncOutcome::Done);
+            return Ok(Some(SyncOutcome::Done));
         }
         self.undefer(name);
         self.report_invalid(&node, name, &plan.invalid).await;
+        if may_give_way && self.allocation_backlog.is_busy() {
+            return Ok(None);
+        }
         self.guard.ensure_leader()?;
         // Onto the cached version only: a Node changed since — an agent writing its lease — makes the PATCH
         // fail with 409 and be decided again, instead of being overwritten.
@@ -292,11 +324,11 @@ impl Syncer {
                 let mut st = self.state();
                 netcm_table::make_room_for_one(&mut st.written);
                 st.written.insert(name_key(name), digest);
-                Ok(SyncOutcome::Done)
+                Ok(Some(SyncOutcome::Done))
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.forget(name);
-                Ok(SyncOutcome::Done)
+                Ok(Some(SyncOutcome::Done))
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 Err(SyncError::Conflict(kube::Error::Api(s)))

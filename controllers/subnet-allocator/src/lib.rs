@@ -18,6 +18,7 @@
 
 pub mod allocator;
 mod assign;
+mod backlog;
 mod bad_data;
 pub mod blocks;
 mod claim_ahead;
@@ -55,7 +56,7 @@ pub fn descriptor(flags: Flags) -> ControllerDescriptor {
 /// Builds the allocator, or `None` with `--allocate-node-cidrs=false`. Before its workers start it
 /// waits for the first list of ClusterCIDRs (with `--cluster-cidr-objects`), records every CIDR the
 /// cached Nodes hold and reconciles the claims earlier leaders left; beside them, the ClusterCIDR watch
-/// (a service: the syncs read its pools), the pool reconcile loop and, with claims, the claim-ahead task
+/// (a service: the syncs read its pools), the pool reconcile loop, the backlog signal other writers give way to and, with claims, the claim-ahead task
 /// (tasks: they write, so they stop at shutdown).
 fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let Some(config) = flags.config().map_err(InitError::new)? else {
@@ -126,6 +127,10 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         controller = controller
             .task(move |shutdown| async move { release_hold::run(holds, shutdown).await });
     }
+    let (ready, backlog, workers) = (queue.clone(), ctx.allocation_backlog.clone(), ctx.workers);
+    controller = controller.task(move |shutdown| async move {
+        backlog::publish(ready, backlog, workers, shutdown).await
+    });
     let stepping_down = allocator.clone();
     let prepare = allocator.clone();
     let readiness = ctx.readiness.clone();

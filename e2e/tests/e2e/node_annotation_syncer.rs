@@ -4,12 +4,13 @@
 //!
 //! Here: leases at scale and the chain from the allocator. Beside this file: `addresses.rs` (which
 //! address becomes the public IP, overwrites, Nodes still missing a piece), `ownership.rs` (a lease
-//! another writer publishes), `beside_flanneld.rs` (the same with real flanneld agents), `flags.rs`
+//! another writer publishes), `backlog.rs` (a backlog's CIDRs come before its leases), `beside_flanneld.rs` (the same with real flanneld agents), `flags.rs`
 //! (`--annotation-prefix`), `support.rs` (expectations, waits, the audit log).
 
 mod support;
 
 mod addresses;
+mod backlog;
 mod beside_flanneld;
 mod flags;
 mod ownership;

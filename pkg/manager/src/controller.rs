@@ -46,6 +46,8 @@ pub struct InitContext {
     /// The controller's own check on `/readyz`: set a reason while it cannot serve (a missing CRD, say),
     /// clear it once it can. The replica stays alive: not ready is not broken.
     pub readiness: ControllerHealth,
+    /// Whether the subnet-allocator has a backlog: it sets it, writers of less urgent data give way.
+    pub allocation_backlog: crate::AllocationBacklog,
 }
 
 /// A workqueue key: an object's name, one allocation shared by the queue's FIFO and its dirty and

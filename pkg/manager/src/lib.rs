@@ -7,11 +7,12 @@
 //! ([`controller`]: [`Reconciler`]s and the one worker loop that runs them), what of a Node each
 //! reconciler reads ([`node_fields`]: the cache keeps only that, as a [`CachedNode`]), Events ([`events`]), the HTTP endpoints ([`http`], [`health`],
 //! and [`secure`] for TLS with delegated auth),
-//! process metrics ([`metrics`]), logs ([`logging`]), what stops a replica that cannot work ([`supervision`]), the generic flags ([`flags`]) and the main
+//! process metrics ([`metrics`]), the allocator's backlog other writers give way to ([`allocation_backlog`]), logs ([`logging`]), what stops a replica that cannot work ([`supervision`]), the generic flags ([`flags`]) and the main
 //! sequence ([`run`]). It never depends on a controller: `cmd/netcm` hands it the registry.
 //!
 //! Start reading at [`run::run`].
 
+pub mod allocation_backlog;
 pub mod client;
 pub mod controller;
 pub mod descriptor;
@@ -35,6 +36,7 @@ pub mod sync_metrics;
 pub mod test_support;
 pub mod ttl_cache;
 
+pub use allocation_backlog::AllocationBacklog;
 pub use controller::{
     Controller, InitContext, InitError, InitResult, Key, Prepared, Reconciler, SyncError,
     SyncOutcome,

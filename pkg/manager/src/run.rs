@@ -340,6 +340,7 @@ impl Manager {
             leader_elected: flags.leader_elect,
             workers: 1,
             readiness: ControllerHealth::default(),
+            allocation_backlog: crate::AllocationBacklog::default(),
         };
         let mut initialized: Initialized = Vec::new();
         for d in self.controllers.descriptors() {

@@ -25,6 +25,7 @@ fn syncer() -> Arc<Syncer> {
         EventRecorder::new(client, "netcm", "test"),
         LeaderGuard::disabled(&registry).expect("guard"),
         SyncerMetrics::register(&registry).expect("metrics"),
+        netcm_manager::AllocationBacklog::default(),
     )
 }
 

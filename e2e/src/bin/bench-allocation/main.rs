@@ -10,7 +10,9 @@
 //!   default qps 20. Then 200 Nodes arriving one at a time: create → CIDR latency.
 //! - `scale`: the same backlog at N = 50,000: the ceiling, netcm and KCM at one QPS (default 1000),
 //!   ROUNDS times (1), then the median of each round's ratios; NETCM_BIN_BEFORE adds a row for another
-//!   netcm build before this one's, to measure a change in one run.
+//!   netcm build before this one's, to measure a change in one run. NETCM_CONTROLLERS (default
+//!   `subnet-allocator`, as KCM runs nodeipam alone) runs netcm with others, e.g. the chart's
+//!   `subnet-allocator,node-annotation-syncer`; the time is still until every Node holds its CIDR.
 //! - `churn`: N = 5,000 allocated, then Nodes created and deleted at CHURN_RATE/s for CHURN_SECONDS:
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
 //! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
@@ -56,6 +58,8 @@ pub struct Config {
     pub cluster_cidr: String,
     /// Appended to every netcm command line (split on whitespace).
     pub netcm_extra_args: String,
+    /// Scale mode: netcm's `--controllers`.
+    pub netcm_controllers: String,
     /// Longest wait for a backlog to be allocated.
     pub timeout: Duration,
     pub idle: Duration,
@@ -90,6 +94,7 @@ impl Config {
             ceiling_clients: env("CEILING_CLIENTS", 16),
             cluster_cidr: env("CLUSTER_CIDR", "10.0.0.0/8".to_string()),
             netcm_extra_args: env("NETCM_EXTRA_ARGS", String::new()),
+            netcm_controllers: env("NETCM_CONTROLLERS", "subnet-allocator".to_string()),
             timeout: Duration::from_secs(env("TIMEOUT_SECONDS", 3600)),
             // Sizing mode reports no idle CPU: a short window only lets the peak RSS settle.
             idle: Duration::from_secs(env("IDLE_SECONDS", if mode == "sizing" { 5 } else { 30 })),
@@ -243,13 +248,20 @@ async fn scale_mode(client: &kube::Client, cfg: &Config) {
                 std::path::Path::new(&before),
                 cfg,
                 &label,
-                "subnet-allocator",
+                &cfg.netcm_controllers,
                 &fair,
             );
             rows.push(run_backlog(client, cfg, before).await);
         }
         let label = format!("netcm (qps {qps}, burst {burst})");
-        rows.push(run_backlog(client, cfg, netcm(cfg, &label, &fair)).await);
+        let netcm = netcm_from(
+            netcm_e2e::netcm::netcm_binary(),
+            cfg,
+            &label,
+            &cfg.netcm_controllers,
+            &fair,
+        );
+        rows.push(run_backlog(client, cfg, netcm).await);
         if !flag("ONLY_NETCM") {
             // At KCM's default qps 20, 50,000 Nodes would take 40 minutes: only the equal-QPS pair runs.
             let label = format!("kube-controller-manager nodeipam (qps {qps}, burst {burst})");
