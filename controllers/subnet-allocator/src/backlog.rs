@@ -15,13 +15,15 @@ pub(crate) fn is_backlog(ready: usize, workers: usize) -> bool {
     ready > workers
 }
 
-/// Publishes whether `queue` holds a backlog until `shutdown`; then says it has none.
+/// Publishes whether `queue` holds a backlog until `shutdown`; then, or if the task is aborted, says it
+/// has none.
 pub(crate) async fn publish(
     queue: Queue<Key>,
     backlog: AllocationBacklog,
     workers: usize,
     shutdown: CancellationToken,
 ) {
+    let backlog = ClearedOnDrop(backlog);
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -29,9 +31,17 @@ pub(crate) async fn publish(
             _ = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        backlog.set_busy(is_backlog(queue.len(), workers));
+        backlog.0.set_busy(is_backlog(queue.len(), workers));
     }
-    backlog.set_busy(false);
+}
+
+/// A stopped allocator holds nobody up, however its task ended.
+struct ClearedOnDrop(AllocationBacklog);
+
+impl Drop for ClearedOnDrop {
+    fn drop(&mut self) {
+        self.0.set_busy(false);
+    }
 }
 
 #[cfg(test)]
@@ -69,5 +79,24 @@ mod tests {
         shutdown.cancel();
         task.await.expect("publish ends at shutdown");
         assert!(!backlog.is_busy(), "a stopped allocator holds nobody up");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aborted_publisher_clears_the_backlog_too() {
+        let queue: Queue<Key> = Queue::new(
+            "backlog-abort-test",
+            netcm_workqueue::RateLimiter::default_controller(),
+            None,
+        );
+        for i in 0..3 {
+            queue.add(Key::from(format!("node-{i}")));
+        }
+        let backlog = AllocationBacklog::default();
+        let task = tokio::spawn(publish(queue, backlog.clone(), 2, CancellationToken::new()));
+        tokio::time::sleep(EVERY * 2).await;
+        assert!(backlog.is_busy());
+        task.abort();
+        let _ = task.await;
+        assert!(!backlog.is_busy());
     }
 }
