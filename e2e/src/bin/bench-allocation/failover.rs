@@ -23,13 +23,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
 use crate::contenders::{netcm_from, reset, set_name, spawn, stop, Contender};
-use crate::fixtures::{create_node, create_nodes, node_name, SetWatch};
+use crate::fixtures::{create_node, create_nodes, node_name, SetWatch, LEASE_ANNOTATION};
 use crate::measure::{ms, proc_stats};
 use crate::Config;
 use netcm_e2e::{lease_holder, LEASE_NAME};
 
-/// The annotation the node-annotation-syncer writes on every Node it published a lease for.
-const LEASE_ANNOTATION: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
 const POLL: Duration = Duration::from_millis(20);
 /// The longest any one step may take before the run gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(900);
@@ -182,6 +180,17 @@ pub async fn failover_mode(client: &kube::Client, cfg: &Config) {
     }
     eprintln!(
         "[bench] {} Nodes allocated in {:.1} s",
+        cfg.nodes,
+        started.elapsed().as_secs_f64()
+    );
+    // Leases come after the backlog's CIDRs (they give way to it): the hand-overs start on a settled
+    // cluster, not behind the syncer's own backlog.
+    if watch.wait_leased(cfg.nodes, cfg.timeout).await.is_none() {
+        stop(leader);
+        panic!("the {} Nodes' leases were not published in time", cfg.nodes);
+    }
+    eprintln!(
+        "[bench] {} Nodes' leases published in {:.1} s",
         cfg.nodes,
         started.elapsed().as_secs_f64()
     );

@@ -1,7 +1,7 @@
 //! The Nodes a run works on: realistic ~8 KB Nodes created concurrently in one POST each, a slim view of
 //! them for the bench's own watches, and a clean-up that survives tens of thousands of Nodes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -299,7 +299,18 @@ impl SlimNode {
     pub fn pod_cidrs(&self) -> &[String] {
         &self.spec.pod_cidrs
     }
+
+    /// Whether the Node carries the lease the node-annotation-syncer publishes.
+    pub fn leased(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(LEASE_ANNOTATION))
+    }
 }
+
+/// The annotation the node-annotation-syncer writes on every Node it published a lease for.
+pub const LEASE_ANNOTATION: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
 
 #[derive(Clone, Debug, Default, Deserialize)]
 struct SlimSpec {
@@ -313,11 +324,19 @@ fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     struct Meta {
         name: Option<String>,
         resource_version: Option<String>,
+        #[serde(default)]
+        annotations: BTreeMap<String, serde::de::IgnoredAny>,
     }
     let m = Meta::deserialize(d)?;
+    // Of the annotations only the lease's key is kept, with an empty value.
+    let annotations = m
+        .annotations
+        .contains_key(LEASE_ANNOTATION)
+        .then(|| BTreeMap::from([(LEASE_ANNOTATION.to_string(), String::new())]));
     Ok(ObjectMeta {
         name: m.name,
         resource_version: m.resource_version,
+        annotations,
         ..Default::default()
     })
 }
@@ -349,6 +368,8 @@ pub struct Seen {
     pub added: HashMap<String, Instant>,
     /// First event showing `spec.podCIDRs`.
     pub allocated: HashMap<String, Instant>,
+    /// First event showing the node-annotation-syncer's lease.
+    pub leased: HashMap<String, Instant>,
 }
 
 /// A running watch over one set of Nodes.
@@ -402,10 +423,14 @@ impl SetWatch {
                     _ => continue,
                 };
                 let now = Instant::now();
+                let leased = node.leased();
                 let name = node.metadata.name.unwrap_or_default();
                 let mut seen = recorder.lock().unwrap();
                 if !node.spec.pod_cidrs.is_empty() && !seen.allocated.contains_key(&name) {
                     seen.allocated.insert(name.clone(), now);
+                }
+                if leased && !seen.leased.contains_key(&name) {
+                    seen.leased.insert(name.clone(), now);
                 }
                 seen.added.entry(name).or_insert(now);
             }
@@ -422,12 +447,26 @@ impl SetWatch {
     /// Waits until `n` Nodes have a pod CIDR, polling every 20 ms; returns when the watch saw the last
     /// one, or None after `timeout`.
     pub async fn wait_allocated(&self, n: usize, timeout: Duration) -> Option<Instant> {
+        self.wait_for(n, timeout, |seen| &seen.allocated).await
+    }
+
+    /// [`SetWatch::wait_allocated`] for the node-annotation-syncer's lease.
+    pub async fn wait_leased(&self, n: usize, timeout: Duration) -> Option<Instant> {
+        self.wait_for(n, timeout, |seen| &seen.leased).await
+    }
+
+    async fn wait_for(
+        &self,
+        n: usize,
+        timeout: Duration,
+        of: fn(&Seen) -> &HashMap<String, Instant>,
+    ) -> Option<Instant> {
         let start = Instant::now();
         loop {
             {
                 let seen = self.seen.lock().unwrap();
-                if seen.allocated.len() >= n {
-                    return seen.allocated.values().max().copied();
+                if of(&seen).len() >= n {
+                    return of(&seen).values().max().copied();
                 }
             }
             if start.elapsed() > timeout {
