@@ -55,16 +55,22 @@ mod tests {
         assert!(is_backlog(33, 32));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_backlog_is_published_while_the_queue_holds_one_and_cleared_at_shutdown() {
-        let queue: Queue<Key> = Queue::new(
+    /// A queue holding `ready` Nodes.
+    fn queue_of(ready: usize) -> Queue<Key> {
+        let queue = Queue::new(
             "backlog-test",
             netcm_workqueue::RateLimiter::default_controller(),
             None,
         );
-        for i in 0..3 {
+        for i in 0..ready {
             queue.add(Key::from(format!("node-{i}")));
         }
+        queue
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_backlog_is_published_while_the_queue_holds_one_and_cleared_at_shutdown() {
+        let queue = queue_of(3);
         let backlog = AllocationBacklog::default();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(publish(queue.clone(), backlog.clone(), 2, shutdown.clone()));
@@ -83,16 +89,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_aborted_publisher_clears_the_backlog_too() {
-        let queue: Queue<Key> = Queue::new(
-            "backlog-abort-test",
-            netcm_workqueue::RateLimiter::default_controller(),
-            None,
-        );
-        for i in 0..3 {
-            queue.add(Key::from(format!("node-{i}")));
-        }
         let backlog = AllocationBacklog::default();
-        let task = tokio::spawn(publish(queue, backlog.clone(), 2, CancellationToken::new()));
+        let task = tokio::spawn(publish(
+            queue_of(3),
+            backlog.clone(),
+            2,
+            CancellationToken::new(),
+        ));
         tokio::time::sleep(EVERY * 2).await;
         assert!(backlog.is_busy());
         task.abort();
