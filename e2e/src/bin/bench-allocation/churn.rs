@@ -22,8 +22,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 
 use crate::contenders::{reset, set_name, spawn, stop, Contender};
-use crate::fixtures::{create_node, create_nodes, node_name, SetWatch};
+use crate::fixtures::{create_node, create_nodes, node_name};
 use crate::measure::{ms, percentile, proc_stats, AuditMark, ProcStats};
+use crate::set_watch::SetWatch;
 use crate::Config;
 use netcm_e2e::control_plane;
 

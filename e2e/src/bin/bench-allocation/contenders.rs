@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use crate::fixtures::{create_nodes, delete_everything, node_name, SetWatch};
+use crate::fixtures::{create_nodes, delete_everything, node_name};
 use crate::measure::{proc_stats, AuditMark, ProcStats, Writes};
+use crate::set_watch::SetWatch;
 use crate::Config;
 use netcm_e2e::{apiserver_pid, control_plane, tool, LEASE_NAMESPACE};
 

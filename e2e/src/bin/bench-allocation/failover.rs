@@ -23,8 +23,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
 use crate::contenders::{netcm_from, reset, set_name, spawn, stop, Contender};
-use crate::fixtures::{create_node, create_nodes, node_name, SetWatch, LEASE_ANNOTATION};
+use crate::fixtures::{create_node, create_nodes, node_name};
 use crate::measure::{ms, proc_stats};
+use crate::set_watch::{SetWatch, LEASE_ANNOTATION};
 use crate::Config;
 use netcm_e2e::{lease_holder, LEASE_NAME};
 

@@ -37,6 +37,7 @@ mod failover;
 mod fixtures;
 mod lived_in;
 mod measure;
+mod set_watch;
 mod sizing;
 mod summary;
 

@@ -18,7 +18,8 @@ use netcm_ipam::{
 };
 
 use crate::contenders::{allocate_backlog, netcm, reset, set_name, Row};
-use crate::fixtures::{create_shaped_nodes, Shape, SlimNode, SET_LABEL};
+use crate::fixtures::{create_shaped_nodes, Shape, SET_LABEL};
+use crate::set_watch::SlimNode;
 use crate::summary::median;
 use crate::Config;
 

@@ -1,0 +1,216 @@
+//! The bench's own watches of Nodes: a slim view of each Node (name, pod CIDRs, whether it holds its
+//! lease), and when each was first seen, first seen with a CIDR and first seen with a lease.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::runtime::watcher;
+use serde::{Deserialize, Deserializer};
+
+use crate::fixtures::SET_LABEL;
+
+/// A Node as the bench's watches see it: its name and pod CIDRs, nothing else decoded, so watching
+/// 50,000 Nodes of ~8 KB costs the bench (which shares the cores with the contender) little.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimNode {
+    #[serde(deserialize_with = "slim_meta")]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: SlimSpec,
+}
+
+impl SlimNode {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn pod_cidrs(&self) -> &[String] {
+        &self.spec.pod_cidrs
+    }
+
+    /// Whether the Node carries the lease the node-annotation-syncer publishes.
+    pub fn leased(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(LEASE_ANNOTATION))
+    }
+}
+
+/// The annotation the node-annotation-syncer writes on every Node it published a lease for.
+pub const LEASE_ANNOTATION: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct SlimSpec {
+    #[serde(default, rename = "podCIDRs")]
+    pod_cidrs: Vec<String>,
+}
+
+fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        name: Option<String>,
+        resource_version: Option<String>,
+        #[serde(default)]
+        annotations: BTreeMap<String, serde::de::IgnoredAny>,
+    }
+    let m = Meta::deserialize(d)?;
+    // Of the annotations only the lease's key is kept, with an empty value.
+    let annotations = m
+        .annotations
+        .contains_key(LEASE_ANNOTATION)
+        .then(|| BTreeMap::from([(LEASE_ANNOTATION.to_string(), String::new())]));
+    Ok(ObjectMeta {
+        name: m.name,
+        resource_version: m.resource_version,
+        annotations,
+        ..Default::default()
+    })
+}
+
+impl k8s_openapi::Resource for SlimNode {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Node";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "nodes";
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::Metadata for SlimNode {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// When the bench's watch first saw each Node of a set, and first saw it with a pod CIDR, on the
+/// bench's own monotonic clock.
+#[derive(Default)]
+pub struct Seen {
+    /// First event of any kind for the Node (normally its ADDED).
+    pub added: HashMap<String, Instant>,
+    /// First event showing `spec.podCIDRs`.
+    pub allocated: HashMap<String, Instant>,
+    /// First event showing the node-annotation-syncer's lease.
+    pub leased: HashMap<String, Instant>,
+}
+
+/// A running watch over one set of Nodes.
+pub struct SetWatch {
+    /// What the watch has seen so far.
+    pub seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SetWatch {
+    /// Starts watching the Nodes labelled with `set` and returns once the initial list is through, so
+    /// the bench's own list does not overlap the contender's start.
+    pub async fn start(client: &kube::Client, set: &str) -> SetWatch {
+        Self::with_config(
+            client,
+            watcher::Config::default().labels(&format!("{SET_LABEL}={set}")),
+        )
+        .await
+    }
+
+    /// A watch of every Node, as an informer-based controller holds one.
+    pub async fn every_node(client: &kube::Client) -> SetWatch {
+        Self::with_config(client, watcher::Config::default()).await
+    }
+
+    /// The watch asks for protobuf, as netcm's and KCM's informers do: the API server then encodes each
+    /// event once for both (it caches an event's encoding per content type), and a JSON watch here would
+    /// add an encoding the contender does not cause. `WATCH_JSON=1` watches in JSON (the runs before).
+    async fn with_config(client: &kube::Client, config: watcher::Config) -> SetWatch {
+        let client = if std::env::var("WATCH_JSON").is_ok_and(|v| v == "1") {
+            client.clone()
+        } else {
+            netcm_manager::client::protobuf::node_informer_client(client.clone())
+        };
+        let api: Api<SlimNode> = Api::all(client);
+        let seen: Arc<Mutex<Seen>> = Default::default();
+        let recorder = seen.clone();
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut synced_tx = Some(synced_tx);
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(ev) = stream.next().await {
+                let node = match ev {
+                    Ok(watcher::Event::Apply(n)) | Ok(watcher::Event::InitApply(n)) => n,
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = synced_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let now = Instant::now();
+                let leased = node.leased();
+                let name = node.metadata.name.unwrap_or_default();
+                let mut seen = recorder.lock().unwrap();
+                if !node.spec.pod_cidrs.is_empty() && !seen.allocated.contains_key(&name) {
+                    seen.allocated.insert(name.clone(), now);
+                }
+                if leased && !seen.leased.contains_key(&name) {
+                    seen.leased.insert(name.clone(), now);
+                }
+                seen.added.entry(name).or_insert(now);
+            }
+        });
+        synced_rx.await.expect("the set's watch lists its Nodes");
+        SetWatch { seen, task }
+    }
+
+    /// How many Nodes of the set have been seen with a pod CIDR.
+    pub fn allocated(&self) -> usize {
+        self.seen.lock().unwrap().allocated.len()
+    }
+
+    /// Waits until `n` Nodes have a pod CIDR, polling every 20 ms; returns when the watch saw the last
+    /// one, or None after `timeout`.
+    pub async fn wait_allocated(&self, n: usize, timeout: Duration) -> Option<Instant> {
+        self.wait_for(n, timeout, |seen| &seen.allocated).await
+    }
+
+    /// [`SetWatch::wait_allocated`] for the node-annotation-syncer's lease.
+    pub async fn wait_leased(&self, n: usize, timeout: Duration) -> Option<Instant> {
+        self.wait_for(n, timeout, |seen| &seen.leased).await
+    }
+
+    async fn wait_for(
+        &self,
+        n: usize,
+        timeout: Duration,
+        of: fn(&Seen) -> &HashMap<String, Instant>,
+    ) -> Option<Instant> {
+        let start = Instant::now();
+        loop {
+            {
+                let seen = self.seen.lock().unwrap();
+                if of(&seen).len() >= n {
+                    return of(&seen).values().max().copied();
+                }
+            }
+            if start.elapsed() > timeout {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for SetWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
