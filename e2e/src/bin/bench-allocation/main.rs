@@ -18,9 +18,9 @@
 //! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
 //!   /24 against netcm sizing CIDRs from pods (/24../28), ROUNDS (3) in alternating order: allocation
 //!   time, address space used, prefixes handed out, Nodes per /16 (method in `sizing.rs`).
-//! - `failover`: N (5,000) Nodes allocated and leased by one replica, then a SIGTERM hand-over and a kill -9
-//!   takeover to a standby: signal → Lease, → a Node registered at the signal holds its CIDR and its
-//!   lease annotations (method in `failover.rs`).
+//! - `failover`: N (5,000) Nodes allocated and leased by one replica, then a SIGTERM hand-over and a
+//!   kill -9 takeover to a standby: signal → Lease, → a Node registered at the signal holds its CIDR and
+//!   its lease annotations (method in `failover.rs`).
 //! - `lived-in`: N (5,000) Nodes allocated by an earlier leader, which goes (SIGTERM, then in a second
 //!   round kill -9) leaving its claims; its Nodes deleted, a new backlog of N for the next leader: its
 //!   time and writes against the fresh run (method in `lived_in.rs`).
