@@ -15,13 +15,11 @@ use kube::api::Api;
 use netcm_node::CachedNode;
 use netcm_workqueue::WorkqueueMetrics;
 use prometheus::Registry;
-use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::ClientError;
-use crate::controller::{Controller, InitContext};
+use crate::controller::Controller;
 use crate::duration::format_duration;
-use crate::events::EventRecorder;
 use crate::flags::GenericFlags;
 use crate::http;
 use crate::informer::SharedInformer;
@@ -34,12 +32,13 @@ use crate::supervision::{ControllerHealth, Failure, Supervisor};
 mod catch_up;
 mod clients;
 mod health;
+mod init;
 mod process;
 mod tasks;
 
 use clients::Clients;
 use health::Health;
-use process::{bind, own_node_name, termination_signal, wait_for_apiserver};
+use process::{bind, termination_signal, wait_for_apiserver};
 use tasks::{Informer, Running, Term};
 
 /// How long in-flight syncs may take to finish on shutdown or lost leadership.
@@ -323,57 +322,6 @@ impl Manager {
         }
         self.publish_effective_config().await;
         Ok(Some(Term::start(elector)))
-    }
-
-    /// Init: call each enabled controller's init function, in registry order and with KCM's start
-    /// interval and jitter. Inits subscribe to `nodes` and build queues; they spawn nothing.
-    async fn init(&self, nodes: &SharedInformer<CachedNode>) -> Result<Initialized, RunError> {
-        let flags = &self.opts.flags;
-        let ctx = InitContext {
-            client: self.client.clone(),
-            nodes: nodes.clone(),
-            registry: self.registry.clone(),
-            workqueue_metrics: self.workqueue_metrics.clone(),
-            recorder: EventRecorder::new(self.client.clone(), "netcm", &self.lease.identity),
-            leader: self.guard.clone(),
-            node_name: own_node_name(&self.client).await,
-            leader_elected: flags.leader_elect,
-            workers: 1,
-            readiness: ControllerHealth::default(),
-            allocation_backlog: crate::AllocationBacklog::default(),
-        };
-        let mut initialized: Initialized = Vec::new();
-        for d in self.controllers.descriptors() {
-            if !self.enabled.contains(&d.name) {
-                tracing::info!(
-                    controller = d.name,
-                    "skipping controller: disabled by --controllers"
-                );
-                continue;
-            }
-            if !flags.controller_start_interval.is_zero() {
-                let jitter = rand::rng().random_range(0.0..1.0);
-                tokio::time::sleep(flags.controller_start_interval.mul_f64(1.0 + jitter)).await;
-            }
-            let ctx = InitContext {
-                client: self.clients.fenced()?,
-                workers: d.workers(),
-                readiness: ControllerHealth::default(),
-                ..ctx.clone()
-            };
-            self.health.add_readiness(d.name, ctx.readiness.clone());
-            match d.init(&ctx).map_err(|source| RunError::Init {
-                name: d.name,
-                source,
-            })? {
-                Some(c) => initialized.push((d.name, c)),
-                None => tracing::info!(
-                    controller = d.name,
-                    "skipping controller: disabled by its configuration"
-                ),
-            }
-        }
-        Ok(initialized)
     }
 
     /// Sync: wait for the informer's first full list and, when it started before the Lease was won
