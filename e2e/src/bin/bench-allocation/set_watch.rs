@@ -13,8 +13,9 @@ use serde::{Deserialize, Deserializer};
 
 use crate::fixtures::SET_LABEL;
 
-/// A Node as the bench's watches see it: its name and pod CIDRs, nothing else decoded, so watching
-/// 50,000 Nodes of ~8 KB costs the bench (which shares the cores with the contender) little.
+/// A Node as the bench's watches see it: its name, pod CIDRs and whether it holds its lease, nothing
+/// else kept, so watching 50,000 Nodes of ~8 KB costs the bench (which shares the cores with the
+/// contender) little.
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimNode {
     #[serde(deserialize_with = "slim_meta")]
@@ -92,8 +93,8 @@ impl k8s_openapi::Metadata for SlimNode {
     }
 }
 
-/// When the bench's watch first saw each Node of a set, and first saw it with a pod CIDR, on the
-/// bench's own monotonic clock.
+/// When the bench's watch first saw each Node of a set, first saw it with a pod CIDR and first saw it
+/// with its lease, on the bench's own monotonic clock.
 #[derive(Default)]
 pub struct Seen {
     /// First event of any kind for the Node (normally its ADDED).
