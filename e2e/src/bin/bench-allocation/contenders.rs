@@ -4,12 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
-
-use crate::fixtures::{create_nodes, delete_everything, node_name};
+use crate::fixtures::{create_nodes, delete_everything};
 use crate::measure::{proc_stats, AuditMark, ProcStats, Writes};
 use crate::set_watch::SetWatch;
 use crate::Config;
@@ -19,11 +14,14 @@ use netcm_e2e::{apiserver_pid, control_plane, tool, LEASE_NAMESPACE};
 pub struct Row {
     pub contender: String,
     pub seconds: f64,
+    /// Until the last Node held its lease annotations too, for a contender that writes them.
+    pub leased_seconds: Option<f64>,
     pub writes: Writes,
-    /// Peak RSS (over allocation and the idle window) and CPU seconds until the last allocation.
+    /// Peak RSS (over allocation and the idle window) and CPU seconds until the last allocation (for
+    /// a contender that writes leases too, its CPU until the last lease is in the run's log).
     pub stats: Option<ProcStats>,
     pub idle_cpu_pct: Option<f64>,
-    /// kube-apiserver's CPU seconds from the start until the last allocation was seen.
+    /// kube-apiserver's CPU seconds from the start until the last timed write was seen.
     pub apiserver_cpu_seconds: f64,
 }
 
@@ -33,6 +31,16 @@ pub struct Contender {
     pub cmd: Command,
     /// What its requests' user agent contains, to find its writes in the audit log.
     pub ua: &'static str,
+    /// Whether it writes flannel's lease annotations (runs the node-annotation-syncer): then it is timed
+    /// until every Node holds them too.
+    pub leases: bool,
+}
+
+/// Whether a `--controllers` value starts the node-annotation-syncer.
+pub fn runs_syncer(controllers: &str) -> bool {
+    let items: Vec<&str> = controllers.split(',').map(str::trim).collect();
+    !items.contains(&"-node-annotation-syncer")
+        && (items.contains(&"*") || items.contains(&"node-annotation-syncer"))
 }
 
 /// netcm with only the subnet allocator, the bench's cluster CIDR, `extra` args and then NETCM_EXTRA_ARGS.
@@ -69,6 +77,7 @@ pub fn netcm_from(
         label: label.to_string(),
         cmd,
         ua: "netcm/",
+        leases: runs_syncer(controllers),
     }
 }
 
@@ -91,6 +100,7 @@ pub fn kcm(cfg: &Config, label: &str, qps: u32, burst: u32) -> Contender {
         label: label.to_string(),
         cmd,
         ua: "kube-controller-manager",
+        leases: false,
     }
 }
 
@@ -207,12 +217,26 @@ pub async fn allocate_backlog_ending(
         );
     };
     let at_finish = proc_stats(child.id());
+    let leased = if c.leases {
+        let Some(leased) = watch.wait_leased(n, cfg.timeout).await else {
+            stop(child);
+            panic!(
+                "{}: not every Node holds its lease after {:?}",
+                c.label, cfg.timeout
+            );
+        };
+        Some(leased)
+    } else {
+        None
+    };
+    let at_leased = proc_stats(child.id());
     let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
     // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
     tokio::time::sleep(cfg.idle).await;
     let after_idle = proc_stats(child.id());
     stop_with(child, signal);
     let seconds = finished.duration_since(start).as_secs_f64();
+    let leased_seconds = leased.map(|l| l.duration_since(start).as_secs_f64());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = mark.writes(c.ua, "");
     drop(watch);
@@ -221,15 +245,16 @@ pub async fn allocate_backlog_ending(
         ..at_finish
     };
     let idle_cpu_pct =
-        (after_idle.cpu_seconds - at_finish.cpu_seconds) / cfg.idle.as_secs_f64() * 100.0;
+        (after_idle.cpu_seconds - at_leased.cpu_seconds) / cfg.idle.as_secs_f64() * 100.0;
     eprintln!(
-        "[bench] {}: {seconds:.1} s, {} node writes, {} claim writes ({} refused), peak RSS {:.1} MiB, \
+        "[bench] {}: {seconds:.1} s (leases: {leased_seconds:.1?} s, CPU until then {:.1} s), {} node writes, {} claim writes ({} refused), peak RSS {:.1} MiB, \
          CPU {:.1} s, idle CPU {idle_cpu_pct:.2} %",
-        c.label, writes.node, writes.claim, writes.failed, stats.peak_rss_mib, stats.cpu_seconds
+        c.label, at_leased.cpu_seconds, writes.node, writes.claim, writes.failed, stats.peak_rss_mib, stats.cpu_seconds
     );
     Row {
         contender: c.label,
         seconds,
+        leased_seconds,
         writes,
         stats: Some(stats),
         idle_cpu_pct: Some(idle_cpu_pct),
@@ -237,127 +262,20 @@ pub async fn allocate_backlog_ending(
     }
 }
 
-/// The `i`-th /24 of 10.0.0.0/8, the ceiling's stand-in for an allocator's choice.
-fn ceiling_cidr(i: usize) -> String {
-    format!("10.{}.{}.0/24", (i / 256) % 256, i % 256)
-}
+#[cfg(test)]
+mod tests {
+    use super::runs_syncer;
 
-/// What the ceiling's PATCHes run beside.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum CeilingLoad {
-    /// Nothing: the PATCHes alone, timed until the last response.
-    Bare,
-    /// The bench's own watch of the set, which every contender's run has too; timed as contenders are,
-    /// until that watch has seen every Node with a CIDR.
-    Observed,
-    /// Observed, plus a watch of every Node such as any informer-based allocator holds.
-    Informer,
-}
+    #[test]
+    fn the_charts_controllers_and_every_controller_run_the_syncer() {
+        assert!(runs_syncer("subnet-allocator,node-annotation-syncer"));
+        assert!(runs_syncer("*"));
+        assert!(runs_syncer("*,-route-controller"));
+    }
 
-/// How the ceiling's PATCHes are written.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum CeilingPatch {
-    /// A strategic-merge PATCH of `spec.podCIDR(s)`, as KCM writes them: the API server's cheapest.
-    Strategic,
-    /// A JSON Patch shaped as netcm's (a `test` of the annotations as cached, then the two adds): what
-    /// the fence's precondition costs the API server, which must serialize the Node to JSON to apply it.
-    /// (netcm also tests the UID, which the bench does not read; a test costs a comparison.)
-    JsonAsNetcm,
-}
-
-/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller, under
-/// `load`.
-pub async fn api_ceiling(
-    client: &kube::Client,
-    cfg: &Config,
-    load: CeilingLoad,
-    shape: CeilingPatch,
-) -> Row {
-    let n = cfg.nodes;
-    let set = "bench-ceiling";
-    create_nodes(client, set, n, cfg.creators).await;
-    let api: Api<Node> = Api::all(client.clone());
-    let watch = match load {
-        CeilingLoad::Bare => None,
-        _ => Some(SetWatch::start(client, set).await),
-    };
-    let informer = match load {
-        CeilingLoad::Informer => Some(SetWatch::every_node(client).await),
-        _ => None,
-    };
-    let mark = AuditMark::now(&control_plane().audit_log);
-    let apiserver = apiserver_pid();
-    let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
-    let start = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let api = api.clone();
-            let client = client.clone();
-            async move {
-                let cidr = ceiling_cidr(i);
-                let name = node_name(set, i);
-                let params = PatchParams::default();
-                let url = kube::core::Request::new(api.resource_url());
-                // Sent as netcm sends its PATCHes: the answer is not decoded (a client that decodes
-                // 8 KB per answer would take cores from the API server and lower the ceiling).
-                let request = match shape {
-                    CeilingPatch::Strategic => {
-                        let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
-                        url.patch(&name, &params, &Patch::Strategic(&patch))
-                    }
-                    CeilingPatch::JsonAsNetcm => {
-                        let patch: json_patch::Patch = serde_json::from_value(json!([
-                            {"op": "test", "path": "/metadata/annotations", "value": null},
-                            {"op": "add", "path": "/spec/podCIDR", "value": cidr},
-                            {"op": "add", "path": "/spec/podCIDRs", "value": [cidr]},
-                        ]))
-                        .unwrap();
-                        url.patch(&name, &params, &Patch::Json::<()>(patch))
-                    }
-                }
-                .unwrap();
-                client
-                    .request::<serde::de::IgnoredAny>(request)
-                    .await
-                    .unwrap();
-            }
-        })
-        .buffer_unordered(cfg.ceiling_clients)
-        .collect::<Vec<_>>()
-        .await;
-    let finished = match &watch {
-        None => Instant::now(),
-        Some(w) => w
-            .wait_allocated(n, cfg.timeout)
-            .await
-            .expect("the ceiling's watch sees every PATCH"),
-    };
-    let seconds = finished.duration_since(start).as_secs_f64();
-    let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
-    drop(informer);
-    drop(watch);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let writes = mark.writes("", set);
-    let what = match (load, shape) {
-        (CeilingLoad::Bare, CeilingPatch::Strategic) => "no watch",
-        (CeilingLoad::Bare, CeilingPatch::JsonAsNetcm) => "no watch, JSON Patch as netcm's",
-        (CeilingLoad::Observed, _) => "the bench's watch",
-        (CeilingLoad::Informer, _) => "the bench's watch + a watch of every Node",
-    };
-    eprintln!(
-        "[bench] ceiling ({what}): {seconds:.1} s, {} node writes",
-        writes.node
-    );
-    reset(client, cfg.nodes).await;
-    Row {
-        contender: format!(
-            "API ceiling ({} concurrent PATCHes, {what})",
-            cfg.ceiling_clients
-        ),
-        seconds,
-        writes,
-        stats: None,
-        idle_cpu_pct: None,
-        apiserver_cpu_seconds,
+    #[test]
+    fn the_allocator_alone_or_the_syncer_turned_off_does_not() {
+        assert!(!runs_syncer("subnet-allocator"));
+        assert!(!runs_syncer("*,-node-annotation-syncer"));
     }
 }

@@ -61,7 +61,7 @@ pub fn realistic_status(i: usize, pods: u32) -> serde_json::Value {
             cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
         ],
         "addresses": [
-            {"type": "InternalIP", "address": format!("198.51.{}.{}", (i / 250) % 250, i % 250 + 1)},
+            {"type": "InternalIP", "address": internal_ip(i)},
             {"type": "Hostname", "address": format!("bench-host-{i}.example.com")}
         ],
         "capacity": {"cpu": "16", "memory": "65843856Ki", "pods": pods.to_string(), "ephemeral-storage": "203056560Ki",
@@ -312,4 +312,9 @@ pub fn compact_etcd() -> Option<(f64, f64)> {
     post("/v3/maintenance/defragment", json!({}))?;
     let after = size(&post("/v3/maintenance/status", json!({}))?)?;
     Some((before, after))
+}
+
+/// The InternalIP of Node `i` of a set.
+pub fn internal_ip(i: usize) -> String {
+    format!("198.51.{}.{}", (i / 250) % 250, i % 250 + 1)
 }

@@ -12,7 +12,8 @@
 //!   ROUNDS times (1), then the median of each round's ratios; NETCM_BIN_BEFORE adds a row for another
 //!   netcm build before this one's, to measure a change in one run. NETCM_CONTROLLERS (default
 //!   `subnet-allocator`, as KCM runs nodeipam alone) runs netcm with others, e.g. the chart's
-//!   `subnet-allocator,node-annotation-syncer`; the time is still until every Node holds its CIDR.
+//!   `subnet-allocator,node-annotation-syncer`: then the ceiling also makes both writes per Node (the
+//!   CIDR, then the lease annotations) and netcm is timed until every Node holds its lease as well.
 //! - `churn`: N = 5,000 allocated, then Nodes created and deleted at CHURN_RATE/s for CHURN_SECONDS:
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
 //! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
@@ -31,6 +32,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod ceiling;
 mod churn;
 mod contenders;
 mod failover;
@@ -43,9 +45,8 @@ mod summary;
 
 use std::time::Duration;
 
-use contenders::{
-    api_ceiling, kcm, netcm, netcm_from, run_backlog, CeilingLoad, CeilingPatch, Row,
-};
+use ceiling::{api_ceiling, CeilingLoad, CeilingPatch};
+use contenders::{kcm, netcm, netcm_from, run_backlog, runs_syncer, Row};
 use measure::{ms, percentile};
 
 /// Settings from the environment (names in capitals in the README).
@@ -153,10 +154,15 @@ async fn main() {
 }
 
 /// The ceiling rows: bare first (every ratio is against it), then under the loads contenders carry.
-/// With CEILING_JSON_PATCH=1, also bare with PATCHes shaped as netcm's.
+/// With CEILING_JSON_PATCH=1, also bare with PATCHes shaped as netcm's; when netcm runs the
+/// node-annotation-syncer, also bare with both writes per Node (the CIDR, then the lease).
 async fn ceilings(client: &kube::Client, cfg: &Config) -> Vec<Row> {
     let smp = CeilingPatch::Strategic;
     let mut rows = vec![api_ceiling(client, cfg, CeilingLoad::Bare, smp).await];
+    if runs_syncer(&cfg.netcm_controllers) {
+        let two = CeilingPatch::TwoWrites;
+        rows.push(api_ceiling(client, cfg, CeilingLoad::Bare, two).await);
+    }
     if flag("CEILING_JSON_PATCH") {
         let json = CeilingPatch::JsonAsNetcm;
         rows.push(api_ceiling(client, cfg, CeilingLoad::Bare, json).await);
@@ -312,20 +318,31 @@ fn print_table(cfg: &Config, rows: &[Row]) {
          kube-apiserver, {cores} cores\n",
         fixtures::node_bytes() as f64 / 1000.0
     );
+    let two_writes = rows
+        .iter()
+        .find(|r| r.contender.contains("two writes per Node"))
+        .and_then(|r| r.leased_seconds);
     println!(
-        "| contender | time to allocate all | Nodes/s | × ceiling | node writes per Node | claim writes \
-         per Node | peak RSS MiB | CPU s | idle CPU % | API server CPU s |"
+        "| contender | time to allocate all | Nodes/s | × ceiling | every Node holds its lease | × ceiling \
+         of two writes | node writes per Node | claim writes per Node | peak RSS MiB | CPU s | idle CPU % | \
+         API server CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "–".into());
     for r in rows {
         let is_ceiling = r.stats.is_none();
         println!(
-            "| {} | {:.1} s | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {:.1} |",
+            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {:.2} | {} | {} | {} | {} | {:.1} |",
             r.contender,
             r.seconds,
             n as f64 / r.seconds,
             r.seconds / ceiling,
+            or_dash(r.leased_seconds.map(|l| format!("{l:.1} s"))),
+            or_dash(
+                r.leased_seconds
+                    .zip(two_writes)
+                    .map(|(l, c)| format!("{:.2}", l / c))
+            ),
             r.writes.node as f64 / n as f64,
             or_dash((!is_ceiling).then(|| format!("{:.3}", r.writes.claim as f64 / n as f64))),
             or_dash(r.stats.map(|s| format!("{:.1}", s.peak_rss_mib))),

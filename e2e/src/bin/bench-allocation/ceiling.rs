@@ -1,0 +1,180 @@
+//! The API server's ceiling: the writes an allocator makes, sent by the bench's own concurrent clients
+//! with no controller, so every contender's time has a floor measured in the same run.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::contenders::{reset, Row};
+use crate::fixtures::{create_nodes, internal_ip, node_name};
+use crate::measure::{proc_stats, AuditMark};
+use crate::set_watch::SetWatch;
+use crate::set_watch::LEASE_ANNOTATION;
+use crate::Config;
+use netcm_e2e::{apiserver_pid, control_plane};
+
+/// The `i`-th /24 of 10.0.0.0/8, the ceiling's stand-in for an allocator's choice.
+fn ceiling_cidr(i: usize) -> String {
+    format!("10.{}.{}.0/24", (i / 256) % 256, i % 256)
+}
+
+/// What the ceiling's PATCHes run beside.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CeilingLoad {
+    /// Nothing: the PATCHes alone, timed until the last response.
+    Bare,
+    /// The bench's own watch of the set, which every contender's run has too; timed as contenders are,
+    /// until that watch has seen every Node with a CIDR.
+    Observed,
+    /// Observed, plus a watch of every Node such as any informer-based allocator holds.
+    Informer,
+}
+
+/// How the ceiling's PATCHes are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CeilingPatch {
+    /// A strategic-merge PATCH of `spec.podCIDR(s)`, as KCM writes them: the API server's cheapest.
+    Strategic,
+    /// A JSON Patch shaped as netcm's (a `test` of the annotations as cached, then the two adds): what
+    /// the fence's precondition costs the API server, which must serialize the Node to JSON to apply it.
+    /// (netcm also tests the UID, which the bench does not read; a test costs a comparison.)
+    JsonAsNetcm,
+    /// Both writes the chart's two controllers make per Node, one after the other: the strategic-merge
+    /// PATCH of `spec.podCIDR(s)`, then a merge PATCH of flannel's lease annotations as the
+    /// node-annotation-syncer writes them at its defaults (host-gw). (The syncer also sends the cached
+    /// `resourceVersion`, which the bench does not read; a precondition costs a comparison.)
+    TwoWrites,
+}
+
+/// The merge PATCH of Node `i`'s lease annotations, as the node-annotation-syncer writes them.
+fn lease_patch(i: usize) -> serde_json::Value {
+    let prefix = LEASE_ANNOTATION
+        .strip_suffix("kube-subnet-manager")
+        .expect("the lease annotation ends with kube-subnet-manager");
+    json!({"metadata": {"annotations": {
+        LEASE_ANNOTATION: "true",
+        format!("{prefix}backend-type"): "host-gw",
+        format!("{prefix}backend-data"): "null",
+        format!("{prefix}public-ip"): internal_ip(i),
+    }}})
+}
+
+/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller, under
+/// `load`.
+pub async fn api_ceiling(
+    client: &kube::Client,
+    cfg: &Config,
+    load: CeilingLoad,
+    shape: CeilingPatch,
+) -> Row {
+    let n = cfg.nodes;
+    let set = "bench-ceiling";
+    create_nodes(client, set, n, cfg.creators).await;
+    let api: Api<Node> = Api::all(client.clone());
+    let watch = match load {
+        CeilingLoad::Bare => None,
+        _ => Some(SetWatch::start(client, set).await),
+    };
+    let informer = match load {
+        CeilingLoad::Informer => Some(SetWatch::every_node(client).await),
+        _ => None,
+    };
+    let mark = AuditMark::now(&control_plane().audit_log);
+    let apiserver = apiserver_pid();
+    let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
+    let start = Instant::now();
+    let cidrs_written: Vec<Instant> = futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            let client = client.clone();
+            async move {
+                let cidr = ceiling_cidr(i);
+                let name = node_name(set, i);
+                let params = PatchParams::default();
+                let url = kube::core::Request::new(api.resource_url());
+                // Sent as netcm sends its PATCHes: the answer is not decoded (a client that decodes
+                // 8 KB per answer would take cores from the API server and lower the ceiling).
+                let request = match shape {
+                    CeilingPatch::Strategic | CeilingPatch::TwoWrites => {
+                        let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                        url.patch(&name, &params, &Patch::Strategic(&patch))
+                    }
+                    CeilingPatch::JsonAsNetcm => {
+                        let patch: json_patch::Patch = serde_json::from_value(json!([
+                            {"op": "test", "path": "/metadata/annotations", "value": null},
+                            {"op": "add", "path": "/spec/podCIDR", "value": cidr},
+                            {"op": "add", "path": "/spec/podCIDRs", "value": [cidr]},
+                        ]))
+                        .unwrap();
+                        url.patch(&name, &params, &Patch::Json::<()>(patch))
+                    }
+                }
+                .unwrap();
+                client
+                    .request::<serde::de::IgnoredAny>(request)
+                    .await
+                    .unwrap();
+                let cidr_written = Instant::now();
+                if shape == CeilingPatch::TwoWrites {
+                    let url = kube::core::Request::new(api.resource_url());
+                    let request = url
+                        .patch(&name, &params, &Patch::Merge(&lease_patch(i)))
+                        .unwrap();
+                    client
+                        .request::<serde::de::IgnoredAny>(request)
+                        .await
+                        .unwrap();
+                }
+                cidr_written
+            }
+        })
+        .buffer_unordered(cfg.ceiling_clients)
+        .collect()
+        .await;
+    let all_written = Instant::now();
+    let finished = match &watch {
+        // Two writes: the last CIDR is the last CIDR PATCH answered; every write ended at `all_written`.
+        None => cidrs_written.iter().max().copied().unwrap_or(all_written),
+        Some(w) => w
+            .wait_allocated(n, cfg.timeout)
+            .await
+            .expect("the ceiling's watch sees every PATCH"),
+    };
+    let seconds = finished.duration_since(start).as_secs_f64();
+    let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
+    drop(informer);
+    drop(watch);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = mark.writes("", set);
+    let what = match (load, shape) {
+        (CeilingLoad::Bare, CeilingPatch::Strategic) => "no watch",
+        (CeilingLoad::Bare, CeilingPatch::JsonAsNetcm) => "no watch, JSON Patch as netcm's",
+        (CeilingLoad::Bare, CeilingPatch::TwoWrites) => {
+            "no watch, two writes per Node: CIDR, then lease"
+        }
+        (CeilingLoad::Observed, _) => "the bench's watch",
+        (CeilingLoad::Informer, _) => "the bench's watch + a watch of every Node",
+    };
+    eprintln!(
+        "[bench] ceiling ({what}): {seconds:.1} s, {} node writes, every write done at {:.1} s",
+        writes.node,
+        all_written.duration_since(start).as_secs_f64()
+    );
+    reset(client, cfg.nodes).await;
+    Row {
+        contender: format!(
+            "API ceiling ({} concurrent PATCHes, {what})",
+            cfg.ceiling_clients
+        ),
+        seconds,
+        leased_seconds: (shape == CeilingPatch::TwoWrites)
+            .then(|| all_written.duration_since(start).as_secs_f64()),
+        writes,
+        stats: None,
+        idle_cpu_pct: None,
+        apiserver_cpu_seconds,
+    }
+}
