@@ -49,6 +49,14 @@ pub enum CeilingPatch {
     TwoWrites,
 }
 
+/// When the ceiling of two writes per Node had made them all, if the run has that row: the only ceiling
+/// row (no process stats) that times leases.
+pub fn two_writes_seconds(rows: &[Row]) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.stats.is_none() && r.leased_seconds.is_some())
+        .and_then(|r| r.leased_seconds)
+}
+
 /// The merge PATCH of Node `i`'s lease annotations, as the node-annotation-syncer writes them.
 fn lease_patch(i: usize) -> serde_json::Value {
     let prefix = LEASE_ANNOTATION

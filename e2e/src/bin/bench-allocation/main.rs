@@ -318,10 +318,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
          kube-apiserver, {cores} cores\n",
         fixtures::node_bytes() as f64 / 1000.0
     );
-    let two_writes = rows
-        .iter()
-        .find(|r| r.contender.contains("two writes per Node"))
-        .and_then(|r| r.leased_seconds);
+    let two_writes = crate::ceiling::two_writes_seconds(rows);
     println!(
         "| contender | time to allocate all | Nodes/s | × ceiling | every Node holds its lease | × ceiling \
          of two writes | node writes per Node | claim writes per Node | peak RSS MiB | CPU s | idle CPU % | \

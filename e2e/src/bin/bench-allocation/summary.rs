@@ -32,10 +32,7 @@ fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundRatio
     let json_patch = rows
         .iter()
         .find(|r| r.contender.contains("JSON Patch as netcm's"));
-    let two_writes = rows
-        .iter()
-        .find(|r| r.contender.contains("two writes per Node"))
-        .and_then(|r| r.leased_seconds);
+    let two_writes = crate::ceiling::two_writes_seconds(rows);
     Some(RoundRatios {
         netcm_seconds: n.seconds,
         over_bare: n.seconds / bare.seconds,
