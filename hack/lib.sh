@@ -28,6 +28,16 @@ wait_until() {
   return 1
 }
 
+# kubectl_wait SECONDS KUBECTL WAIT-ARGS...: `KUBECTL wait WAIT-ARGS`, tried again until SECONDS pass.
+# kubectl wait fails at once rather than waiting when an object's status has no conditions yet ("accessor
+# error: <nil> is of the type <nil>"): a CRD the API server has not marked yet, a Node just registered.
+kubectl_wait() {
+  local seconds=$1 kubectl=$2
+  shift 2
+  wait_until $(((seconds + 4) / 5)) 1 "$kubectl" wait --timeout=4s "$@" >/dev/null 2>&1 ||
+    "$kubectl" wait --timeout=1s "$@" >/dev/null # the last try's error is the one to show
+}
+
 # alive NAME: the process in $state/NAME.pid is running.
 alive() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
 

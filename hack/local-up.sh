@@ -18,6 +18,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+tag=local-up
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 
 bash hack/install-prereqs.sh >/dev/null
 
@@ -44,7 +47,7 @@ if [ "$chart" = 1 ] || [ -n "${NODES:-}" ]; then
     --set allocator.clusterCIDR="${CLUSTER_CIDR/,/\\,}" \
     --set allocator.nodeCIDRMaskSizeIPv4=24 --set allocator.nodeCIDRMaskSizeIPv6=64 \
     --set allocator.serviceClusterIPRange="$SERVICE_CIDR" "$@"
-  "$kubectl" wait --for=condition=Ready --timeout=120s nodes --all
+  kubectl_wait 120 "$kubectl" --for=condition=Ready nodes --all
   "$kubectl" get nodes -o custom-columns=NAME:.metadata.name,READY:.status.conditions[-1].status,POD-CIDRS:.spec.podCIDRs
   if [ "$chart" = 1 ]; then
     # The leader is the pod whose gauge says so: on the host network the Lease names the machine's
@@ -117,7 +120,7 @@ kubectl=$(bash hack/controlplane.sh bin kubectl)
 
 echo "installing the chart's CRDs (PodCIDRClaim)"
 "$kubectl" apply --server-side --field-manager=netcm-local-up -f charts/netcm/crds/ >/dev/null
-"$kubectl" wait --for=condition=Established --timeout=60s -f charts/netcm/crds/ >/dev/null
+kubectl_wait 60 "$kubectl" --for=condition=Established -f charts/netcm/crds/
 
 echo "registering sample Nodes"
 for i in 1 2 3 4 5; do

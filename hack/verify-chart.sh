@@ -230,10 +230,10 @@ log "namespaces $ns_default (Pod Security: restricted) and $ns_all_on exist"
 
 log "installing the minimal ServiceMonitor CRD (hack/testdata/servicemonitor-crd.yaml)"
 "$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/servicemonitor-crd.yaml" >/dev/null
-"$kubectl" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com >/dev/null
+kubectl_wait 60 "$kubectl" --for=condition=Established crd/servicemonitors.monitoring.coreos.com
 log "installing the minimal PrometheusRule CRD (hack/testdata/prometheusrule-crd.yaml)"
 "$kubectl" apply --server-side --field-manager="$field_manager" -f "$root/hack/testdata/prometheusrule-crd.yaml" >/dev/null
-"$kubectl" wait --for=condition=Established --timeout=60s crd/prometheusrules.monitoring.coreos.com >/dev/null
+kubectl_wait 60 "$kubectl" --for=condition=Established crd/prometheusrules.monitoring.coreos.com
 
 dry_run() { # NAME: every object of the rendering, server-side applied in dry-run mode
   local name=$1 file=$out/$1.yaml err=$out/$1.dry-run.stderr

@@ -34,8 +34,7 @@ export NETCM_E2E_KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 kubectl=$(bash hack/controlplane.sh bin kubectl)
 "$kubectl" --kubeconfig="$NETCM_E2E_KUBECONFIG" apply --server-side --force-conflicts \
   --field-manager=netcm-bench -f charts/netcm/crds >/dev/null
-"$kubectl" --kubeconfig="$NETCM_E2E_KUBECONFIG" wait --for=condition=Established --timeout=60s \
-  -f charts/netcm/crds >/dev/null
+kubectl_wait 60 "$kubectl" --kubeconfig="$NETCM_E2E_KUBECONFIG" --for=condition=Established -f charts/netcm/crds
 cargo build --release --locked -p netcm -p netcm-e2e --bin netcm --bin bench-allocation
 
 # The Deployment's arguments as the chart renders them with its default values, less what the bench
