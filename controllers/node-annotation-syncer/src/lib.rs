@@ -27,9 +27,17 @@ use netcm_manager::{Controller, ControllerDescriptor, InitContext, InitError, In
 pub use flags::{Config, Flags};
 pub use syncer::{Syncer, NAME};
 
-/// The registry entry.
+/// Other names `--controllers` accepts for the syncer.
+pub const ALIASES: &[&str] = &["annotations"];
+
+/// The registry entry: on by default (`*` starts it).
 pub fn descriptor(flags: Flags) -> ControllerDescriptor {
-    ControllerDescriptor::new(NAME, &["annotations"], flags)
+    ControllerDescriptor::new(NAME, ALIASES, flags)
+}
+
+/// Whether netcm started with `--controllers=controllers` runs the syncer, as its registry decides.
+pub fn is_enabled(controllers: &[String]) -> bool {
+    netcm_manager::registry::enables(controllers, NAME, ALIASES, false)
 }
 
 /// Builds the syncer: its metrics, and a queue fed by every Node event.
@@ -58,4 +66,35 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         queue,
         ctx.workers,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netcm_manager::Registry;
+
+    #[test]
+    fn is_enabled_answers_as_the_registry_holding_the_syncers_descriptor() {
+        let flags = netcm_manager::test_support::parse_flags(&[]).expect("flags parse");
+        let registry = Registry::new(vec![descriptor(flags)]).expect("a valid registry");
+        for controllers in [
+            "*",
+            "-node-annotation-syncer,*",
+            "*,-annotations",
+            "annotations,-node-annotation-syncer",
+            "subnet-allocator",
+        ] {
+            let list: Vec<String> = controllers.split(',').map(str::to_owned).collect();
+            let by_registry = registry
+                .enabled(&list)
+                .unwrap_or_default()
+                .iter()
+                .any(|d| d.name == NAME);
+            assert_eq!(
+                is_enabled(&list),
+                by_registry,
+                "--controllers={controllers}"
+            );
+        }
+    }
 }

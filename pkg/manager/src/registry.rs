@@ -39,6 +39,32 @@ pub enum InvalidFlags {
     Controller(#[from] ControllerFlagError),
 }
 
+/// Whether `--controllers` turns on the controller called `name` or one of `aliases`, by KCM's
+/// `IsControllerEnabled`: the first entry naming it wins (`-` turns it off), else `*` turns on what is
+/// not disabled by default. Outside the binary (the benchmarks) it answers what netcm would start.
+pub fn enables(
+    controllers: &[String],
+    name: &str,
+    aliases: &[&str],
+    disabled_by_default: bool,
+) -> bool {
+    let mut has_star = false;
+    for entry in controllers {
+        if entry == "*" {
+            has_star = true;
+            continue;
+        }
+        let (negated, named) = match entry.strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, entry.as_str()),
+        };
+        if named == name || aliases.contains(&named) {
+            return !negated;
+        }
+    }
+    has_star && !disabled_by_default
+}
+
 /// The map of controllers by canonical name, in start order.
 #[derive(Debug)]
 pub struct Registry {
@@ -105,25 +131,6 @@ impl Registry {
         Ok(())
     }
 
-    /// Whether a controller is on, by KCM's `IsControllerEnabled`: the first explicit match wins, then `*`.
-    pub fn is_enabled(&self, descriptor: &ControllerDescriptor, controllers: &[String]) -> bool {
-        let mut has_star = false;
-        for entry in controllers {
-            if entry == "*" {
-                has_star = true;
-                continue;
-            }
-            let (negated, name) = match entry.strip_prefix('-') {
-                Some(n) => (true, n),
-                None => (false, entry.as_str()),
-            };
-            if self.canonical(name) == Some(descriptor.name) {
-                return !negated;
-            }
-        }
-        has_star && !descriptor.disabled_by_default
-    }
-
     /// The descriptors `--controllers` turns on, in start order; errors on unknown names.
     pub fn enabled(
         &self,
@@ -133,7 +140,7 @@ impl Registry {
         Ok(self
             .descriptors
             .iter()
-            .filter(|d| self.is_enabled(d, controllers))
+            .filter(|d| enables(controllers, d.name, d.aliases, d.disabled_by_default))
             .collect())
     }
 

@@ -38,9 +38,11 @@ pub struct Contender {
 
 /// Whether a `--controllers` value starts the node-annotation-syncer.
 pub fn runs_syncer(controllers: &str) -> bool {
-    let items: Vec<&str> = controllers.split(',').map(str::trim).collect();
-    !items.contains(&"-node-annotation-syncer")
-        && (items.contains(&"*") || items.contains(&"node-annotation-syncer"))
+    let entries: Vec<String> = controllers
+        .split(',')
+        .map(|e| e.trim().to_owned())
+        .collect();
+    netcm_node_annotation_syncer::is_enabled(&entries)
 }
 
 /// netcm with only the subnet allocator, the bench's cluster CIDR, `extra` args and then NETCM_EXTRA_ARGS.
@@ -277,5 +279,13 @@ mod tests {
     fn the_allocator_alone_or_the_syncer_turned_off_does_not() {
         assert!(!runs_syncer("subnet-allocator"));
         assert!(!runs_syncer("*,-node-annotation-syncer"));
+    }
+
+    #[test]
+    fn the_syncer_named_by_its_alias_runs_and_the_first_entry_naming_it_wins() {
+        assert!(runs_syncer("subnet-allocator,annotations"));
+        assert!(!runs_syncer("*,-annotations"));
+        assert!(runs_syncer("node-annotation-syncer,-annotations"));
+        assert!(!runs_syncer("-node-annotation-syncer,*"));
     }
 }
