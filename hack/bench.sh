@@ -25,7 +25,9 @@
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
 #                   CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, NETCM_BIN_BEFORE
-#                   (scale: a row for that netcm build before this one's), CLUSTER_CIDR
+#                   (scale: a row for that netcm build before this one's), NETCM_BIN (the netcm to run
+#                   instead of this checkout's release build: another build, or a wrapper setting its
+#                   environment), CLUSTER_CIDR
 #                   (10.0.0.0/8), TIMEOUT_SECONDS (3600). At 50,000 Nodes kube-apiserver holds ~4 GiB.
 #   decode          what the informer spends per Node decoding a watch event and caching it, the full
 #                   k8s-openapi Node trimmed in kube-runtime's reflector store (before) against WireNode →
@@ -95,10 +97,10 @@ controlplane_up() {
 }
 
 # build_release BENCH: builds netcm and the e2e binary BENCH in release mode; BENCH starts the netcm of
-# NETCM_BIN.
+# NETCM_BIN, this build unless the caller set another.
 build_release() {
   cargo build --release --locked -p netcm -p netcm-e2e --bin netcm --bin "$1"
-  export NETCM_BIN=$root/target/release/netcm
+  export NETCM_BIN=${NETCM_BIN:-$root/target/release/netcm}
 }
 
 # run_debug BENCH: builds netcm and the e2e binary BENCH (debug, quietly), then becomes BENCH.
