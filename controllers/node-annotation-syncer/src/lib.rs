@@ -82,12 +82,11 @@ mod tests {
             "-node-annotation-syncer,*",
             "*,-annotations",
             "annotations,-node-annotation-syncer",
-            "subnet-allocator",
         ] {
             let list: Vec<String> = controllers.split(',').map(str::to_owned).collect();
             let by_registry = registry
                 .enabled(&list)
-                .unwrap_or_default()
+                .expect("every name in the list is the syncer's")
                 .iter()
                 .any(|d| d.name == NAME);
             assert_eq!(
