@@ -31,6 +31,11 @@ pub enum CeilingLoad {
     Observed,
     /// Observed, plus a watch of every Node such as any informer-based allocator holds.
     Informer,
+    /// What every allocator must do besides its writes, on the clock: Observed, then a list of every
+    /// Node (streaming, in protobuf, as netcm's informer asks) before the first PATCH, its watch kept
+    /// open through them. With netcm's JSON Patch this is an allocator's floor: no decision, no cache,
+    /// no claim, no queue, only what the API server must serve to any allocator.
+    AllocatorFloor,
 }
 
 /// How the ceiling's PATCHes are written.
@@ -48,6 +53,10 @@ pub enum CeilingPatch {
     /// `resourceVersion`, which the bench does not read; a precondition costs a comparison.)
     TwoWrites,
 }
+
+/// The row of an allocator's floor ([`CeilingLoad::AllocatorFloor`] with netcm's PATCHes).
+pub const FLOOR_LABEL: &str =
+    "an allocator's floor: the bench's watch, every Node listed then watched, PATCHes shaped as netcm's";
 
 /// When the ceiling of two writes per Node had made them all, if the run has that row: the only ceiling
 /// row (no process stats) that times leases.
@@ -94,6 +103,18 @@ pub async fn api_ceiling(
     let apiserver = apiserver_pid();
     let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
     let start = Instant::now();
+    // The floor's list is on the clock, as a contender's is: it starts with nothing cached.
+    let informer = match load {
+        CeilingLoad::AllocatorFloor => {
+            let informer = SetWatch::every_node_streaming(client).await;
+            eprintln!(
+                "[bench] ceiling (an allocator's floor): every Node listed in {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+            Some(informer)
+        }
+        _ => informer,
+    };
     let cidrs_written: Vec<Instant> = futures::stream::iter(0..n)
         .map(|i| {
             let api = api.clone();
@@ -165,6 +186,7 @@ pub async fn api_ceiling(
         }
         (CeilingLoad::Observed, _) => "the bench's watch",
         (CeilingLoad::Informer, _) => "the bench's watch + a watch of every Node",
+        (CeilingLoad::AllocatorFloor, _) => FLOOR_LABEL,
     };
     eprintln!(
         "[bench] ceiling ({what}): {seconds:.1} s, {} node writes, every write done at {:.1} s",

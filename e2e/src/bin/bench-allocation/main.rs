@@ -154,7 +154,8 @@ async fn main() {
 }
 
 /// The ceiling rows: bare first (every ratio is against it), then under the loads contenders carry.
-/// With CEILING_JSON_PATCH=1, also bare with PATCHes shaped as netcm's; when netcm runs the
+/// With CEILING_JSON_PATCH=1, also bare with PATCHes shaped as netcm's; with ALLOCATOR_FLOOR=1, also
+/// an allocator's floor (the list and watch of every Node on the clock, netcm's PATCHes); when netcm runs the
 /// node-annotation-syncer, also bare with both writes per Node (the CIDR, then the lease).
 async fn ceilings(client: &kube::Client, cfg: &Config) -> Vec<Row> {
     let smp = CeilingPatch::Strategic;
@@ -166,6 +167,10 @@ async fn ceilings(client: &kube::Client, cfg: &Config) -> Vec<Row> {
     if flag("CEILING_JSON_PATCH") {
         let json = CeilingPatch::JsonAsNetcm;
         rows.push(api_ceiling(client, cfg, CeilingLoad::Bare, json).await);
+    }
+    if flag("ALLOCATOR_FLOOR") {
+        let (floor, json) = (CeilingLoad::AllocatorFloor, CeilingPatch::JsonAsNetcm);
+        rows.push(api_ceiling(client, cfg, floor, json).await);
     }
     if !flag("BARE_CEILING_ONLY") {
         rows.push(api_ceiling(client, cfg, CeilingLoad::Observed, smp).await);
@@ -353,17 +358,29 @@ fn print_table(cfg: &Config, rows: &[Row]) {
 /// Prints netcm ÷ KCM for time, peak RSS and CPU, the rows found by label prefix.
 fn compare(rows: &[Row], netcm_label: &str, kcm_label: &str) {
     let by = |needle: &str| rows.iter().find(|r| r.contender.starts_with(needle));
-    let (Some(n), Some(k)) = (by(netcm_label), by(kcm_label)) else {
+    let Some(n) = by(netcm_label) else {
+        return;
+    };
+    let over = |needle: &str| {
+        rows.iter()
+            .find(|r| r.contender.contains(needle))
+            .map_or("not run".to_string(), |c| {
+                format!("{:.2}×", n.seconds / c.seconds)
+            })
+    };
+    println!(
+        "\nnetcm time ÷ API ceiling {:.2}× (÷ the ceiling with the watches every allocator's run \
+         carries: {}; ÷ an allocator's floor: {})",
+        n.seconds / rows[0].seconds,
+        over("watch of every Node"),
+        over(crate::ceiling::FLOOR_LABEL),
+    );
+    let Some(k) = by(kcm_label) else {
         return;
     };
     println!(
-        "\nnetcm ÷ KCM at equal QPS: time {:.2}×; netcm time ÷ API ceiling {:.2}× (÷ the ceiling with \
-         the watches every allocator's run carries: {})",
-        n.seconds / k.seconds,
-        n.seconds / rows[0].seconds,
-        rows.iter()
-            .find(|r| r.contender.contains("watch of every Node"))
-            .map_or("not run".to_string(), |c| format!("{:.2}×", n.seconds / c.seconds))
+        "netcm ÷ KCM at equal QPS: time {:.2}×",
+        n.seconds / k.seconds
     );
     if let (Some(a), Some(b)) = (n.stats, k.stats) {
         println!(

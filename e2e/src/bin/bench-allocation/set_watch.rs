@@ -128,6 +128,11 @@ impl SetWatch {
         Self::with_config(client, watcher::Config::default()).await
     }
 
+    /// A watch of every Node whose initial list streams, as netcm's informer asks for it.
+    pub async fn every_node_streaming(client: &kube::Client) -> SetWatch {
+        Self::with_config(client, watcher::Config::default().streaming_lists()).await
+    }
+
     /// The watch asks for protobuf, as netcm's and KCM's informers do: the API server then encodes each
     /// event once for both (it caches an event's encoding per content type), and a JSON watch here would
     /// add an encoding the contender does not cause. `WATCH_JSON=1` watches in JSON (the runs before).

@@ -2,6 +2,7 @@
 //! 2-core machine swings by ±25 %; the ratios of one round share its conditions, so their median across
 //! rounds is what the README reports.
 
+use crate::ceiling::FLOOR_LABEL;
 use crate::contenders::Row;
 
 /// The ratios of one round: netcm against the bare ceiling, the ceiling with watches, and KCM.
@@ -10,6 +11,8 @@ struct RoundRatios {
     over_bare: f64,
     over_watched: Option<f64>,
     over_json_patch: Option<f64>,
+    /// Against what any allocator must do: the list and watch of every Node, netcm's PATCHes.
+    over_floor: Option<f64>,
     /// Until the last lease, against the ceiling making both writes per Node.
     leased_over_two_writes: Option<f64>,
     over_kcm_time: Option<f64>,
@@ -32,12 +35,14 @@ fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundRatio
     let json_patch = rows
         .iter()
         .find(|r| r.contender.contains("JSON Patch as netcm's"));
+    let floor = rows.iter().find(|r| r.contender.contains(FLOOR_LABEL));
     let two_writes = crate::ceiling::two_writes_seconds(rows);
     Some(RoundRatios {
         netcm_seconds: n.seconds,
         over_bare: n.seconds / bare.seconds,
         over_watched: watched.map(|w| n.seconds / w.seconds),
         over_json_patch: json_patch.map(|j| n.seconds / j.seconds),
+        over_floor: floor.map(|f| n.seconds / f.seconds),
         leased_over_two_writes: n.leased_seconds.zip(two_writes).map(|(l, c)| l / c),
         over_kcm_time: k.map(|k| n.seconds / k.seconds),
         over_kcm_rss: stat_ratio(|s| s.peak_rss_mib),
@@ -72,17 +77,19 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
     );
     println!(
         "| round | netcm time | ÷ bare ceiling | ÷ bare ceiling, JSON Patch as netcm's | ÷ ceiling with \
-         watches | last lease ÷ ceiling of two writes | time ÷ KCM | peak RSS ÷ KCM | CPU ÷ KCM |"
+         watches | ÷ an allocator's floor | last lease ÷ ceiling of two writes | time ÷ KCM | peak RSS ÷ KCM | \
+         CPU ÷ KCM |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (i, r) in all.iter().enumerate() {
         println!(
-            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
             i + 1,
             r.netcm_seconds,
             r.over_bare,
             cell(r.over_json_patch),
             cell(r.over_watched),
+            cell(r.over_floor),
             cell(r.leased_over_two_writes),
             cell(r.over_kcm_time),
             cell(r.over_kcm_rss),
@@ -91,11 +98,12 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
     }
     let med = |f: fn(&RoundRatios) -> Option<f64>| median(all.iter().filter_map(f).collect());
     println!(
-        "| median | {} s | {} | {} | {} | {} | {} | {} | {} |",
+        "| median | {} s | {} | {} | {} | {} | {} | {} | {} | {} |",
         med(|r| Some(r.netcm_seconds)).map_or_else(|| "–".into(), |v| format!("{v:.1}")),
         cell(med(|r| Some(r.over_bare))),
         cell(med(|r| r.over_json_patch)),
         cell(med(|r| r.over_watched)),
+        cell(med(|r| r.over_floor)),
         cell(med(|r| r.leased_over_two_writes)),
         cell(med(|r| r.over_kcm_time)),
         cell(med(|r| r.over_kcm_rss)),
