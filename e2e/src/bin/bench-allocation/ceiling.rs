@@ -79,8 +79,8 @@ fn lease_patch(i: usize) -> serde_json::Value {
     }}})
 }
 
-/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR, no controller, under
-/// `load`.
+/// The API server's ceiling: `cfg.ceiling_clients` concurrent PATCHes of podCIDR (an allocator's floor:
+/// `cfg.floor_clients`), no controller, under `load`.
 pub async fn api_ceiling(
     client: &kube::Client,
     cfg: &Config,
@@ -89,6 +89,10 @@ pub async fn api_ceiling(
 ) -> Row {
     let n = cfg.nodes;
     let set = "bench-ceiling";
+    let clients = match load {
+        CeilingLoad::AllocatorFloor => cfg.floor_clients,
+        _ => cfg.ceiling_clients,
+    };
     create_nodes(client, set, n, cfg.creators).await;
     let api: Api<Node> = Api::all(client.clone());
     let watch = match load {
@@ -160,7 +164,7 @@ pub async fn api_ceiling(
                 cidr_written
             }
         })
-        .buffer_unordered(cfg.ceiling_clients)
+        .buffer_unordered(clients)
         .collect()
         .await;
     let all_written = Instant::now();
@@ -195,10 +199,7 @@ pub async fn api_ceiling(
     );
     reset(client, cfg.nodes).await;
     Row {
-        contender: format!(
-            "API ceiling ({} concurrent PATCHes, {what})",
-            cfg.ceiling_clients
-        ),
+        contender: format!("API ceiling ({clients} concurrent PATCHes, {what})"),
         seconds,
         leased_seconds: (shape == CeilingPatch::TwoWrites)
             .then(|| all_written.duration_since(start).as_secs_f64()),

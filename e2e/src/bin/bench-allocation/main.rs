@@ -56,6 +56,8 @@ pub struct Config {
     pub creators: usize,
     /// Concurrent PATCHes of the API ceiling.
     pub ceiling_clients: usize,
+    /// Concurrent PATCHes of an allocator's floor: by default as many as netcm's allocation workers.
+    pub floor_clients: usize,
     /// 10.0.0.0/8 with /24 per Node: room for 65,536 Nodes.
     pub cluster_cidr: String,
     /// Appended to every netcm command line (split on whitespace).
@@ -94,6 +96,7 @@ impl Config {
             nodes: env("NODES", if mode == "scale" { 50_000 } else { 5000 }),
             creators: env("CREATORS", 32),
             ceiling_clients: env("CEILING_CLIENTS", 16),
+            floor_clients: env("FLOOR_CLIENTS", 32),
             cluster_cidr: env("CLUSTER_CIDR", "10.0.0.0/8".to_string()),
             netcm_extra_args: env("NETCM_EXTRA_ARGS", String::new()),
             netcm_controllers: env("NETCM_CONTROLLERS", "subnet-allocator".to_string()),
