@@ -219,6 +219,7 @@ pub async fn allocate_backlog_ending(
         );
     };
     let at_finish = proc_stats(child.id());
+    let pace = watch.allocation_pace();
     let leased = if c.leases {
         let Some(leased) = watch.wait_leased(n, cfg.timeout).await else {
             stop(child);
@@ -250,7 +251,7 @@ pub async fn allocate_backlog_ending(
         (after_idle.cpu_seconds - at_leased.cpu_seconds) / cfg.idle.as_secs_f64() * 100.0;
     eprintln!(
         "[bench] {}: {seconds:.1} s (leases: {leased_seconds:.1?} s, CPU until then {:.1} s), {} node writes, {} claim writes ({} refused), peak RSS {:.1} MiB, \
-         CPU {:.1} s, idle CPU {idle_cpu_pct:.2} %",
+         CPU {:.1} s, idle CPU {idle_cpu_pct:.2} %, CIDRs {pace}",
         c.label, at_leased.cpu_seconds, writes.node, writes.claim, writes.failed, stats.peak_rss_mib, stats.cpu_seconds
     );
     Row {

@@ -215,8 +215,62 @@ impl SetWatch {
     }
 }
 
+impl SetWatch {
+    /// How evenly the CIDRs came: Nodes seen allocated in each whole second from the first to the last,
+    /// as p10 / median / p90 and the number of seconds; a server that stalls now and then shows as a low p10.
+    pub fn allocation_pace(&self) -> String {
+        let seen = self.seen.lock().unwrap();
+        let Some(first) = seen.allocated.values().min().copied() else {
+            return "no CIDR seen".to_string();
+        };
+        pace(seen.allocated.values().map(|t| t.duration_since(first)))
+    }
+}
+
+/// Counts per whole second of `offsets`, as "p10 / median / p90 per second over N s".
+fn pace(offsets: impl Iterator<Item = Duration>) -> String {
+    let mut per_second: Vec<usize> = Vec::new();
+    for offset in offsets {
+        let second = offset.as_secs() as usize;
+        if per_second.len() <= second {
+            per_second.resize(second + 1, 0);
+        }
+        per_second[second] += 1;
+    }
+    // The last second is partial: the backlog ran out in it.
+    if per_second.len() > 1 {
+        per_second.pop();
+    }
+    let seconds = per_second.len();
+    per_second.sort_unstable();
+    let at = |q: f64| per_second[((seconds - 1) as f64 * q).round() as usize];
+    format!(
+        "{} / {} / {} per second (p10 / median / p90) over {seconds} s",
+        at(0.1),
+        at(0.5),
+        at(0.9)
+    )
+}
+
 impl Drop for SetWatch {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pace;
+    use std::time::Duration;
+
+    #[test]
+    fn pace_counts_each_whole_second_and_leaves_out_the_partial_last_one() {
+        let ms = |v: u64| Duration::from_millis(v);
+        // 3 in second 0, 1 in second 1, 5 in second 2, 1 in the partial second 3.
+        let offsets = [0, 10, 900, 1500, 2000, 2100, 2200, 2300, 2999, 3001].map(ms);
+        assert_eq!(
+            pace(offsets.into_iter()),
+            "1 / 3 / 5 per second (p10 / median / p90) over 3 s"
+        );
     }
 }
