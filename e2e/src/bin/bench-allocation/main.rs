@@ -358,26 +358,24 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     }
 }
 
-/// Prints netcm ÷ KCM for time, peak RSS and CPU, the rows found by label prefix.
+/// Prints netcm's time against the ceilings the round ran, then netcm ÷ KCM for time, peak RSS and CPU,
+/// the rows found by label prefix.
 fn compare(rows: &[Row], netcm_label: &str, kcm_label: &str) {
+    let Some(r) = summary::ratios(rows, netcm_label, kcm_label) else {
+        return;
+    };
+    let cell = |v: Option<f64>| v.map_or("not run".to_string(), |v| format!("{v:.2}×"));
+    println!(
+        "\nnetcm time ÷ API ceiling {:.2}× (÷ the ceiling with the watches every allocator's run \
+         carries: {}; ÷ an allocator's floor: {})",
+        r.over_bare,
+        cell(r.over_watched),
+        cell(r.over_floor),
+    );
     let by = |needle: &str| rows.iter().find(|r| r.contender.starts_with(needle));
     let Some(n) = by(netcm_label) else {
         return;
     };
-    let over = |needle: &str| {
-        rows.iter()
-            .find(|r| r.contender.contains(needle))
-            .map_or("not run".to_string(), |c| {
-                format!("{:.2}×", n.seconds / c.seconds)
-            })
-    };
-    println!(
-        "\nnetcm time ÷ API ceiling {:.2}× (÷ the ceiling with the watches every allocator's run \
-         carries: {}; ÷ an allocator's floor: {})",
-        n.seconds / rows[0].seconds,
-        over("watch of every Node"),
-        over(crate::ceiling::FLOOR_LABEL),
-    );
     let Some(k) = by(kcm_label) else {
         return;
     };

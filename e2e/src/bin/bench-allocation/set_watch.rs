@@ -213,9 +213,7 @@ impl SetWatch {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
 
-impl SetWatch {
     /// How evenly the CIDRs came: Nodes seen allocated in each whole second from the first to the last,
     /// as p10 / median / p90 and the number of seconds; a server that stalls now and then shows as a low p10.
     pub fn allocation_pace(&self) -> String {
@@ -242,6 +240,9 @@ fn pace(offsets: impl Iterator<Item = Duration>) -> String {
         per_second.pop();
     }
     let seconds = per_second.len();
+    if seconds == 0 {
+        return "no CIDR seen".to_string();
+    }
     per_second.sort_unstable();
     let at = |q: f64| per_second[((seconds - 1) as f64 * q).round() as usize];
     format!(

@@ -6,13 +6,13 @@ use crate::ceiling::FLOOR_LABEL;
 use crate::contenders::Row;
 
 /// The ratios of one round: netcm against the bare ceiling, the ceiling with watches, and KCM.
-struct RoundRatios {
+pub struct RoundRatios {
     netcm_seconds: f64,
-    over_bare: f64,
-    over_watched: Option<f64>,
+    pub over_bare: f64,
+    pub over_watched: Option<f64>,
     over_json_patch: Option<f64>,
     /// Against what any allocator must do: the list and watch of every Node, netcm's PATCHes.
-    over_floor: Option<f64>,
+    pub over_floor: Option<f64>,
     /// Until the last lease, against the ceiling making both writes per Node.
     leased_over_two_writes: Option<f64>,
     over_kcm_time: Option<f64>,
@@ -20,7 +20,8 @@ struct RoundRatios {
     over_kcm_cpu: Option<f64>,
 }
 
-fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundRatios> {
+/// netcm's ratios in one round's `rows`, its row and KCM's found by label prefix; None without netcm's.
+pub fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundRatios> {
     let bare = rows.first()?;
     let by = |needle: &str| rows.iter().find(|r| r.contender.starts_with(needle));
     let n = by(netcm_label)?;
