@@ -257,8 +257,10 @@ dry_run all-on
 # --- 4. a real install, upgrade and uninstall with Helm 3 and with Helm 4 ---------------------------------
 # No node runs the pods (the chart on a real node is e2e/tests/e2e/chart_on_a_real_node.rs): this is what each
 # Helm makes of the chart's objects. An upgrade changes one value and must reach the Deployment's args.
-helm_lifecycle() { # HELM_BIN NAMESPACE
-  local h=$1 ns=$2 rel=netcm-lifecycle args
+helm_lifecycle() { # HELM_BIN NAMESPACE-PREFIX
+  # A namespace of its own per run: with no kube-controller-manager on the test control plane, a deleted
+  # namespace stays Terminating, and a second run on the same state dir could not install into it.
+  local h=$1 ns=$2-$(date +%s) rel=netcm-lifecycle args
   log "$("$h" version --short): install, upgrade, uninstall in $ns"
   "$h" install "$rel" "$chart" -n "$ns" --create-namespace >/dev/null || die "$h install failed"
   "$kubectl" -n "$ns" get deployment "$rel" >/dev/null || die "$h install made no Deployment"
