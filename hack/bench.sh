@@ -23,6 +23,7 @@
 #                                   claims an earlier leader left (SIGTERM, then kill -9) against its fresh run
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
+#                   ALLOCATOR_FLOOR=1 adds an allocator's floor (FLOOR_CLIENTS, 32); FLOOR_AFTER=1 runs it again after netcm.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
 #                   CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, NETCM_BIN_BEFORE
 #                   (scale: a row for that netcm build before this one's), NETCM_BIN (the netcm to run

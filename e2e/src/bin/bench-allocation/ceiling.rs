@@ -58,6 +58,9 @@ pub enum CeilingPatch {
 pub const FLOOR_LABEL: &str =
     "an allocator's floor: the bench's watch, every Node listed then watched, PATCHes shaped as netcm's";
 
+/// Appended to the floor's row when it runs again after netcm (`FLOOR_AFTER=1`).
+pub const FLOOR_AFTER_SUFFIX: &str = ", run again after netcm";
+
 /// When the ceiling of two writes per Node had made them all, if the run has that row: the only ceiling
 /// row (no process stats) that times leases.
 pub fn two_writes_seconds(rows: &[Row]) -> Option<f64> {

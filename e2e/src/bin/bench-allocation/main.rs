@@ -45,7 +45,7 @@ mod summary;
 
 use std::time::Duration;
 
-use ceiling::{api_ceiling, CeilingLoad, CeilingPatch};
+use ceiling::{api_ceiling, CeilingLoad, CeilingPatch, FLOOR_AFTER_SUFFIX};
 use contenders::{kcm, netcm, netcm_from, run_backlog, runs_syncer, Row};
 use measure::{ms, percentile};
 
@@ -277,6 +277,14 @@ async fn scale_mode(client: &kube::Client, cfg: &Config) {
             &fair,
         );
         rows.push(run_backlog(client, cfg, netcm).await);
+        // FLOOR_AFTER: the floor again once netcm is done, so a slower API server late in a round (its heap,
+        // etcd's history) is not counted as netcm's.
+        if flag("ALLOCATOR_FLOOR") && flag("FLOOR_AFTER") {
+            let (floor, json) = (CeilingLoad::AllocatorFloor, CeilingPatch::JsonAsNetcm);
+            let mut after = api_ceiling(client, cfg, floor, json).await;
+            after.contender.push_str(FLOOR_AFTER_SUFFIX);
+            rows.push(after);
+        }
         if !flag("ONLY_NETCM") {
             // At KCM's default qps 20, 50,000 Nodes would take 40 minutes: only the equal-QPS pair runs.
             let label = format!("kube-controller-manager nodeipam (qps {qps}, burst {burst})");
@@ -372,6 +380,12 @@ fn compare(rows: &[Row], netcm_label: &str, kcm_label: &str) {
         cell(r.over_watched),
         cell(r.over_floor),
     );
+    if let Some(after) = r.over_floor_after {
+        println!(
+            "netcm time ÷ the floor run after it {after:.2}× (÷ the mean of the floor before and after: {})",
+            cell(r.over_floor_around)
+        );
+    }
     let by = |needle: &str| rows.iter().find(|r| r.contender.starts_with(needle));
     let Some(n) = by(netcm_label) else {
         return;

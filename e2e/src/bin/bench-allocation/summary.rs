@@ -2,7 +2,7 @@
 //! 2-core machine swings by ±25 %; the ratios of one round share its conditions, so their median across
 //! rounds is what the README reports.
 
-use crate::ceiling::FLOOR_LABEL;
+use crate::ceiling::{FLOOR_AFTER_SUFFIX, FLOOR_LABEL};
 use crate::contenders::Row;
 
 /// The ratios of one round: netcm against the bare ceiling, the ceiling with watches, and KCM.
@@ -13,6 +13,10 @@ pub struct RoundRatios {
     over_json_patch: Option<f64>,
     /// Against what any allocator must do: the list and watch of every Node, netcm's PATCHes.
     pub over_floor: Option<f64>,
+    /// Against the floor run again after netcm (`FLOOR_AFTER=1`).
+    pub over_floor_after: Option<f64>,
+    /// Against the mean of the floor before and after netcm: what the round's drift cannot move.
+    pub over_floor_around: Option<f64>,
     /// Until the last lease, against the ceiling making both writes per Node.
     leased_over_two_writes: Option<f64>,
     over_kcm_time: Option<f64>,
@@ -36,7 +40,12 @@ pub fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundR
     let json_patch = rows
         .iter()
         .find(|r| r.contender.contains("JSON Patch as netcm's"));
-    let floor = rows.iter().find(|r| r.contender.contains(FLOOR_LABEL));
+    let floor = rows
+        .iter()
+        .find(|r| r.contender.contains(FLOOR_LABEL) && !r.contender.ends_with(FLOOR_AFTER_SUFFIX));
+    let floor_after = rows
+        .iter()
+        .find(|r| r.contender.contains(FLOOR_LABEL) && r.contender.ends_with(FLOOR_AFTER_SUFFIX));
     let two_writes = crate::ceiling::two_writes_seconds(rows);
     Some(RoundRatios {
         netcm_seconds: n.seconds,
@@ -44,6 +53,10 @@ pub fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundR
         over_watched: watched.map(|w| n.seconds / w.seconds),
         over_json_patch: json_patch.map(|j| n.seconds / j.seconds),
         over_floor: floor.map(|f| n.seconds / f.seconds),
+        over_floor_after: floor_after.map(|f| n.seconds / f.seconds),
+        over_floor_around: floor
+            .zip(floor_after)
+            .map(|(b, a)| n.seconds / ((b.seconds + a.seconds) / 2.0)),
         leased_over_two_writes: n.leased_seconds.zip(two_writes).map(|(l, c)| l / c),
         over_kcm_time: k.map(|k| n.seconds / k.seconds),
         over_kcm_rss: stat_ratio(|s| s.peak_rss_mib),
@@ -78,19 +91,20 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
     );
     println!(
         "| round | netcm time | ÷ bare ceiling | ÷ bare ceiling, JSON Patch as netcm's | ÷ ceiling with \
-         watches | ÷ an allocator's floor | last lease ÷ ceiling of two writes | time ÷ KCM | peak RSS ÷ KCM | \
+         watches | ÷ an allocator's floor | ÷ the floor before and after (mean) | last lease ÷ ceiling of two writes | time ÷ KCM | peak RSS ÷ KCM | \
          CPU ÷ KCM |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, r) in all.iter().enumerate() {
         println!(
-            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
             i + 1,
             r.netcm_seconds,
             r.over_bare,
             cell(r.over_json_patch),
             cell(r.over_watched),
             cell(r.over_floor),
+            cell(r.over_floor_around),
             cell(r.leased_over_two_writes),
             cell(r.over_kcm_time),
             cell(r.over_kcm_rss),
@@ -99,12 +113,13 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
     }
     let med = |f: fn(&RoundRatios) -> Option<f64>| median(all.iter().filter_map(f).collect());
     println!(
-        "| median | {} s | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| median | {} s | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         med(|r| Some(r.netcm_seconds)).map_or_else(|| "–".into(), |v| format!("{v:.1}")),
         cell(med(|r| Some(r.over_bare))),
         cell(med(|r| r.over_json_patch)),
         cell(med(|r| r.over_watched)),
         cell(med(|r| r.over_floor)),
+        cell(med(|r| r.over_floor_around)),
         cell(med(|r| r.leased_over_two_writes)),
         cell(med(|r| r.over_kcm_time)),
         cell(med(|r| r.over_kcm_rss)),
@@ -114,7 +129,58 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{median, ratios};
+    use crate::ceiling::{FLOOR_AFTER_SUFFIX, FLOOR_LABEL};
+    use crate::contenders::Row;
+
+    fn row(contender: String, seconds: f64) -> Row {
+        Row {
+            contender,
+            seconds,
+            leased_seconds: None,
+            writes: Default::default(),
+            stats: None,
+            idle_cpu_pct: None,
+            apiserver_cpu_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn netcm_is_measured_against_the_floor_before_it_after_it_and_their_mean() {
+        let rows = vec![
+            row("API ceiling (16 concurrent PATCHes, no watch)".into(), 10.0),
+            row(
+                format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL})"),
+                12.0,
+            ),
+            row("netcm (qps 1000, burst 2000)".into(), 15.0),
+            row(
+                format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL}){FLOOR_AFTER_SUFFIX}"),
+                18.0,
+            ),
+        ];
+        let r = ratios(&rows, "netcm (", "kube-controller-manager").expect("netcm's row");
+        assert_eq!(r.over_bare, 1.5);
+        assert_eq!(r.over_floor, Some(15.0 / 12.0));
+        assert_eq!(r.over_floor_after, Some(15.0 / 18.0));
+        assert_eq!(r.over_floor_around, Some(1.0));
+    }
+
+    #[test]
+    fn without_a_floor_after_netcm_there_is_no_bracketed_ratio() {
+        let rows = vec![
+            row("API ceiling (16 concurrent PATCHes, no watch)".into(), 10.0),
+            row(
+                format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL})"),
+                12.0,
+            ),
+            row("netcm (qps 1000, burst 2000)".into(), 15.0),
+        ];
+        let r = ratios(&rows, "netcm (", "kube-controller-manager").expect("netcm's row");
+        assert_eq!(r.over_floor, Some(15.0 / 12.0));
+        assert_eq!(r.over_floor_after, None);
+        assert_eq!(r.over_floor_around, None);
+    }
 
     #[test]
     fn median_of_an_odd_count_is_the_middle_value() {
