@@ -23,7 +23,7 @@ use kube::api::{Api, DeleteParams};
 
 use crate::contenders::{reset, set_name, spawn, stop, Contender};
 use crate::fixtures::{create_node, create_nodes, node_name};
-use crate::measure::{ms, percentile, proc_stats, AuditMark, ProcStats};
+use crate::measure::{ms, percentile, proc_stats, AuditMark, ProcStats, ServerSpans};
 use crate::set_watch::SetWatch;
 use crate::Config;
 use netcm_e2e::control_plane;
@@ -45,8 +45,8 @@ pub struct ChurnResult {
     pub create_to_cidr: Vec<Duration>,
     /// ADDED seen → CIDR seen, sorted.
     pub added_to_cidr: Vec<Duration>,
-    /// Create received → the contender's Node write complete, from the audit log, sorted.
-    pub server_create_to_write: Vec<Duration>,
+    /// Create received → the contender's Node write complete, and its parts, from the audit log.
+    pub server: ServerSpans,
     /// Churned Nodes never seen with a CIDR (not counting those deleted first).
     pub unallocated: usize,
     /// One PATCH round trip, sorted.
@@ -174,7 +174,7 @@ pub async fn churn_run(
     stop(child);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let writes = mark.writes(c.ua, "");
-    let server_create_to_write = mark.create_to_write(&set, c.ua);
+    let server = mark.create_to_write(&set, c.ua);
     let mut create_to_cidr = Vec::new();
     let mut added_to_cidr = Vec::new();
     let mut unallocated = 0;
@@ -204,7 +204,7 @@ pub async fn churn_run(
         deleted: deleted.len(),
         create_to_cidr,
         added_to_cidr,
-        server_create_to_write,
+        server,
         unallocated,
         patch_rtt,
         samples,
@@ -270,16 +270,33 @@ pub fn print(cfg: &Config, results: &[ChurnResult]) {
         let l = &r.added_to_cidr;
         format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
     });
+    let p50_p99 =
+        |l: &[Duration]| format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)));
     row(
         "API server: create received → Node write done p50 / p99",
-        &|r| {
-            let l = &r.server_create_to_write;
-            format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
-        },
+        &|r| p50_p99(&r.server.create_to_write),
+    );
+    row("… the create in the API server p50 / p99", &|r| {
+        p50_p99(&r.server.create_in_server)
+    });
+    row(
+        "… create done → the contender's write received (watch, queue, decision) p50 / p99",
+        &|r| p50_p99(&r.server.created_to_write_received),
+    );
+    row(
+        "… the contender's write in the API server p50 / p99",
+        &|r| p50_p99(&r.server.write_in_server),
     );
     row("one PATCH round trip p50 / p99", &|r| {
         let l = &r.patch_rtt;
         format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
+    });
+    row("create → CIDR p99 ÷ PATCH p99", &|r| {
+        let p = percentile(&r.patch_rtt, 0.99).as_secs_f64().max(1e-9);
+        format!(
+            "{:.1}×",
+            percentile(&r.create_to_cidr, 0.99).as_secs_f64() / p
+        )
     });
     row("create → CIDR p99 ÷ PATCH p50", &|r| {
         let p = percentile(&r.patch_rtt, 0.5).as_secs_f64().max(1e-9);

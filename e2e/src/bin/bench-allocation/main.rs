@@ -236,8 +236,8 @@ async fn default_mode(client: &kube::Client, cfg: &Config) {
         lat.len(),
         ms(percentile(lat, 0.5)),
         ms(percentile(lat, 0.99)),
-        ms(percentile(&one_by_one.server_create_to_write, 0.5)),
-        ms(percentile(&one_by_one.server_create_to_write, 0.99)),
+        ms(percentile(&one_by_one.server.create_to_write, 0.5)),
+        ms(percentile(&one_by_one.server.create_to_write, 0.99)),
         ms(percentile(rtt, 0.5)),
         percentile(lat, 0.99).as_secs_f64() / percentile(rtt, 0.5).as_secs_f64().max(1e-9)
     );

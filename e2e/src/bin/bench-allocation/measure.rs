@@ -74,18 +74,19 @@ impl AuditMark {
 }
 
 impl AuditMark {
-    /// For each Node of `set` created since the mark: from the API server receiving its create to the
-    /// contender's (`ua`) first successful Node write completing, on the API server's clock (audit
-    /// timestamps are in microseconds), so neither the bench's watch nor its client enters.
-    pub fn create_to_write(&self, set: &str, ua: &str) -> Vec<Duration> {
+    /// For each Node of `set` created since the mark, on the API server's clock (audit timestamps are in
+    /// microseconds), so neither the bench's watch nor its client enters: from receiving its create to
+    /// the contender's (`ua`) first successful Node write completing, and that span's three parts.
+    pub fn create_to_write(&self, set: &str, ua: &str) -> ServerSpans {
         let Ok(mut file) = std::fs::File::open(&self.path) else {
-            return Vec::new();
+            return ServerSpans::default();
         };
         if file.seek(std::io::SeekFrom::Start(self.offset)).is_err() {
-            return Vec::new();
+            return ServerSpans::default();
         }
-        let mut created: HashMap<String, jiff::Timestamp> = HashMap::new();
-        let mut written: HashMap<String, jiff::Timestamp> = HashMap::new();
+        // Per Node: its create (received, done) and the contender's first write (received, done).
+        let mut created: HashMap<String, (jiff::Timestamp, jiff::Timestamp)> = HashMap::new();
+        let mut written: HashMap<String, (jiff::Timestamp, jiff::Timestamp)> = HashMap::new();
         for line in std::io::BufReader::new(file).lines() {
             let Ok(line) = line else { break };
             let Ok(e) = serde_json::from_str::<AuditEvent>(&line) else {
@@ -97,30 +98,63 @@ impl AuditMark {
             if e.stage != "ResponseComplete" || !e.succeeded() || !name.starts_with(set) {
                 continue;
             }
+            let (Some(received), Ok(done)) = (e.received(), e.stage_timestamp.parse()) else {
+                continue;
+            };
             match (e.verb.as_str(), e.resource().as_str()) {
                 ("create", "nodes") => {
-                    if let Some(t) = e.received() {
-                        created.insert(name, t);
-                    }
+                    created.insert(name, (received, done));
                 }
                 ("patch" | "update", "nodes" | "nodes/status") if e.user_agent.contains(ua) => {
-                    if let Ok(t) = e.stage_timestamp.parse::<jiff::Timestamp>() {
-                        written.entry(name).or_insert(t);
-                    }
+                    written.entry(name).or_insert((received, done));
                 }
                 _ => {}
             }
         }
-        let mut out: Vec<Duration> = created
-            .iter()
-            .filter_map(|(name, t0)| {
-                let t1 = written.get(name)?;
-                Duration::try_from(t1.duration_since(*t0)).ok()
-            })
-            .collect();
-        out.sort();
+        let span =
+            |a: jiff::Timestamp, b: jiff::Timestamp| Duration::try_from(b.duration_since(a)).ok();
+        let mut out = ServerSpans::default();
+        for (name, (c0, c1)) in &created {
+            let Some((w0, w1)) = written.get(name) else {
+                continue;
+            };
+            let spans = (
+                span(*c0, *w1),
+                span(*c0, *c1),
+                span(*c1, *w0),
+                span(*w0, *w1),
+            );
+            if let (Some(total), Some(create), Some(reaction), Some(write)) = spans {
+                out.create_to_write.push(total);
+                out.create_in_server.push(create);
+                out.created_to_write_received.push(reaction);
+                out.write_in_server.push(write);
+            }
+        }
+        for series in [
+            &mut out.create_to_write,
+            &mut out.create_in_server,
+            &mut out.created_to_write_received,
+            &mut out.write_in_server,
+        ] {
+            series.sort();
+        }
         out
     }
+}
+
+/// Per Node created during a run, spans on the API server's clock from its audit log, each sorted.
+#[derive(Debug, Clone, Default)]
+pub struct ServerSpans {
+    /// Create received → the contender's first Node write done.
+    pub create_to_write: Vec<Duration>,
+    /// Create received → create done: the create's own write.
+    pub create_in_server: Vec<Duration>,
+    /// Create done → the contender's write received: the watch delivering the Node to the contender, its
+    /// queue and decision, and its client.
+    pub created_to_write_received: Vec<Duration>,
+    /// The contender's write received → done: the API server's share of the allocation.
+    pub write_in_server: Vec<Duration>,
 }
 
 /// The `p` quantile (0..=1) of sorted samples, nearest rank.
@@ -135,4 +169,74 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// Milliseconds, one decimal.
 pub fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(verb: &str, name: &str, ua: &str, received: &str, done: &str) -> String {
+        serde_json::json!({
+            "stage": "ResponseComplete", "verb": verb, "userAgent": ua,
+            "objectRef": {"resource": "nodes", "name": name},
+            "responseStatus": {"code": 200},
+            "requestReceivedTimestamp": received, "stageTimestamp": done,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_create_to_write_span_is_split_into_the_create_the_reaction_and_the_write() {
+        let dir = std::env::temp_dir().join(format!("bench-spans-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.log");
+        let lines = [
+            event(
+                "create",
+                "set-00001",
+                "bench/",
+                "2026-11-28T00:00:00.000000Z",
+                "2026-11-28T00:00:00.010000Z",
+            ),
+            event(
+                "patch",
+                "set-00001",
+                "netcm/1",
+                "2026-11-28T00:00:00.040000Z",
+                "2026-11-28T00:00:00.045000Z",
+            ),
+            // A later write of the same Node is not the allocation.
+            event(
+                "patch",
+                "set-00001",
+                "netcm/1",
+                "2026-11-28T00:00:01.000000Z",
+                "2026-11-28T00:00:01.500000Z",
+            ),
+            // Another set's Node, and a Node the contender never wrote, are left out.
+            event(
+                "create",
+                "other-00001",
+                "bench/",
+                "2026-11-28T00:00:00.000000Z",
+                "2026-11-28T00:00:00.001000Z",
+            ),
+            event(
+                "create",
+                "set-00002",
+                "bench/",
+                "2026-11-28T00:00:00.000000Z",
+                "2026-11-28T00:00:00.001000Z",
+            ),
+        ];
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let mark = AuditMark { path, offset: 0 };
+        let spans = mark.create_to_write("set-", "netcm/");
+        let ms = |v: &[Duration]| v.iter().map(|d| d.as_millis()).collect::<Vec<_>>();
+        assert_eq!(ms(&spans.create_to_write), [45]);
+        assert_eq!(ms(&spans.create_in_server), [10]);
+        assert_eq!(ms(&spans.created_to_write_received), [30]);
+        assert_eq!(ms(&spans.write_in_server), [5]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
