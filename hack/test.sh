@@ -123,6 +123,7 @@ step "supply chain: cargo deny, SBOMs, provenance, the image rebuilt from a clea
 python3 -m unittest discover -s hack/supply_chain
 python3 -m unittest discover -s hack/bench_requests
 python3 -m unittest discover -s hack/bench_kernel_routes
+python3 -m unittest discover -s hack/churn_tail
 bash hack/supply-chain.sh deny
 bash hack/supply-chain.sh sbom
 bash hack/supply-chain.sh provenance
