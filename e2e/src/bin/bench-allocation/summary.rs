@@ -145,20 +145,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn netcm_is_measured_against_the_floor_before_it_after_it_and_their_mean() {
-        let rows = vec![
-            row("API ceiling (16 concurrent PATCHes, no watch)".into(), 10.0),
+    /// A round's bare ceiling, floor and netcm rows taking `bare`, `floor` and `netcm` seconds.
+    fn bare_floor_netcm(bare: f64, floor: f64, netcm: f64) -> Vec<Row> {
+        vec![
+            row("API ceiling (16 concurrent PATCHes, no watch)".into(), bare),
             row(
                 format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL})"),
-                12.0,
+                floor,
             ),
-            row("netcm (qps 1000, burst 2000)".into(), 15.0),
-            row(
-                format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL}){FLOOR_AFTER_SUFFIX}"),
-                18.0,
-            ),
-        ];
+            row("netcm (qps 1000, burst 2000)".into(), netcm),
+        ]
+    }
+
+    #[test]
+    fn netcm_is_measured_against_the_floor_before_it_after_it_and_their_mean() {
+        let mut rows = bare_floor_netcm(10.0, 12.0, 15.0);
+        rows.push(row(
+            format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL}){FLOOR_AFTER_SUFFIX}"),
+            18.0,
+        ));
         let r = ratios(&rows, "netcm (", "kube-controller-manager").expect("netcm's row");
         assert_eq!(r.over_bare, 1.5);
         assert_eq!(r.over_floor, Some(15.0 / 12.0));
@@ -168,14 +173,7 @@ mod tests {
 
     #[test]
     fn without_a_floor_after_netcm_there_is_no_bracketed_ratio() {
-        let rows = vec![
-            row("API ceiling (16 concurrent PATCHes, no watch)".into(), 10.0),
-            row(
-                format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL})"),
-                12.0,
-            ),
-            row("netcm (qps 1000, burst 2000)".into(), 15.0),
-        ];
+        let rows = bare_floor_netcm(10.0, 12.0, 15.0);
         let r = ratios(&rows, "netcm (", "kube-controller-manager").expect("netcm's row");
         assert_eq!(r.over_floor, Some(15.0 / 12.0));
         assert_eq!(r.over_floor_after, None);
