@@ -13,6 +13,7 @@
 #                     MODE=scale NODES=100000 CLUSTER_CIDR=10.0.0.0/7 BARE_CEILING_ONLY=1 hack/bench.sh allocation
 #                                   past a /8's 65,536 /24s (kube-apiserver ~10 GiB, ~30 min)
 #                     MODE=churn NODES=5000 CHURN_SECONDS=300 hack/bench.sh allocation   20 Nodes/s created + deleted
+#                                   (its tail, from the audit log: python3 hack/churn_tail/churn_tail.py LOG SET BASE)
 #                     MODE=sizing hack/bench.sh allocation   5,000 Nodes of a seeded max-pods mix (SEED, 29), netcm at
 #                                   a fixed /24 vs --node-cidr-size-from-pods (/24../28), ROUNDS (3) alternating:
 #                                   time, addresses used, prefixes, Nodes per /16 (docs/pools.md has numbers)
