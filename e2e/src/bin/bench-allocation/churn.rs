@@ -266,12 +266,11 @@ pub fn print(cfg: &Config, results: &[ChurnResult]) {
             ms(l.last().copied().unwrap_or_default())
         )
     });
-    row("watch ADDED → CIDR p50 / p99", &|r| {
-        let l = &r.added_to_cidr;
-        format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
-    });
     let p50_p99 =
         |l: &[Duration]| format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)));
+    row("watch ADDED → CIDR p50 / p99", &|r| {
+        p50_p99(&r.added_to_cidr)
+    });
     row(
         "API server: create received → Node write done p50 / p99",
         &|r| p50_p99(&r.server.create_to_write),
@@ -287,24 +286,17 @@ pub fn print(cfg: &Config, results: &[ChurnResult]) {
         "… the contender's write in the API server p50 / p99",
         &|r| p50_p99(&r.server.write_in_server),
     );
-    row("one PATCH round trip p50 / p99", &|r| {
-        let l = &r.patch_rtt;
-        format!("{} / {}", ms(percentile(l, 0.5)), ms(percentile(l, 0.99)))
-    });
-    row("create → CIDR p99 ÷ PATCH p99", &|r| {
-        let p = percentile(&r.patch_rtt, 0.99).as_secs_f64().max(1e-9);
+    row("one PATCH round trip p50 / p99", &|r| p50_p99(&r.patch_rtt));
+    // create → CIDR p99 over one PATCH's quantile `q`.
+    let over_patch = |r: &ChurnResult, q: f64| {
+        let p = percentile(&r.patch_rtt, q).as_secs_f64().max(1e-9);
         format!(
             "{:.1}×",
             percentile(&r.create_to_cidr, 0.99).as_secs_f64() / p
         )
-    });
-    row("create → CIDR p99 ÷ PATCH p50", &|r| {
-        let p = percentile(&r.patch_rtt, 0.5).as_secs_f64().max(1e-9);
-        format!(
-            "{:.1}×",
-            percentile(&r.create_to_cidr, 0.99).as_secs_f64() / p
-        )
-    });
+    };
+    row("create → CIDR p99 ÷ PATCH p99", &|r| over_patch(r, 0.99));
+    row("create → CIDR p99 ÷ PATCH p50", &|r| over_patch(r, 0.5));
     row("not allocated (deleted first excluded)", &|r| {
         r.unallocated.to_string()
     });
