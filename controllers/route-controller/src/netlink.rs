@@ -5,16 +5,23 @@
 //! All calls share one netlink socket: rtnetlink pipelines requests on it, so many creates can be in
 //! flight at once and a few thousand routes take well under a second. The kernel's notifications of
 //! changes to the table come on a second socket ([`watch`]).
+//!
+//! A route names a nexthop object per gateway ([`gateways`]) where the kernel has them: with a plain
+//! gateway on every route, IPv4 inserts are quadratic in the routes of the table ([`nexthop`]).
 
+mod gateways;
+mod nexthop;
 mod watch;
 
 pub use watch::watch;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use ipnet::IpNet;
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
@@ -26,6 +33,8 @@ use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use rtnetlink::RouteMessageBuilder;
 
 use crate::backend::{BackendError, Route, Routes};
+use gateways::{GatewayError, GatewayNexthops};
+use nexthop::NexthopClient;
 
 /// errno values the backend tells apart.
 const EPERM: i32 = 1;
@@ -55,6 +64,13 @@ pub struct NetlinkRoutes {
     handle: rtnetlink::Handle,
     table: u32,
     protocol: u8,
+    nexthops: Arc<Nexthops>,
+}
+
+/// Whether routes name nexthop objects, settled by the first call that needs to know.
+struct Nexthops {
+    gateways: GatewayNexthops,
+    enabled: tokio::sync::OnceCell<bool>,
 }
 
 /// Sends one request on a fresh synchronous socket and returns the kernel's errno (0 = success).
@@ -110,14 +126,186 @@ impl NetlinkRoutes {
     ) -> Result<(Self, impl Future<Output = ()> + Send + 'static), OpenError> {
         probe_write_permission(table, protocol)?;
         let (connection, handle, _) = rtnetlink::new_connection().map_err(OpenError::Socket)?;
+        let (client, nexthop_connection) = NexthopClient::open().map_err(OpenError::Socket)?;
+        let nexthops = Nexthops {
+            gateways: GatewayNexthops::new(client, protocol),
+            enabled: tokio::sync::OnceCell::new(),
+        };
         Ok((
             Self {
                 handle,
                 table,
                 protocol,
+                nexthops: Arc::new(nexthops),
             },
-            connection,
+            async move {
+                futures::future::join(connection, nexthop_connection).await;
+            },
         ))
+    }
+
+    /// netcm's nexthop per gateway, if routes name nexthop objects on this kernel.
+    async fn gateways(&self) -> Option<&GatewayNexthops> {
+        let gateways = &self.nexthops.gateways;
+        let enabled = self
+            .nexthops
+            .enabled
+            .get_or_init(|| async {
+                if !gateways::kernel_reports_gateways() {
+                    tracing::info!("routes name their gateways: net.ipv4.nexthop_compat_mode is 0 or absent, so the kernel would report nexthop routes without them");
+                    return false;
+                }
+                match gateways.supported().await {
+                    Ok(()) => {
+                        tracing::info!("routes name one nexthop object per gateway");
+                        true
+                    }
+                    Err(e) => {
+                        tracing::info!(error = %e, "routes name their gateways: this kernel has no nexthop objects");
+                        false
+                    }
+                }
+            })
+            .await;
+        enabled.then_some(gateways)
+    }
+
+    /// The interface the kernel would send to `gateway` through.
+    async fn oif_towards(&self, gateway: IpAddr) -> Result<u32, String> {
+        let mut query = RouteMessage::default();
+        let (family, len, address) = match gateway {
+            IpAddr::V4(a) => (AddressFamily::Inet, 32, RouteAddress::Inet(a)),
+            IpAddr::V6(a) => (AddressFamily::Inet6, 128, RouteAddress::Inet6(a)),
+        };
+        query.header.address_family = family;
+        query.header.destination_prefix_length = len;
+        query.attributes.push(RouteAttribute::Destination(address));
+        let mut request = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(query));
+        request.header.flags = NLM_F_REQUEST;
+        let mut answers = self
+            .handle
+            .clone()
+            .request(request)
+            .map_err(|e| format!("looking up the interface towards {gateway}: {e}"))?;
+        while let Some(answer) = answers.next().await {
+            match answer.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(m)) => {
+                    if let Some(oif) = m.attributes.iter().find_map(|a| match a {
+                        RouteAttribute::Oif(i) => Some(*i),
+                        _ => None,
+                    }) {
+                        return Ok(oif);
+                    }
+                }
+                NetlinkPayload::Error(e) if e.code.is_some() => {
+                    return Err(format!("no route towards gateway {gateway}: {}", e.to_io()))
+                }
+                _ => {}
+            }
+        }
+        Err(format!("no interface towards gateway {gateway}"))
+    }
+
+    /// A route message that names nexthop `id` instead of a gateway.
+    fn message_via_nexthop(
+        &self,
+        operation: &'static str,
+        route: &Route,
+        id: u32,
+    ) -> Result<RouteMessage, BackendError> {
+        let mut message = RouteMessageBuilder::<IpAddr>::new()
+            .table_id(self.table)
+            .protocol(RouteProtocol::from(self.protocol))
+            .destination_prefix(route.destination.network(), route.destination.prefix_len())
+            .map(RouteMessageBuilder::build)
+            .map_err(|e| BackendError::Refused {
+                operation,
+                subject: route.to_string(),
+                message: e.to_string(),
+            })?;
+        message.attributes.push(RouteAttribute::NhId(id));
+        Ok(message)
+    }
+
+    /// Adds (or with `replace`, replaces) a route: through a nexthop where the kernel has them. A nexthop
+    /// someone deleted under netcm is made again once.
+    async fn write(&self, route: &Route, replace: bool) -> Result<(), BackendError> {
+        let operation = if replace { "replace" } else { "create" };
+        let send = |message: RouteMessage| {
+            let request = self.handle.route().add(message);
+            let request = if replace { request.replace() } else { request };
+            request.execute()
+        };
+        let answer = |result: Result<(), rtnetlink::Error>| match result {
+            Ok(()) => Ok(()),
+            Err(e) if !replace && errno(&e) == Some(EEXIST) => {
+                Err(BackendError::Exists(route.destination))
+            }
+            Err(e) => Err(failure(operation, route.to_string(), &e)),
+        };
+        let Some(gateways) = self.gateways().await else {
+            return answer(send(self.message(operation, route)?).await);
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let id = match gateways
+                .id_for(route.gateway, self.oif_towards(route.gateway))
+                .await
+            {
+                Ok(id) => id,
+                Err(e) => match nexthop_failure(operation, route, e) {
+                    host @ BackendError::Host { .. } => return Err(host),
+                    // The kernel takes some gateways on a route that it refuses on a nexthop (an
+                    // address of this host's): such a route names its gateway, as before nexthops.
+                    _ => return answer(send(self.message(operation, route)?).await),
+                },
+            };
+            match send(self.message_via_nexthop(operation, route, id)?).await {
+                Err(e)
+                    if errno(&e) != Some(EEXIST)
+                        && attempts == 1
+                        && gateways.forget_if_gone(route.gateway, id).await => {}
+                result => return answer(result),
+            }
+        }
+    }
+
+    /// Deletes netcm's route: by its nexthop, or by its gateway (a route written before nexthops, or
+    /// on a kernel without them). Either way a route re-pointed meanwhile does not match and stays.
+    async fn remove(&self, route: &Route) -> Result<(), BackendError> {
+        let gone = |e: &rtnetlink::Error| matches!(errno(e), Some(ESRCH | ENOENT));
+        if let Some(gateways) = self.gateways().await {
+            if let Some(id) = gateways.known(route.gateway).await {
+                let message = self.message_via_nexthop("delete", route, id)?;
+                match self.handle.route().del(message).execute().await {
+                    Ok(()) => return Ok(()),
+                    Err(e) if gone(&e) => {}
+                    Err(e) => return Err(failure("delete", route.to_string(), &e)),
+                }
+            }
+        }
+        let message = self.message("delete", route)?;
+        match self.handle.route().del(message).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if gone(&e) => Ok(()),
+            Err(e) => Err(failure("delete", route.to_string(), &e)),
+        }
+    }
+
+    /// netcm's route messages of one family.
+    async fn dump(&self, family: AddressFamily) -> Result<Vec<RouteMessage>, BackendError> {
+        let mut query = RouteMessage::default();
+        query.header.address_family = family;
+        let messages: Vec<RouteMessage> = self
+            .handle
+            .route()
+            .get(query)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| failure("list", format!("table {}", self.table), &e))?;
+        Ok(messages.into_iter().filter(|m| self.is_ours(m)).collect())
     }
 
     /// A route message in netcm's table and protocol.
@@ -142,24 +330,6 @@ impl NetlinkRoutes {
     /// Whether a dumped route is netcm's: its table and protocol, a unicast route.
     fn is_ours(&self, msg: &RouteMessage) -> bool {
         is_ours(msg, self.table, self.protocol)
-    }
-
-    async fn dump(&self, family: AddressFamily) -> Result<Vec<Route>, BackendError> {
-        let mut query = RouteMessage::default();
-        query.header.address_family = family;
-        let messages: Vec<RouteMessage> = self
-            .handle
-            .route()
-            .get(query)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| failure("list", format!("table {}", self.table), &e))?;
-        Ok(messages
-            .iter()
-            .filter(|m| self.is_ours(m))
-            .filter_map(parse_route)
-            .collect())
     }
 }
 
@@ -217,6 +387,32 @@ fn table_of(msg: &RouteMessage) -> u32 {
         .unwrap_or(u32::from(msg.header.table))
 }
 
+/// The nexthop a route names, if it names one.
+fn nexthop_id(msg: &RouteMessage) -> Option<u32> {
+    msg.attributes.iter().find_map(|a| match a {
+        RouteAttribute::NhId(id) => Some(*id),
+        _ => None,
+    })
+}
+
+/// A nexthop that could not be made, sorted like [`failure`].
+fn nexthop_failure(operation: &'static str, route: &Route, e: GatewayError) -> BackendError {
+    let subject = route.to_string();
+    let message = e.to_string();
+    match e.errno() {
+        Some(EPERM | EACCES | ENOMEM | ENOBUFS) | Some(0) => BackendError::Host {
+            operation,
+            subject,
+            message,
+        },
+        _ => BackendError::Refused {
+            operation,
+            subject,
+            message,
+        },
+    }
+}
+
 /// The kernel's errno in an rtnetlink error, if it is one.
 fn errno(e: &rtnetlink::Error) -> Option<i32> {
     match e {
@@ -271,46 +467,36 @@ fn address_network(msg: &AddressMessage) -> Option<IpNet> {
 impl Routes for NetlinkRoutes {
     fn list_routes(&self) -> BoxFuture<'_, Result<Vec<Route>, BackendError>> {
         Box::pin(async move {
-            let mut routes = self.dump(AddressFamily::Inet).await?;
-            routes.extend(self.dump(AddressFamily::Inet6).await?);
-            Ok(routes)
+            let gateways = self.gateways().await;
+            let generation = match gateways {
+                Some(g) => Some(g.begin_listing().await),
+                None => None,
+            };
+            let mut messages = self.dump(AddressFamily::Inet).await?;
+            messages.extend(self.dump(AddressFamily::Inet6).await?);
+            if let (Some(gateways), Some(generation)) = (gateways, generation) {
+                let named: HashSet<u32> = messages.iter().filter_map(nexthop_id).collect();
+                match gateways.collect(generation, &named).await {
+                    Ok(0) => {}
+                    Ok(deleted) => tracing::debug!(deleted, "deleted nexthops no route names"),
+                    // The routes are right either way; unused nexthops wait for the next period.
+                    Err(e) => tracing::warn!(error = %e, "could not tidy netcm's nexthops"),
+                }
+            }
+            Ok(messages.iter().filter_map(parse_route).collect())
         })
     }
 
     fn create_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move {
-            let msg = self.message("create", &route)?;
-            match self.handle.route().add(msg).execute().await {
-                Ok(()) => Ok(()),
-                Err(e) if errno(&e) == Some(EEXIST) => Err(BackendError::Exists(route.destination)),
-                Err(e) => Err(failure("create", route.to_string(), &e)),
-            }
-        })
+        Box::pin(async move { self.write(&route, false).await })
     }
 
     fn replace_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move {
-            let msg = self.message("replace", &route)?;
-            self.handle
-                .route()
-                .add(msg)
-                .replace()
-                .execute()
-                .await
-                .map_err(|e| failure("replace", route.to_string(), &e))
-        })
+        Box::pin(async move { self.write(&route, true).await })
     }
 
     fn delete_route(&self, route: Route) -> BoxFuture<'_, Result<(), BackendError>> {
-        Box::pin(async move {
-            // The gateway is part of the match, so a route someone re-pointed meanwhile stays.
-            let msg = self.message("delete", &route)?;
-            match self.handle.route().del(msg).execute().await {
-                Ok(()) => Ok(()),
-                Err(e) if matches!(errno(&e), Some(ESRCH | ENOENT)) => Ok(()),
-                Err(e) => Err(failure("delete", route.to_string(), &e)),
-            }
-        })
+        Box::pin(async move { self.remove(&route).await })
     }
 
     fn connected_networks(&self) -> BoxFuture<'_, Result<Vec<IpNet>, BackendError>> {
@@ -335,10 +521,15 @@ mod tests {
     fn routes() -> NetlinkRoutes {
         // A handle without a running connection: only the message builders are exercised.
         let (_, handle, _) = rtnetlink::new_connection().expect("netlink socket");
+        let (client, _) = NexthopClient::open().expect("netlink socket");
         NetlinkRoutes {
             handle,
             table: 100,
             protocol: 199,
+            nexthops: Arc::new(Nexthops {
+                gateways: GatewayNexthops::new(client, 199),
+                enabled: tokio::sync::OnceCell::new(),
+            }),
         }
     }
 
