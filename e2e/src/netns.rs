@@ -81,6 +81,19 @@ pub struct KernelRoute {
     pub gateway: Option<String>,
     #[serde(default)]
     pub protocol: Option<String>,
+    /// The nexthop object the route names, if it names one.
+    #[serde(default)]
+    pub nhid: Option<u32>,
+}
+
+/// One nexthop object as `ip -j nexthop show` prints it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct KernelNexthop {
+    pub id: u32,
+    #[serde(default)]
+    pub gateway: Option<String>,
+    #[serde(default)]
+    pub protocol: Option<String>,
 }
 
 /// A network namespace, deleted on drop.
@@ -152,6 +165,18 @@ impl NetNs {
             out.extend(routes);
         }
         out
+    }
+
+    /// Every nexthop object of the namespace.
+    pub fn nexthops(&self) -> Vec<KernelNexthop> {
+        let json = self.ip(&["-j", "nexthop", "show"]);
+        let json = if json.trim().is_empty() {
+            "[]"
+        } else {
+            json.trim()
+        };
+        serde_json::from_str(json)
+            .unwrap_or_else(|e| panic!("parsing `ip -j nexthop show` output {json:?}: {e}"))
     }
 
     /// How many IPv4 and IPv6 routes `table` holds of `protocol` (cheap enough to poll with thousands).

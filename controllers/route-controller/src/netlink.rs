@@ -250,7 +250,7 @@ impl NetlinkRoutes {
         loop {
             attempts += 1;
             let id = match gateways
-                .id_for(route.gateway, self.oif_towards(route.gateway))
+                .id_for(route.gateway, self.oif_towards(route.gateway), replace)
                 .await
             {
                 Ok(id) => id,

@@ -20,6 +20,7 @@ use netcm_e2e::nodes::{create_nodes, set_addresses, NodeFixture};
 use netcm_e2e::{wait_for, TestEnv};
 
 mod modes;
+mod nexthops;
 mod ownership;
 mod repair;
 

@@ -103,23 +103,38 @@ impl GatewayNexthops {
         }
     }
 
-    /// Whether this kernel has nexthop objects (a dump succeeds).
+    /// Whether this kernel has nexthop objects (a dump succeeds); new ids start above the ones it lists.
     pub async fn supported(&self) -> Result<(), String> {
-        self.client.dump().await.map(drop).map_err(|e| e.message)
+        let nexthops = self.client.dump().await.map_err(|e| e.message)?;
+        let highest = nexthops.iter().map(|n| n.id).max().unwrap_or(0);
+        let mut state = self.state.lock().await;
+        state.next_id = state.next_id.max(highest.saturating_add(1));
+        Ok(())
     }
 
     /// The id of the nexthop via `gateway`, created on interface `oif` (awaited only then) if there is
-    /// none yet.
+    /// none yet. With `verify` a known nexthop is first read back from the kernel: a replace repairs a
+    /// route someone changed, and they may have changed the nexthop itself (`ip nexthop replace`).
     pub async fn id_for(
         &self,
         gateway: IpAddr,
         oif: impl Future<Output = Result<u32, String>>,
+        verify: bool,
     ) -> Result<u32, GatewayError> {
         let mut state = self.state.lock().await;
         let generation = state.generation;
-        if let Some(entry) = state.by_gateway.get_mut(&gateway) {
-            entry.used = generation;
-            return Ok(entry.id);
+        if let Some(entry) = state.by_gateway.get(&gateway).copied() {
+            let holds = !verify
+                || matches!(self.client.get(entry.id).await,
+                    Ok(Some(n)) if n.gateway == Some(gateway) && n.protocol == self.protocol);
+            if holds {
+                if let Some(e) = state.by_gateway.get_mut(&gateway) {
+                    e.used = generation;
+                }
+                return Ok(entry.id);
+            }
+            // Changed or gone: a fresh nexthop; the listing deletes the changed one once unnamed.
+            state.by_gateway.remove(&gateway);
         }
         let oif = oif.await.map_err(GatewayError::Lookup)?;
         for _ in 0..ID_ATTEMPTS {
