@@ -21,7 +21,8 @@
 #                                   hand-over and a kill -9 takeover: signal → Lease → a new Node's CIDR
 #                                   and lease annotations (STANDBY_SECONDS, 10)
 #                     MODE=lived-in NODES=50000 hack/bench.sh allocation   the next leader's backlog on the
-#                                   claims an earlier leader left (SIGTERM, then kill -9) against its fresh run
+#                                   claims an earlier leader left (SIGTERM, then kill -9) against its fresh run;
+#                                   FRESH_AFTER=1 runs the fresh backlog again after it, SIGNALS=TERM one round
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   ALLOCATOR_FLOOR=1 adds an allocator's floor (FLOOR_CLIENTS, 32); FLOOR_AFTER=1 runs it again after netcm.
@@ -148,5 +149,5 @@ case "$name" in
     # As forget: its own cluster, netcm from hack/image.sh build's image.
     cargo build --quiet --locked -p netcm-e2e --bin bench-token-expiry
     exec "$root/target/debug/bench-token-expiry" ;;
-  *) sed -n '2,76p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 2 ;;
 esac

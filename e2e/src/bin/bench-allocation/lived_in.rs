@@ -11,6 +11,12 @@
 //! bench's watch has seen every Node of the set with a CIDR, node and claim writes from the audit log
 //! (a quarantine's touches are node writes), peak RSS and CPU, and the ratio to the earlier leader's
 //! fresh run of the same round. With NETCM_BIN_BEFORE both rounds run first with that binary.
+//!
+//! Two identical runs of a round differ by up to 20 % here, the later one slower (the API server and etcd
+//! carry the earlier runs' history; see the floor before and after netcm in docs/performance.md), so
+//! `FRESH_AFTER=1` runs the earlier leader's fresh backlog once more after the lived-in run, on a cluster
+//! reset again, and the table gives the lived-in run over the mean of both fresh runs too. `SIGNALS=TERM`
+//! (or `KILL`) runs one round per build instead of both.
 
 use std::path::Path;
 
@@ -24,6 +30,8 @@ struct Round {
     signal: &'static str,
     fresh: Row,
     lived_in: Row,
+    /// The fresh run once more after the lived-in one (`FRESH_AFTER=1`).
+    fresh_after: Option<Row>,
     claims_left: usize,
 }
 
@@ -83,13 +91,46 @@ async fn round(
         build.name
     );
     let lived_in = allocate_backlog_ending(client, cfg, netcm(&label), &set, "KILL").await;
+    let fresh_after = if fresh_after_wanted() {
+        reset(client, cfg.nodes).await;
+        let set = set_name(&format!("again {signal}"));
+        create_nodes(client, &set, cfg.nodes, cfg.creators).await;
+        let label = format!(
+            "{}: fresh cluster again, after the lived-in run",
+            build.name
+        );
+        Some(allocate_backlog_ending(client, cfg, netcm(&label), &set, "KILL").await)
+    } else {
+        None
+    };
     Round {
         build: build.name,
         signal,
         fresh,
         lived_in,
+        fresh_after,
         claims_left,
     }
+}
+
+/// Whether `FRESH_AFTER=1` asks for a fresh run after each lived-in one.
+fn fresh_after_wanted() -> bool {
+    std::env::var("FRESH_AFTER").is_ok_and(|v| v == "1")
+}
+
+/// The rounds `SIGNALS` asks for (`TERM`, `KILL` or both, the default).
+fn signals() -> Vec<&'static str> {
+    let wanted = std::env::var("SIGNALS").unwrap_or_default();
+    let all = ["TERM", "KILL"];
+    let picked: Vec<&'static str> = all
+        .into_iter()
+        .filter(|s| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == *s))
+        .collect();
+    if picked.is_empty() {
+        eprintln!("[bench] SIGNALS={wanted:?} names neither TERM nor KILL; running both");
+        return all.to_vec();
+    }
+    picked
 }
 
 /// `MODE=lived-in`: a SIGTERM round and a kill -9 round; first with the binary NETCM_BIN_BEFORE, when set,
@@ -114,7 +155,7 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
     });
     let mut rounds = Vec::new();
     for build in &builds {
-        for signal in ["TERM", "KILL"] {
+        for signal in signals() {
             rounds.push(round(client, cfg, build, signal, &fair).await);
         }
     }
@@ -124,15 +165,23 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
         "\n### A new leader on a lived-in cluster: {} Nodes waiting, the earlier leader's claims left (qps {}, burst {})\n",
         cfg.nodes, cfg.qps, cfg.burst
     );
-    println!("| build | how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | node writes / Node | claim writes / Node | peak RSS MiB | CPU s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| build | how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | ÷ mean of fresh before and after | node writes / Node | claim writes / Node | peak RSS MiB | CPU s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rounds {
-        for (run, row) in [
+        let mut runs = vec![
             ("fresh cluster (earlier leader)", &r.fresh),
             ("lived-in (next leader)", &r.lived_in),
-        ] {
+        ];
+        if let Some(after) = &r.fresh_after {
+            runs.push(("fresh cluster again, after", after));
+        }
+        let mean_fresh = r
+            .fresh_after
+            .as_ref()
+            .map(|after| (r.fresh.seconds + after.seconds) / 2.0);
+        for (run, row) in runs {
             println!(
-                "| {} | {} | {} | {run} | {:.1} s | {:.2} | {:.3} | {:.4} | {} | {} |",
+                "| {} | {} | {} | {run} | {:.1} s | {:.2} | {} | {:.3} | {:.4} | {} | {} |",
                 r.build,
                 if r.signal == "TERM" {
                     "SIGTERM"
@@ -142,6 +191,7 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
                 r.claims_left,
                 row.seconds,
                 row.seconds / r.fresh.seconds,
+                mean_fresh.map_or("–".into(), |m| format!("{:.2}", row.seconds / m)),
                 row.writes.node as f64 / n,
                 row.writes.claim as f64 / n,
                 row.stats
