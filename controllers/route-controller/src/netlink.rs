@@ -9,7 +9,9 @@
 //! A route names a nexthop object per gateway ([`gateways`]) where the kernel has them: with a plain
 //! gateway on every route, IPv4 inserts are quadratic in the routes of the table ([`nexthop`]).
 
+mod errors;
 mod gateways;
+mod messages;
 mod nexthop;
 mod watch;
 
@@ -17,14 +19,14 @@ pub use watch::watch;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use ipnet::IpNet;
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
-use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+use rtnetlink::packet_route::address::AddressMessage;
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -33,17 +35,10 @@ use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use rtnetlink::RouteMessageBuilder;
 
 use crate::backend::{BackendError, Route, Routes};
-use gateways::{GatewayError, GatewayNexthops};
+use errors::{errno, failure, nexthop_failure, EEXIST, ENOENT, EPERM, ESRCH};
+use gateways::GatewayNexthops;
+use messages::{address_network, is_ours, nexthop_id, parse_route};
 use nexthop::NexthopClient;
-
-/// errno values the backend tells apart.
-const EPERM: i32 = 1;
-const ENOENT: i32 = 2;
-const ESRCH: i32 = 3;
-const ENOMEM: i32 = 12;
-const EACCES: i32 = 13;
-const EEXIST: i32 = 17;
-const ENOBUFS: i32 = 105;
 
 /// Why the netlink backend could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -331,137 +326,6 @@ impl NetlinkRoutes {
     fn is_ours(&self, msg: &RouteMessage) -> bool {
         is_ours(msg, self.table, self.protocol)
     }
-}
-
-/// `destination via gateway` of a dumped route, if it is one (multipath and gateway-less routes are not
-/// shapes netcm writes).
-fn parse_route(msg: &RouteMessage) -> Option<Route> {
-    let (destination, gateway) = destination_and_gateway(msg);
-    Some(Route {
-        destination: destination?,
-        gateway: gateway?,
-    })
-}
-
-/// The destination of a route message (a default route has no destination attribute) and its gateway.
-fn destination_and_gateway(msg: &RouteMessage) -> (Option<IpNet>, Option<IpAddr>) {
-    let len = msg.header.destination_prefix_length;
-    let mut destination = None;
-    let mut gateway = None;
-    for attr in &msg.attributes {
-        match attr {
-            RouteAttribute::Destination(RouteAddress::Inet(a)) => {
-                destination = IpNet::new(IpAddr::V4(*a), len).ok()
-            }
-            RouteAttribute::Destination(RouteAddress::Inet6(a)) => {
-                destination = IpNet::new(IpAddr::V6(*a), len).ok()
-            }
-            RouteAttribute::Gateway(RouteAddress::Inet(a)) => gateway = Some(IpAddr::V4(*a)),
-            RouteAttribute::Gateway(RouteAddress::Inet6(a)) => gateway = Some(IpAddr::V6(*a)),
-            _ => {}
-        }
-    }
-    let destination = destination.or_else(|| match msg.header.address_family {
-        AddressFamily::Inet => IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).ok(),
-        AddressFamily::Inet6 => IpNet::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0).ok(),
-        _ => None,
-    });
-    (destination, gateway)
-}
-
-/// Whether a route message is netcm's: its table and protocol, a unicast route.
-fn is_ours(msg: &RouteMessage, table: u32, protocol: u8) -> bool {
-    table_of(msg) == table
-        && u8::from(msg.header.protocol) == protocol
-        && msg.header.kind == RouteType::Unicast
-}
-
-/// The table a route message is in (`RTA_TABLE` carries ids above 255).
-fn table_of(msg: &RouteMessage) -> u32 {
-    msg.attributes
-        .iter()
-        .find_map(|a| match a {
-            RouteAttribute::Table(t) => Some(*t),
-            _ => None,
-        })
-        .unwrap_or(u32::from(msg.header.table))
-}
-
-/// The nexthop a route names, if it names one.
-fn nexthop_id(msg: &RouteMessage) -> Option<u32> {
-    msg.attributes.iter().find_map(|a| match a {
-        RouteAttribute::NhId(id) => Some(*id),
-        _ => None,
-    })
-}
-
-/// A nexthop that could not be made, sorted like [`failure`].
-fn nexthop_failure(operation: &'static str, route: &Route, e: GatewayError) -> BackendError {
-    let subject = route.to_string();
-    let message = e.to_string();
-    match e.errno() {
-        Some(EPERM | EACCES | ENOMEM | ENOBUFS) | Some(0) => BackendError::Host {
-            operation,
-            subject,
-            message,
-        },
-        _ => BackendError::Refused {
-            operation,
-            subject,
-            message,
-        },
-    }
-}
-
-/// The kernel's errno in an rtnetlink error, if it is one.
-fn errno(e: &rtnetlink::Error) -> Option<i32> {
-    match e {
-        rtnetlink::Error::NetlinkError(m) => Some(m.raw_code().abs()),
-        _ => None,
-    }
-}
-
-/// A failed call, sorted by whose it is: errors every route would get (permission, memory, the socket)
-/// are this host's; the rest (an unreachable gateway, a bad prefix) are the route's.
-fn failure(operation: &'static str, subject: String, e: &rtnetlink::Error) -> BackendError {
-    match e {
-        rtnetlink::Error::NetlinkError(m) => {
-            let message = m.to_io().to_string();
-            match m.raw_code().abs() {
-                EPERM | EACCES | ENOMEM | ENOBUFS => BackendError::Host {
-                    operation,
-                    subject,
-                    message,
-                },
-                _ => BackendError::Refused {
-                    operation,
-                    subject,
-                    message,
-                },
-            }
-        }
-        other => BackendError::Host {
-            operation,
-            subject,
-            message: other.to_string(),
-        },
-    }
-}
-
-/// The network of one of the host's addresses (`IFA_LOCAL`, the host's own end, wins over
-/// `IFA_ADDRESS`, which is the peer's on a point-to-point link).
-fn address_network(msg: &AddressMessage) -> Option<IpNet> {
-    let local = msg.attributes.iter().find_map(|a| match a {
-        AddressAttribute::Local(ip) => Some(*ip),
-        _ => None,
-    });
-    let address = msg.attributes.iter().find_map(|a| match a {
-        AddressAttribute::Address(ip) => Some(*ip),
-        _ => None,
-    });
-    IpNet::new(local.or(address)?, msg.header.prefix_len)
-        .ok()
-        .map(|n| n.trunc())
 }
 
 impl Routes for NetlinkRoutes {

@@ -13,7 +13,8 @@ use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::AsyncSocket;
 use rtnetlink::MulticastGroup;
 
-use super::{destination_and_gateway, table_of, OpenError};
+use super::messages::{destination_and_gateway, table_of};
+use super::OpenError;
 use crate::backend::TableChange;
 
 /// The receive buffer asked for: netcm's own burst of a few thousand creates comes back as as many
