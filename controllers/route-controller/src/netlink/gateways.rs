@@ -198,12 +198,13 @@ impl GatewayNexthops {
         generation: u64,
         named: &HashSet<u32>,
     ) -> Result<usize, GatewayError> {
+        // Locked before the dump: a nexthop created after it would look lost to the kernel.
+        let mut state = self.state.lock().await;
         let kernel_nexthops = self
             .client
             .dump()
             .await
             .map_err(|e| GatewayError::Lookup(format!("listing nexthops: {e}")))?;
-        let mut state = self.state.lock().await;
         let highest = kernel_nexthops.iter().map(|n| n.id).max().unwrap_or(0);
         state.next_id = state.next_id.max(highest.saturating_add(1)).max(1);
         let ours: Vec<(u32, IpAddr)> = kernel_nexthops
