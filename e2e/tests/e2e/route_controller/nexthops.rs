@@ -1,7 +1,9 @@
 //! Nexthop objects: every route of netcm's names one nexthop per gateway (the kernel inserts those in
 //! constant time; a gateway per route is quadratic), a nexthop someone deletes under its routes is made
 //! again, one someone re-points is not trusted, a nexthop no route names any more goes within a few
-//! reconcile periods, and a restarted netcm adopts the nexthops it left instead of making new ones.
+//! reconcile periods, a restarted netcm adopts the nexthops it left instead of making new ones, and a
+//! gateway the kernel takes on a route but refuses on a nexthop (its link has no carrier) keeps a plain
+//! route.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -174,4 +176,43 @@ async fn a_nexthop_someone_re_points_is_not_trusted_and_its_route_is_back_on_its
     ]);
     lab.wait_routes(&want, Duration::from_secs(20)).await;
     assert_ne!(named_nexthops(&lab)["10.244.2.0/24"].to_string(), id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_on_a_link_without_carrier_gets_a_plain_route_as_before_nexthops_and_the_others_name_theirs(
+) {
+    let lab = lab().await;
+    // A second link whose peer is down: the kernel takes a route via it (flagged linkdown) but refuses a
+    // nexthop on it ("Carrier for nexthop device is down").
+    lab.ns
+        .ip(&["link", "add", "w0", "type", "veth", "peer", "name", "w1"]);
+    lab.ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "w0"]);
+    lab.ns.ip(&["link", "set", "w0", "up"]);
+    let _netcm = lab.start(&["--leader-elect=false"], &[]);
+    let fixtures = vec![
+        NodeFixture::named("no-carrier")
+            .internal_ip("198.51.100.5")
+            .pod_cidrs(&["10.244.5.0/24"]),
+        NodeFixture::named("carrier")
+            .internal_ip("192.0.2.6")
+            .pod_cidrs(&["10.244.6.0/24"]),
+    ];
+    create_nodes(&lab.env.client, fixtures, 2).await;
+    let want = BTreeMap::from([
+        (net("10.244.5.0/24"), ip("198.51.100.5")),
+        (net("10.244.6.0/24"), ip("192.0.2.6")),
+    ]);
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    let nhids: BTreeMap<String, Option<u32>> = lab
+        .ns
+        .routes(TABLE, Some(PROTO))
+        .into_iter()
+        .map(|r| (r.dst, r.nhid))
+        .collect();
+    assert_eq!(nhids["10.244.5.0/24"], None, "{nhids:?}");
+    assert!(nhids["10.244.6.0/24"].is_some(), "{nhids:?}");
+    assert_eq!(
+        netcm_nexthops(&lab).keys().copied().collect::<Vec<_>>(),
+        vec![ip("192.0.2.6")]
+    );
 }
