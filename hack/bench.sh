@@ -22,7 +22,8 @@
 #                                   and lease annotations (STANDBY_SECONDS, 10)
 #                     MODE=lived-in NODES=50000 hack/bench.sh allocation   the next leader's backlog on the
 #                                   claims an earlier leader left (SIGTERM, then kill -9) against its fresh run;
-#                                   FRESH_AFTER=1 runs the fresh backlog again after it, SIGNALS=TERM one round
+#                                   FRESH_AFTER=1 runs the fresh backlog again after it, SIGNALS=TERM one round,
+#                                   RESTART_APISERVER=1 a fresh kube-apiserver process before each backlog
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
 #                   ALLOCATOR_FLOOR=1 adds an allocator's floor (FLOOR_CLIENTS, 32); FLOOR_AFTER=1 runs it again after netcm.

@@ -16,7 +16,9 @@
 //! carry the earlier runs' history; see the floor before and after netcm in docs/performance.md), so
 //! `FRESH_AFTER=1` runs the earlier leader's fresh backlog once more after the lived-in run, on a cluster
 //! reset again, and the table gives the lived-in run over the mean of both fresh runs too. `SIGNALS=TERM`
-//! (or `KILL`) runs one round per build instead of both.
+//! (or `KILL`) runs one round per build instead of both. `RESTART_APISERVER=1` restarts kube-apiserver
+//! (not etcd, so the claims stay) before each backlog is created, so no run inherits the server process
+//! of the one before.
 
 use std::path::Path;
 
@@ -68,6 +70,7 @@ async fn round(
 ) -> Round {
     let netcm = |label: &str| netcm_from(build.bin, cfg, label, "subnet-allocator", fair);
     reset(client, cfg.nodes).await;
+    fresh_apiserver(client).await;
     let set = set_name(&format!("earlier {signal}"));
     create_nodes(client, &set, cfg.nodes, cfg.creators).await;
     let label = format!(
@@ -84,6 +87,7 @@ async fn round(
     }
     let (claims_left, idle) = claims_now(client).await;
     eprintln!("[bench] after {signal}: {claims_left} claims left, {idle} of them idle");
+    fresh_apiserver(client).await;
     let set = set_name(&format!("lived {signal}"));
     create_nodes(client, &set, cfg.nodes, cfg.creators).await;
     let label = format!(
@@ -93,6 +97,7 @@ async fn round(
     let lived_in = allocate_backlog_ending(client, cfg, netcm(&label), &set, "KILL").await;
     let fresh_after = if fresh_after_wanted() {
         reset(client, cfg.nodes).await;
+        fresh_apiserver(client).await;
         let set = set_name(&format!("again {signal}"));
         create_nodes(client, &set, cfg.nodes, cfg.creators).await;
         let label = format!(
@@ -111,6 +116,26 @@ async fn round(
         fresh_after,
         claims_left,
     }
+}
+
+/// With `RESTART_APISERVER=1`, restarts kube-apiserver and waits until it answers this client again.
+async fn fresh_apiserver(client: &kube::Client) {
+    if !std::env::var("RESTART_APISERVER").is_ok_and(|v| v == "1") {
+        return;
+    }
+    netcm_e2e::restart_apiserver();
+    let since = std::time::Instant::now();
+    while client.apiserver_version().await.is_err() {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(120),
+            "kube-apiserver did not answer within 120 s of its restart"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "[bench] kube-apiserver restarted; answering after {:.1} s",
+        since.elapsed().as_secs_f64()
+    );
 }
 
 /// Whether `FRESH_AFTER=1` asks for a fresh run after each lived-in one.
