@@ -201,27 +201,6 @@ impl NetlinkRoutes {
         Err(format!("no interface towards gateway {gateway}"))
     }
 
-    /// A route message that names nexthop `id` instead of a gateway.
-    fn message_via_nexthop(
-        &self,
-        operation: &'static str,
-        route: &Route,
-        id: u32,
-    ) -> Result<RouteMessage, BackendError> {
-        let mut message = RouteMessageBuilder::<IpAddr>::new()
-            .table_id(self.table)
-            .protocol(RouteProtocol::from(self.protocol))
-            .destination_prefix(route.destination.network(), route.destination.prefix_len())
-            .map(RouteMessageBuilder::build)
-            .map_err(|e| BackendError::Refused {
-                operation,
-                subject: route.to_string(),
-                message: e.to_string(),
-            })?;
-        message.attributes.push(RouteAttribute::NhId(id));
-        Ok(message)
-    }
-
     /// Adds (or with `replace`, replaces) a route: through a nexthop where the kernel has them. A nexthop
     /// someone deleted under netcm is made again once.
     async fn write(&self, route: &Route, replace: bool) -> Result<(), BackendError> {
@@ -239,7 +218,7 @@ impl NetlinkRoutes {
             Err(e) => Err(failure(operation, route.to_string(), &e)),
         };
         let Some(gateways) = self.gateways().await else {
-            return answer(send(self.message(operation, route)?).await);
+            return answer(send(self.message(operation, route, None)?).await);
         };
         let mut attempts = 0;
         loop {
@@ -253,10 +232,10 @@ impl NetlinkRoutes {
                     host @ BackendError::Host { .. } => return Err(host),
                     // The kernel takes some gateways on a route that it refuses on a nexthop (an
                     // address of this host's): such a route names its gateway, as before nexthops.
-                    _ => return answer(send(self.message(operation, route)?).await),
+                    _ => return answer(send(self.message(operation, route, None)?).await),
                 },
             };
-            match send(self.message_via_nexthop(operation, route, id)?).await {
+            match send(self.message(operation, route, Some(id))?).await {
                 Err(e)
                     if errno(&e) != Some(EEXIST)
                         && attempts == 1
@@ -272,7 +251,7 @@ impl NetlinkRoutes {
         let gone = |e: &rtnetlink::Error| matches!(errno(e), Some(ESRCH | ENOENT));
         if let Some(gateways) = self.gateways().await {
             if let Some(id) = gateways.known(route.gateway).await {
-                let message = self.message_via_nexthop("delete", route, id)?;
+                let message = self.message("delete", route, Some(id))?;
                 match self.handle.route().del(message).execute().await {
                     Ok(()) => return Ok(()),
                     Err(e) if gone(&e) => {}
@@ -280,7 +259,7 @@ impl NetlinkRoutes {
                 }
             }
         }
-        let message = self.message("delete", route)?;
+        let message = self.message("delete", route, None)?;
         match self.handle.route().del(message).execute().await {
             Ok(()) => Ok(()),
             Err(e) if gone(&e) => Ok(()),
@@ -303,23 +282,34 @@ impl NetlinkRoutes {
         Ok(messages.into_iter().filter(|m| self.is_ours(m)).collect())
     }
 
-    /// A route message in netcm's table and protocol.
+    /// A route message in netcm's table and protocol, naming nexthop `nexthop` where given, else the
+    /// route's gateway.
     fn message(
         &self,
         operation: &'static str,
         route: &Route,
+        nexthop: Option<u32>,
     ) -> Result<RouteMessage, BackendError> {
-        RouteMessageBuilder::<IpAddr>::new()
+        let builder = RouteMessageBuilder::<IpAddr>::new()
             .table_id(self.table)
             .protocol(RouteProtocol::from(self.protocol))
-            .destination_prefix(route.destination.network(), route.destination.prefix_len())
-            .and_then(|b| b.gateway(route.gateway))
-            .map(RouteMessageBuilder::build)
-            .map_err(|e| BackendError::Refused {
-                operation,
-                subject: route.to_string(),
-                message: e.to_string(),
-            })
+            .destination_prefix(route.destination.network(), route.destination.prefix_len());
+        let builder = match nexthop {
+            Some(_) => builder,
+            None => builder.and_then(|b| b.gateway(route.gateway)),
+        };
+        let mut message =
+            builder
+                .map(RouteMessageBuilder::build)
+                .map_err(|e| BackendError::Refused {
+                    operation,
+                    subject: route.to_string(),
+                    message: e.to_string(),
+                })?;
+        if let Some(id) = nexthop {
+            message.attributes.push(RouteAttribute::NhId(id));
+        }
+        Ok(message)
     }
 
     /// Whether a dumped route is netcm's: its table and protocol, a unicast route.
@@ -408,10 +398,27 @@ mod tests {
                 destination: dst.parse().expect("dst"),
                 gateway: gw.parse().expect("gw"),
             };
-            let msg = r.message("create", &route).expect("message");
+            let msg = r.message("create", &route, None).expect("message");
             assert!(r.is_ours(&msg), "{msg:?}");
             assert_eq!(parse_route(&msg), Some(route));
         }
+    }
+
+    #[tokio::test]
+    async fn a_route_message_naming_a_nexthop_carries_its_id_and_no_gateway() {
+        let r = routes();
+        let route = Route {
+            destination: "10.244.3.0/24".parse().expect("dst"),
+            gateway: "192.0.2.3".parse().expect("gw"),
+        };
+        let msg = r.message("create", &route, Some(7)).expect("message");
+        assert!(r.is_ours(&msg), "{msg:?}");
+        assert_eq!(nexthop_id(&msg), Some(7));
+        assert!(!msg
+            .attributes
+            .iter()
+            .any(|a| matches!(a, RouteAttribute::Gateway(_))));
+        assert_eq!(parse_route(&msg), None, "no gateway to parse back");
     }
 
     #[tokio::test]
@@ -421,14 +428,14 @@ mod tests {
             destination: "10.244.3.0/24".parse().expect("dst"),
             gateway: "192.0.2.3".parse().expect("gw"),
         };
-        let mut other_protocol = r.message("create", &route).expect("message");
+        let mut other_protocol = r.message("create", &route, None).expect("message");
         other_protocol.header.protocol = RouteProtocol::Static;
         assert!(!r.is_ours(&other_protocol));
         let big_table = NetlinkRoutes {
             table: 1000,
             ..r.clone()
         };
-        let in_big_table = big_table.message("create", &route).expect("message");
+        let in_big_table = big_table.message("create", &route, None).expect("message");
         assert!(!r.is_ours(&in_big_table));
         assert!(big_table.is_ours(&in_big_table));
     }

@@ -57,6 +57,19 @@ pub struct NexthopMessage {
 }
 
 impl NexthopMessage {
+    /// The nexthop the kernel describes, if the message names one.
+    fn nexthop(&self) -> Option<Nexthop> {
+        Some(Nexthop {
+            id: self.id?,
+            protocol: self.protocol,
+            gateway: if self.not_a_gateway {
+                None
+            } else {
+                self.gateway
+            },
+        })
+    }
+
     fn attributes_len(&self) -> usize {
         let mut len = 0;
         if self.id.is_some() {
@@ -253,14 +266,8 @@ impl NexthopClient {
         Ok(self
             .ask(query, NLM_F_DUMP)
             .await?
-            .into_iter()
-            .filter_map(|m| {
-                Some(Nexthop {
-                    id: m.id?,
-                    protocol: m.protocol,
-                    gateway: if m.not_a_gateway { None } else { m.gateway },
-                })
-            })
+            .iter()
+            .filter_map(NexthopMessage::nexthop)
             .collect())
     }
 
@@ -304,13 +311,7 @@ impl NexthopClient {
             ..Default::default()
         };
         match self.ask(message, 0).await {
-            Ok(messages) => Ok(messages.into_iter().find_map(|m| {
-                Some(Nexthop {
-                    id: m.id?,
-                    protocol: m.protocol,
-                    gateway: if m.not_a_gateway { None } else { m.gateway },
-                })
-            })),
+            Ok(messages) => Ok(messages.iter().find_map(NexthopMessage::nexthop)),
             Err(e) if e.errno == ENOENT => Ok(None),
             Err(e) => Err(e),
         }
