@@ -198,6 +198,7 @@ fn route_reconciler(
 ) -> Result<Arc<worker::RouteReconciler>, InitError> {
     let own_node = ctx.node_name.clone();
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
+    let backend = backend.with_gauges(metrics.nexthops.clone());
     let syncer = Arc::new(RouteSyncer::new(
         Arc::new(backend),
         config.keys.clone(),

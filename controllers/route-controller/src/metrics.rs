@@ -1,5 +1,6 @@
 //! The route controller's metrics: the cloud route controller's `route_controller_route_sync_total`, and
-//! netcm's own gauges and error counter.
+//! netcm's own gauges and error counter. The netlink backend sets the nexthop gauges ([`NexthopGauges`]),
+//! so a gateway whose routes fell back to plain gateway routes shows as routes not via a nexthop.
 //!
 //! `route_controller_route_sync_total` is exactly kube 1.36's (k8s.io/cloud-provider v0.36.3,
 //! controllers/route/metrics.go): a counter without labels, one per reconcile pass, counted when the pass
@@ -18,7 +19,18 @@ pub struct RouteMetrics {
     pub programmed: IntGauge,
     /// Nodes with a pod CIDR whose route could not be created.
     pub failing_nodes: IntGauge,
+    /// What the netlink backend counts of nexthops at each listing.
+    pub nexthops: NexthopGauges,
     errors: IntCounterVec,
+}
+
+/// netcm's routes naming a nexthop object and the nexthops themselves, as of the last listing.
+#[derive(Clone)]
+pub struct NexthopGauges {
+    /// netcm's routes that name a nexthop object; the rest of `netcm_routes_programmed` name a gateway.
+    pub routes_via_nexthop: IntGauge,
+    /// netcm's nexthop objects, one per gateway in use.
+    pub objects: IntGauge,
 }
 
 impl RouteMetrics {
@@ -36,6 +48,14 @@ impl RouteMetrics {
             "netcm_route_failing_nodes",
             "Nodes with a pod CIDR that has no route (NoRouteCreated).",
         ))?;
+        let routes_via_nexthop = IntGauge::with_opts(Opts::new(
+            "netcm_routes_via_nexthop",
+            "netcm's routes that name a nexthop object, at the last listing; the others name their gateway (a kernel without nexthops, or a gateway it refuses on one).",
+        ))?;
+        let nexthop_objects = IntGauge::with_opts(Opts::new(
+            "netcm_route_nexthops",
+            "Nexthop objects netcm holds in the kernel, one per gateway in use, at the last listing.",
+        ))?;
         let errors = IntCounterVec::new(
             Opts::new(
                 "netcm_route_errors_total",
@@ -46,6 +66,8 @@ impl RouteMetrics {
         registry.register(Box::new(sync_total.clone()))?;
         registry.register(Box::new(programmed.clone()))?;
         registry.register(Box::new(failing_nodes.clone()))?;
+        registry.register(Box::new(routes_via_nexthop.clone()))?;
+        registry.register(Box::new(nexthop_objects.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         // Every label exists from the start, so dashboards and alerts see 0 rather than nothing.
         for op in [
@@ -60,6 +82,10 @@ impl RouteMetrics {
             sync_total,
             programmed,
             failing_nodes,
+            nexthops: NexthopGauges {
+                routes_via_nexthop,
+                objects: nexthop_objects,
+            },
             errors,
         })
     }

@@ -35,6 +35,7 @@ use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use rtnetlink::RouteMessageBuilder;
 
 use crate::backend::{BackendError, Route, Routes};
+use crate::metrics::NexthopGauges;
 use errors::{errno, failure, nexthop_failure, EEXIST, ENOENT, EPERM, ESRCH};
 use gateways::GatewayNexthops;
 use messages::{address_network, is_ours, nexthop_id, parse_route};
@@ -60,6 +61,7 @@ pub struct NetlinkRoutes {
     table: u32,
     protocol: u8,
     nexthops: Arc<Nexthops>,
+    gauges: Option<NexthopGauges>,
 }
 
 /// Whether routes name nexthop objects, settled by the first call that needs to know.
@@ -132,11 +134,18 @@ impl NetlinkRoutes {
                 table,
                 protocol,
                 nexthops: Arc::new(nexthops),
+                gauges: None,
             },
             async move {
                 futures::future::join(connection, nexthop_connection).await;
             },
         ))
+    }
+
+    /// This backend, setting `gauges` at each listing.
+    pub fn with_gauges(mut self, gauges: NexthopGauges) -> Self {
+        self.gauges = Some(gauges);
+        self
     }
 
     /// netcm's nexthop per gateway, if routes name nexthop objects on this kernel.
@@ -337,6 +346,15 @@ impl Routes for NetlinkRoutes {
                     Err(e) => tracing::warn!(error = %e, "could not tidy netcm's nexthops"),
                 }
             }
+            if let Some(g) = &self.gauges {
+                let via_nexthop = messages.iter().filter(|m| nexthop_id(m).is_some()).count();
+                let objects = match gateways {
+                    Some(gateways) => gateways.held().await,
+                    None => 0,
+                };
+                g.routes_via_nexthop.set(via_nexthop as i64);
+                g.objects.set(objects as i64);
+            }
             Ok(messages.iter().filter_map(parse_route).collect())
         })
     }
@@ -384,6 +402,7 @@ mod tests {
                 gateways: GatewayNexthops::new(client, 199),
                 enabled: tokio::sync::OnceCell::new(),
             }),
+            gauges: None,
         }
     }
 

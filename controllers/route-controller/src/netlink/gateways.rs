@@ -170,6 +170,11 @@ impl GatewayNexthops {
             .map(|e| e.id)
     }
 
+    /// How many nexthops netcm holds, one per gateway.
+    pub async fn held(&self) -> usize {
+        self.state.lock().await.by_gateway.len()
+    }
+
     /// Forgets `gateway`'s nexthop if the kernel no longer has it; whether it was gone. A route that
     /// named it was refused, so the caller tries again with a fresh one.
     pub async fn forget_if_gone(&self, gateway: IpAddr, id: u32) -> bool {

@@ -3,13 +3,14 @@
 //! again, one someone re-points is not trusted, a nexthop no route names any more goes within a few
 //! reconcile periods, a restarted netcm adopts the nexthops it left instead of making new ones, and a
 //! gateway the kernel takes on a route but refuses on a nexthop (its link has no carrier) keeps a plain
-//! route.
+//! route. netcm's gauges count the routes naming a nexthop and the nexthops, so the plain route shows.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
+use netcm_e2e::netns::NetnsNetcm;
 use netcm_e2e::nodes::{create_nodes, NodeFixture};
 use netcm_e2e::wait_for;
 
@@ -63,6 +64,28 @@ async fn wait_nexthops(lab: &Lab, gateways: &[&str]) -> BTreeMap<IpAddr, u32> {
     .await
 }
 
+/// Waits until netcm's gauges read `routes` routes, `via_nexthop` of them naming a nexthop, and
+/// `nexthops` nexthop objects (set at each listing, every reconcile period).
+async fn wait_nexthop_gauges(netcm: &NetnsNetcm, routes: f64, via_nexthop: f64, nexthops: f64) {
+    let want = [routes, via_nexthop, nexthops];
+    wait_for(
+        &format!("netcm's routes / via nexthop / nexthops gauges to read {want:?}"),
+        Duration::from_secs(30),
+        || async {
+            let mut now = [0.0; 3];
+            for (value, series) in now.iter_mut().zip([
+                "netcm_routes_programmed",
+                "netcm_routes_via_nexthop",
+                "netcm_route_nexthops",
+            ]) {
+                *value = netcm.metric(series).await?;
+            }
+            (now == want).then_some(())
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_name_one_nexthop_per_gateway_which_comes_back_when_deleted_goes_when_unused_and_survives_a_restart(
 ) {
@@ -99,6 +122,7 @@ async fn routes_name_one_nexthop_per_gateway_which_comes_back_when_deleted_goes_
     let named = named_nexthops(&lab);
     assert_eq!(named["10.244.1.0/24"], nexthops[&ip("192.0.2.10")]);
     assert_eq!(named["fd00:10:244:2::/64"], nexthops[&ip("2001:db8::20")]);
+    wait_nexthop_gauges(&netcm, 4.0, 4.0, 4.0).await;
 
     // Someone deletes a nexthop: the kernel drops its route, netcm makes both again.
     let old = nexthops[&ip("192.0.2.10")].to_string();
@@ -134,9 +158,11 @@ async fn routes_name_one_nexthop_per_gateway_which_comes_back_when_deleted_goes_
     let nexthops = wait_nexthops(&lab, &["192.0.2.11", "192.0.2.20", "2001:db8::20"]).await;
 
     // A restarted netcm adopts them: the same ids, no new nexthop.
+    wait_nexthop_gauges(&netcm, 3.0, 3.0, 3.0).await;
     drop(netcm);
-    let _netcm = lab.start(&args, &[]);
+    let netcm = lab.start(&args, &[]);
     lab.wait_routes(&want, Duration::from_secs(30)).await;
+    wait_nexthop_gauges(&netcm, 3.0, 3.0, 3.0).await;
     tokio::time::sleep(Duration::from_secs(3 * PERIOD_SECS + 1)).await;
     assert_eq!(netcm_nexthops(&lab), nexthops);
     assert_eq!(lab.routes(), want);
@@ -188,7 +214,7 @@ async fn a_gateway_on_a_link_without_carrier_gets_a_plain_route_as_before_nextho
         .ip(&["link", "add", "w0", "type", "veth", "peer", "name", "w1"]);
     lab.ns.ip(&["addr", "add", "198.51.100.1/24", "dev", "w0"]);
     lab.ns.ip(&["link", "set", "w0", "up"]);
-    let _netcm = lab.start(&["--leader-elect=false"], &[]);
+    let netcm = lab.start(&["--leader-elect=false"], &[]);
     let fixtures = vec![
         NodeFixture::named("no-carrier")
             .internal_ip("198.51.100.5")
@@ -215,4 +241,6 @@ async fn a_gateway_on_a_link_without_carrier_gets_a_plain_route_as_before_nextho
         netcm_nexthops(&lab).keys().copied().collect::<Vec<_>>(),
         vec![ip("192.0.2.6")]
     );
+    // Two routes, one naming a nexthop: the plain route shows on /metrics.
+    wait_nexthop_gauges(&netcm, 2.0, 1.0, 1.0).await;
 }
