@@ -209,6 +209,16 @@ async fn strip_finalizers_of_deleting(nodes: &Api<k8s_openapi::api::core::v1::No
 pub async fn delete_everything(client: &kube::Client, max_nodes: usize) {
     let start = Instant::now();
     delete_nodes(client, max_nodes).await;
+    delete_claims(client).await;
+    delete_leases(client).await;
+    eprintln!(
+        "[bench] clean-up done in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Deletes every PodCIDRClaim, retrying until none is left.
+pub async fn delete_claims(client: &kube::Client) {
     let dp = DeleteParams::default();
     let claims = netcm_e2e::pod_cidr_claims(client);
     for _ in 0..20 {
@@ -219,11 +229,6 @@ pub async fn delete_everything(client: &kube::Client, max_nodes: usize) {
             }
         }
     }
-    delete_leases(client).await;
-    eprintln!(
-        "[bench] clean-up done in {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
 }
 
 /// Deletes netcm's Leases (not the API servers' own).

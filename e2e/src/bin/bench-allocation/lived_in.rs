@@ -18,12 +18,13 @@
 //! reset again, and the table gives the lived-in run over the mean of both fresh runs too. `SIGNALS=TERM`
 //! (or `KILL`) runs one round per build instead of both. `RESTART_APISERVER=1` restarts kube-apiserver
 //! (not etcd, so the claims stay) before each backlog is created, so no run inherits the server process
-//! of the one before.
+//! of the one before. `LIVED_IN_FORGET=claims` (or `lease`) deletes that part of what the earlier leader
+//! left before the next one starts, to bisect a gap between the runs.
 
 use std::path::Path;
 
 use crate::contenders::{allocate_backlog_ending, netcm_from, reset, set_name, Row};
-use crate::fixtures::{compact_etcd, create_nodes, delete_leases, delete_nodes};
+use crate::fixtures::{compact_etcd, create_nodes, delete_claims, delete_leases, delete_nodes};
 use crate::Config;
 
 /// One round: the earlier leader's fresh run, and the next leader's on the lived-in cluster.
@@ -87,6 +88,7 @@ async fn round(
     }
     let (claims_left, idle) = claims_now(client).await;
     eprintln!("[bench] after {signal}: {claims_left} claims left, {idle} of them idle");
+    forget_for_bisection(client).await;
     fresh_apiserver(client).await;
     let set = set_name(&format!("lived {signal}"));
     create_nodes(client, &set, cfg.nodes, cfg.creators).await;
@@ -115,6 +117,20 @@ async fn round(
         lived_in,
         fresh_after,
         claims_left,
+    }
+}
+
+/// With `LIVED_IN_FORGET=claims` (or `lease`, or both, comma-separated), deletes what the earlier leader
+/// left of that kind before the next leader's backlog: to find which of them makes the lived-in run slower.
+async fn forget_for_bisection(client: &kube::Client) {
+    let wanted = std::env::var("LIVED_IN_FORGET").unwrap_or_default();
+    for what in wanted.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match what {
+            "claims" => delete_claims(client).await,
+            "lease" => delete_leases(client).await,
+            other => panic!("LIVED_IN_FORGET={other:?}: expected claims or lease"),
+        }
+        eprintln!("[bench] LIVED_IN_FORGET: deleted the earlier leader's {what}");
     }
 }
 
