@@ -9,8 +9,9 @@
 //! next leader starts on it. After a kill the Lease is deleted first, so the next leader does not wait out
 //! the lease (15 s) and both rows time allocation alone. Rows: time from the process start until the
 //! bench's watch has seen every Node of the set with a CIDR, node and claim writes from the audit log
-//! (a quarantine's touches are node writes), peak RSS and CPU, and the ratio to the earlier leader's
-//! fresh run of the same round. With NETCM_BIN_BEFORE both rounds run first with that binary.
+//! (a quarantine's touches are node writes), peak RSS and CPU, kube-apiserver's CPU over the run and per
+//! node write, and the ratio to the earlier leader's fresh run of the same round. With NETCM_BIN_BEFORE
+//! both rounds run first with that binary.
 //!
 //! Two identical runs of a round differ by up to 20 % here, the later one slower (the API server and etcd
 //! carry the earlier runs' history; see the floor before and after netcm in docs/performance.md), so
@@ -206,8 +207,8 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
         "\n### A new leader on a lived-in cluster: {} Nodes waiting, the earlier leader's claims left (qps {}, burst {})\n",
         cfg.nodes, cfg.qps, cfg.burst
     );
-    println!("| build | how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | ÷ mean of fresh before and after | node writes / Node | claim writes / Node | peak RSS MiB | CPU s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| build | how the earlier leader went | claims left | run | time to allocate all | ÷ fresh | ÷ mean of fresh before and after | node writes / Node | claim writes / Node | peak RSS MiB | CPU s | kube-apiserver CPU s | server ms / node write |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rounds {
         let mut runs = vec![
             ("fresh cluster (earlier leader)", &r.fresh),
@@ -222,7 +223,7 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
             .map(|after| (r.fresh.seconds + after.seconds) / 2.0);
         for (run, row) in runs {
             println!(
-                "| {} | {} | {} | {run} | {:.1} s | {:.2} | {} | {:.3} | {:.4} | {} | {} |",
+                "| {} | {} | {} | {run} | {:.1} s | {:.2} | {} | {:.3} | {:.4} | {} | {} | {:.1} | {:.2} |",
                 r.build,
                 if r.signal == "TERM" {
                     "SIGTERM"
@@ -239,6 +240,8 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
                     .map_or("–".into(), |s| format!("{:.1}", s.peak_rss_mib)),
                 row.stats
                     .map_or("–".into(), |s| format!("{:.1}", s.cpu_seconds)),
+                row.apiserver_cpu_seconds,
+                row.apiserver_cpu_seconds * 1000.0 / row.writes.node.max(1) as f64,
             );
         }
     }
