@@ -69,6 +69,7 @@ async fn round(
     build: &Build<'_>,
     signal: &'static str,
     fair: &[&str],
+    forget: &[Forget],
 ) -> Round {
     let netcm = |label: &str| netcm_from(build.bin, cfg, label, "subnet-allocator", fair);
     reset(client, cfg.nodes).await;
@@ -89,7 +90,7 @@ async fn round(
     }
     let (claims_left, idle) = claims_now(client).await;
     eprintln!("[bench] after {signal}: {claims_left} claims left, {idle} of them idle");
-    forget_for_bisection(client).await;
+    forget_for_bisection(client, forget).await;
     fresh_apiserver(client).await;
     let set = set_name(&format!("lived {signal}"));
     create_nodes(client, &set, cfg.nodes, cfg.creators).await;
@@ -121,17 +122,38 @@ async fn round(
     }
 }
 
-/// With `LIVED_IN_FORGET=claims` (or `lease`, or both, comma-separated), deletes what the earlier leader
-/// left of that kind before the next leader's backlog: to find which of them makes the lived-in run slower.
-async fn forget_for_bisection(client: &kube::Client) {
+/// A part of what the earlier leader left that `LIVED_IN_FORGET` deletes before the next leader's backlog.
+#[derive(Clone, Copy, Debug)]
+enum Forget {
+    Claims,
+    Lease,
+}
+
+/// What `LIVED_IN_FORGET=claims` (or `lease`, or both, comma-separated) asks to delete: to find which part
+/// of what the earlier leader left makes the lived-in run slower. Read before the first run, so a typo
+/// stops the bench at once, not after the earlier leader's backlog.
+fn forget_wanted() -> Vec<Forget> {
     let wanted = std::env::var("LIVED_IN_FORGET").unwrap_or_default();
-    for what in wanted.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+    wanted
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(|w| match w {
+            "claims" => Forget::Claims,
+            "lease" => Forget::Lease,
+            other => panic!("LIVED_IN_FORGET={other:?}: expected claims, lease or both"),
+        })
+        .collect()
+}
+
+/// Deletes each part of `forget`.
+async fn forget_for_bisection(client: &kube::Client, forget: &[Forget]) {
+    for what in forget {
         match what {
-            "claims" => delete_claims(client).await,
-            "lease" => delete_leases(client).await,
-            other => panic!("LIVED_IN_FORGET={other:?}: expected claims or lease"),
+            Forget::Claims => delete_claims(client).await,
+            Forget::Lease => delete_leases(client).await,
         }
-        eprintln!("[bench] LIVED_IN_FORGET: deleted the earlier leader's {what}");
+        eprintln!("[bench] LIVED_IN_FORGET: deleted the earlier leader's {what:?}");
     }
 }
 
@@ -183,6 +205,7 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
         format!("--kube-api-burst={}", cfg.burst),
     ];
     let fair: Vec<&str> = fair.iter().map(String::as_str).collect();
+    let forget = forget_wanted();
     let before = std::env::var("NETCM_BIN_BEFORE").ok();
     let mut builds = Vec::new();
     if let Some(bin) = &before {
@@ -198,7 +221,7 @@ pub async fn lived_in_mode(client: &kube::Client, cfg: &Config) {
     let mut rounds = Vec::new();
     for build in &builds {
         for signal in signals() {
-            rounds.push(round(client, cfg, build, signal, &fair).await);
+            rounds.push(round(client, cfg, build, signal, &fair, &forget).await);
         }
     }
     reset(client, cfg.nodes).await;
