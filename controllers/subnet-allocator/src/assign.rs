@@ -11,7 +11,7 @@ use netcm_manager::CachedNode;
 use netcm_manager::{EventType, SyncOutcome};
 
 use crate::allocator::{Allocator, ReleaseReason, SyncError, NAME};
-use crate::blocks::{block_in, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
+use crate::blocks::{block_in, FENCED_AT_ANNOTATION, QUARANTINE_OWNER, REFUSED_OWNER};
 use crate::claims::{BlockClaim, ClaimError, ClaimWrite, Claims};
 use crate::decision::{after_failed_write, AfterFailedWrite, FailedWrite, LiveNode};
 use crate::pod_cidr_patch::{
@@ -191,9 +191,13 @@ impl Allocator {
         }
         self.guard.ensure_leader()?;
         let adoptable = self.state.lock().blocks.is_adoptable(&block);
-        // A listed claim deleted since (by hand) is created again below.
-        if adoptable && self.adopt(claims, block).await? == ClaimWrite::Landed {
-            return Ok(None);
+        if adoptable {
+            match self.adopt(claims, block).await? {
+                ClaimWrite::Landed => return Ok(None),
+                // Deleted since it was listed (by hand): created again below.
+                ClaimWrite::NotLanded => self.state.lock().blocks.claim_gone(&block),
+                ClaimWrite::Refused => return Ok(Some(self.refuse_block(block))),
+            }
         }
         self.guard.ensure_leader()?;
         match claims.claim_block(&block, &self.term).await? {
@@ -211,23 +215,45 @@ impl Allocator {
                         return Ok(Some(block));
                     }
                 }
-                if self.adopt(claims, block).await? == ClaimWrite::NotLanded {
+                match self.adopt(claims, block).await? {
+                    ClaimWrite::Landed => {}
                     // Deleted between the create and the adoption: the next sync claims it afresh.
-                    return Err(SyncError::Claim(ClaimError::Vanished(block)));
+                    ClaimWrite::NotLanded => {
+                        return Err(SyncError::Claim(ClaimError::Vanished(block)))
+                    }
+                    ClaimWrite::Refused => return Ok(Some(self.refuse_block(block))),
                 }
             }
         }
         Ok(None)
     }
 
-    /// Takes a claim this leader did not create into its term ([`Claims::adopt`]) and makes its block usable.
+    /// Takes a claim this leader did not create, or marked idle, into its term ([`Claims::adopt`], testing
+    /// it is as this leader last knew it) and makes its block usable.
     async fn adopt(&self, claims: &Claims, block: IpNet) -> Result<ClaimWrite, SyncError> {
-        let adopted = claims.adopt(&block, &self.term).await?;
+        let known = self.state.lock().blocks.adoption_test(&block).cloned();
+        let (named, idle_since) = known.map_or((None, None), |k| (k.term, k.idle_since));
+        let adopted = claims
+            .adopt(&block, &self.term, named.as_deref(), idle_since.as_deref())
+            .await?;
         if adopted == ClaimWrite::Landed {
             self.state.lock().blocks.taken_into_use(block);
             tracing::info!(controller = NAME, block = %block, "took an earlier leader's block of pod CIDRs into use");
         }
         Ok(adopted)
+    }
+
+    /// The claim of `block` was written by another term since this leader knew it: a leader that should no
+    /// longer be writing is, so the block is left to it for the rest of this term (its free CIDRs held);
+    /// returns the block, for the worker to choose elsewhere.
+    pub(crate) fn refuse_block(&self, block: IpNet) -> IpNet {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let refused = state.blocks.refused(block);
+        state.pools.hold(REFUSED_OWNER, refused);
+        self.publish_usage(&state.pools);
+        tracing::warn!(controller = NAME, block = %block, "another term wrote this block's claim after this leader listed or marked it; its free CIDRs are not used in this term");
+        block
     }
 
     /// The one PATCH of the allocation, and what its failure means.
@@ -243,7 +269,10 @@ impl Allocator {
         let patch: json_patch::Patch =
             serde_json::from_value(pod_cidr_patch(uid, FencePrecondition::of(node), &cidrs))
                 .map_err(SyncError::BuildPatch)?;
-        let mut in_flight = self.write_in_flight(chosen);
+        let Some(mut in_flight) = self.write_in_flight(chosen) else {
+            // A block of these CIDRs was marked idle since they were chosen: claimed again first.
+            return Ok(SyncOutcome::RetryAfter(Duration::ZERO));
+        };
         let result = netcm_manager::client::unread::patch_unread(
             &self.api,
             name,
@@ -307,21 +336,24 @@ impl Allocator {
         self.settle_quarantine(name, Some(uid), true);
     }
 
-    /// Counts an allocation PATCH with `cidrs` against their blocks until it is answered.
-    fn write_in_flight(&self, cidrs: &[IpNet]) -> WriteInFlight<'_> {
+    /// Counts an allocation PATCH with `cidrs` against their blocks until it is answered; `None` when a
+    /// block is no longer usable (its idle mark was taken since the CIDRs were chosen).
+    fn write_in_flight(&self, cidrs: &[IpNet]) -> Option<WriteInFlight<'_>> {
         let blocks: Vec<IpNet> = if self.claims.is_some() {
             let mut state = self.state.lock();
             let blocks: Vec<IpNet> = cidrs.iter().map(|c| block_in(&state.pools, *c)).collect();
-            state.blocks.write_started(&blocks);
+            if !state.blocks.write_started(&blocks) {
+                return None;
+            }
             blocks
         } else {
             Vec::new()
         };
-        WriteInFlight {
+        Some(WriteInFlight {
             allocator: self,
             blocks,
             answered: false,
-        }
+        })
     }
 
     /// KCM's `CIDRAssignmentFailed` Warning on the Node, with why.

@@ -75,6 +75,10 @@ pub(crate) const FENCED_AT_POINTER: &str = "/metadata/annotations/ipam.netcm.io~
 /// `claim:` prefix keeps it out of conflict Events).
 pub(crate) const QUARANTINE_OWNER: &str = "claim:quarantine";
 
+/// The ledger owner under which the free CIDRs of blocks this term found changed by another are held
+/// ([`Blocks::refused`]).
+pub(crate) const REFUSED_OWNER: &str = "claim:refused";
+
 /// The block a node CIDR is claimed under: the aligned supernet of a 256th of its cluster CIDR's node
 /// CIDRs, at least 64 and at most 1,024 (64 when the cluster CIDR is unknown), or the whole cluster CIDR
 /// when it is smaller.
@@ -171,24 +175,54 @@ pub(crate) struct ListedBlock {
     pub range: IpNet,
     /// The term the claim names ([`crate::claims::TERM_ANNOTATION`]), if any.
     pub term: Option<Box<str>>,
-    /// Marked idle by the leader right before this one, which stepped down cleanly: no write of its can
-    /// land late, and no leader came between. An older leader's mark counts as open.
+    /// Marked idle by the leader right before this one (stepping down, or while it led: `idle_marks.rs`):
+    /// no write of its can land late, and no leader came between. An older leader's mark counts as open.
     pub idle: bool,
+    /// The claim's idle mark as listed, trusted or not: what an adoption tests it still carries.
+    pub idle_since: Option<Box<str>>,
+}
+
+/// A claim as this leader last knew it, before it takes the block into use: an adoption tests that the
+/// claim still names `term` and carries `idle_since`, so a write to it by another term since is refused
+/// rather than overwritten.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Adoptable {
+    /// The term the claim names (`None`: it names none; such a claim is adopted without a test).
+    pub term: Option<Box<str>>,
+    /// Its idle mark, if it carries one.
+    pub idle_since: Option<Box<str>>,
+}
+
+impl From<ListedBlock> for Adoptable {
+    fn from(b: ListedBlock) -> Adoptable {
+        Adoptable {
+            term: b.term,
+            idle_since: b.idle_since,
+        }
+    }
 }
 
 /// What this leader may allocate from.
 #[derive(Debug, Default)]
 pub(crate) struct Blocks {
     /// Ranges whose claim this leader created or adopted in its term: CIDRs of them may be handed out.
-    usable: HashSet<IpNet>,
-    /// Listed ranges no earlier write can land in any more (idle claims; earlier leaders' once the
-    /// quarantine ended or when none was needed): usable once this leader adopted their claim, by the
-    /// term the claim named when listed (`None`: it named none).
-    adoptable: HashMap<IpNet, Option<Box<str>>>,
+    pub(super) usable: HashSet<IpNet>,
+    /// Ranges no earlier write can land in any more (idle claims; earlier leaders' once the quarantine
+    /// ended or when none was needed; this term's own once it marked them idle): usable once this leader
+    /// adopted their claim, as it last knew it.
+    pub(super) adoptable: HashMap<IpNet, Adoptable>,
     /// Until every Node an earlier leader may still be writing to is settled.
     quarantine: Option<Quarantine>,
     /// Allocation PATCHes on their way, per block.
     in_flight: HashMap<IpNet, u32>,
+    /// Blocks taken into use or written to since the last sweep for idle marks (`idle_marks.rs`).
+    pub(super) used_since_sweep: HashSet<IpNet>,
+    /// The blocks of the latest allocation write: the next allocation most likely lands there, so they
+    /// stay open however long ago that was.
+    pub(super) latest_write: Vec<IpNet>,
+    /// Listed blocks whose claim another term changed after this leader listed it: never used in this
+    /// term, their free CIDRs held under [`REFUSED_OWNER`].
+    pub(super) refused: Vec<IpNet>,
     /// Blocks with a PATCH whose outcome this leader does not know (a timeout, a 5xx, dropped at the
     /// drain): one may still land, so this term never marks them idle.
     uncertain: HashSet<IpNet>,
@@ -198,8 +232,8 @@ pub(crate) struct Blocks {
 struct Quarantine {
     /// Earlier leaders' claimed ranges: their free CIDRs are held under [`QUARANTINE_OWNER`].
     ranges: Vec<IpNet>,
-    /// The term each quarantined claim named when listed.
-    terms: HashMap<IpNet, Box<str>>,
+    /// Each quarantined claim as listed.
+    listed: HashMap<IpNet, Adoptable>,
     /// Nodes (name → UID) without pod CIDRs in the first list: an earlier leader's PATCH may be on its way.
     nodes: HashMap<Box<str>, Box<str>>,
 }
@@ -210,24 +244,21 @@ impl Blocks {
     /// can land).
     pub(crate) fn start(listed: Vec<ListedBlock>, waiting: HashMap<Box<str>, Box<str>>) -> Blocks {
         let (idle, open): (Vec<_>, Vec<_>) = listed.into_iter().partition(|b| b.idle);
-        let mut adoptable: HashMap<IpNet, Option<Box<str>>> =
-            idle.into_iter().map(|b| (b.range, b.term)).collect();
+        let mut adoptable: HashMap<IpNet, Adoptable> =
+            idle.into_iter().map(|b| (b.range, b.into())).collect();
         if waiting.is_empty() || open.is_empty() {
-            adoptable.extend(open.into_iter().map(|b| (b.range, b.term)));
+            adoptable.extend(open.into_iter().map(|b| (b.range, b.into())));
             return Blocks {
                 adoptable,
                 ..Blocks::default()
             };
         }
-        let terms = open
-            .iter()
-            .filter_map(|b| Some((b.range, b.term.clone()?)))
-            .collect();
+        let ranges = open.iter().map(|b| b.range).collect();
         Blocks {
             adoptable,
             quarantine: Some(Quarantine {
-                ranges: open.into_iter().map(|b| b.range).collect(),
-                terms,
+                ranges,
+                listed: open.into_iter().map(|b| (b.range, b.into())).collect(),
                 nodes: waiting,
             }),
             ..Blocks::default()
@@ -249,6 +280,24 @@ impl Blocks {
     pub(crate) fn taken_into_use(&mut self, block: IpNet) {
         self.adoptable.remove(&block);
         self.usable.insert(block);
+        self.used_since_sweep.insert(block);
+    }
+
+    /// What adopting the claim of `block` tests (`None`: it was not listed, and is adopted as found).
+    pub(crate) fn adoption_test(&self, block: &IpNet) -> Option<&Adoptable> {
+        self.adoptable.get(block)
+    }
+
+    /// The claim of listed `block` changed under another term since this leader knew it (its adoption's
+    /// test was refused): the block is not used in this term. Returns every range held under
+    /// [`REFUSED_OWNER`].
+    pub(crate) fn refused(&mut self, block: IpNet) -> &[IpNet] {
+        self.adoptable.remove(&block);
+        self.usable.remove(&block);
+        if !self.refused.contains(&block) {
+            self.refused.push(block);
+        }
+        &self.refused
     }
 
     /// The claim of `block` already existed (409). Returns the ranges to hold under
@@ -305,7 +354,8 @@ impl Blocks {
         let mut q = self.quarantine.take()?;
         for range in &q.ranges {
             if !self.usable.contains(range) {
-                self.adoptable.insert(*range, q.terms.remove(range));
+                let listed = q.listed.remove(range).unwrap_or_default();
+                self.adoptable.insert(*range, listed);
             }
         }
         Some(q.ranges)
@@ -321,11 +371,19 @@ impl Blocks {
         })
     }
 
-    /// An allocation PATCH with CIDRs of `blocks` is about to be sent.
-    pub(crate) fn write_started(&mut self, blocks: &[IpNet]) {
+    /// An allocation PATCH with CIDRs of `blocks` is about to be sent: counted, unless one of the blocks is
+    /// no longer usable (marked idle since the CIDRs were chosen: `false`, to claim it again first).
+    pub(crate) fn write_started(&mut self, blocks: &[IpNet]) -> bool {
+        if !blocks.iter().all(|b| self.usable.contains(b)) {
+            return false;
+        }
         for b in blocks {
             *self.in_flight.entry(*b).or_default() += 1;
+            self.used_since_sweep.insert(*b);
         }
+        self.latest_write.clear();
+        self.latest_write.extend_from_slice(blocks);
+        true
     }
 
     /// That PATCH was answered (`known`: it landed, or was refused for good) or not (`!known`: it may
@@ -358,7 +416,8 @@ impl Blocks {
         let earlier = self
             .adoptable
             .iter()
-            .filter_map(|(b, t)| Some((*b, t.clone()?)));
+            .filter(|(_, a)| !a.is_idle_by(term))
+            .filter_map(|(b, a)| Some((*b, a.term.clone()?)));
         mine.chain(earlier).collect()
     }
 
@@ -375,10 +434,19 @@ impl Blocks {
 
     /// Whether every allocation PATCH of this term with CIDRs of `block` was answered: none on its way,
     /// none whose outcome is unknown.
-    fn every_write_answered(&self, block: &IpNet) -> bool {
+    pub(super) fn every_write_answered(&self, block: &IpNet) -> bool {
         !self.uncertain.contains(block) && !self.in_flight.contains_key(block)
     }
 }
+
+impl Adoptable {
+    /// Whether `term` marked the claim idle and nothing changed it since, as far as this leader knows.
+    pub(crate) fn is_idle_by(&self, term: &str) -> bool {
+        self.idle_since.is_some() && self.term.as_deref() == Some(term)
+    }
+}
+
+mod idle;
 
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,11 @@ impl Claim {
         self.annotations.get(TERM_ANNOTATION).map(String::as_str)
     }
 
+    /// The claim's idle mark (when it was made, RFC 3339), whoever made it.
+    pub fn idle_since(&self) -> Option<&str> {
+        self.annotations.get(IDLE_ANNOTATION).map(String::as_str)
+    }
+
     /// Whether the claim carries an idle mark, whoever made it.
     pub fn is_idle(&self) -> bool {
         self.annotations.contains_key(IDLE_ANNOTATION)
@@ -73,8 +78,11 @@ impl Claim {
 pub enum ClaimWrite {
     /// The write landed.
     Landed,
-    /// The claim is gone (404), or (for an idle mark) a later term took the block into use (422).
+    /// The claim is gone (404).
     NotLanded,
+    /// The claim no longer is as the write's test expected (422): another term took the block into use,
+    /// or marked it, since.
+    Refused,
 }
 
 /// What creating a block's claim found.
@@ -206,34 +214,66 @@ impl Claims {
         value: Option<&str>,
     ) -> Result<(), ClaimError> {
         let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+        self.patch(block, &kube::api::Patch::Merge(&patch))
+            .await
+            .map_err(ClaimError::Api)
+    }
+
+    /// Sends `patch` to the claim of `block`, reading nothing back.
+    async fn patch<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        block: &IpNet,
+        patch: &kube::api::Patch<P>,
+    ) -> Result<(), kube::Error> {
         netcm_manager::client::unread::patch_unread(
             &self.api,
             &claim_name(block),
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
+            patch,
         )
         .await
-        .map_err(ClaimError::Api)
+    }
+
+    /// `op` as a JSON Patch, or why it could not be built.
+    fn json_patch(
+        block: &IpNet,
+        op: serde_json::Value,
+        what: &str,
+    ) -> Result<kube::api::Patch<()>, ClaimError> {
+        let patch: json_patch::Patch =
+            serde_json::from_value(op).map_err(|e| ClaimError::Malformed {
+                name: claim_name(block),
+                why: format!("{what} could not be built: {e}"),
+            })?;
+        Ok(kube::api::Patch::Json(patch))
     }
 
     /// Takes the existing claim of `block` into use for `term`: names the term and clears an idle mark, so
-    /// an idle mark of an earlier term that lands late is refused ([`Claims::mark_idle`]).
-    pub async fn adopt(&self, block: &IpNet, term: &str) -> Result<ClaimWrite, ClaimError> {
-        let patch = serde_json::json!({
-            "metadata": { "annotations": { TERM_ANNOTATION: term, IDLE_ANNOTATION: null } }
-        });
-        let sent = netcm_manager::client::unread::patch_unread(
-            &self.api,
-            &claim_name(block),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await;
-        match sent {
-            Ok(()) => Ok(ClaimWrite::Landed),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(ClaimWrite::NotLanded),
-            Err(e) => Err(ClaimError::Api(e)),
-        }
+    /// an idle mark of an earlier term that lands late is refused ([`Claims::mark_idle`]). With `named`
+    /// (the term the claim named when this leader listed or marked it) the write is a JSON Patch that first
+    /// tests the claim still names it and still carries the idle mark `idle_since` (or none): a claim
+    /// another term wrote since is [`ClaimWrite::Refused`], not taken over.
+    pub async fn adopt(
+        &self,
+        block: &IpNet,
+        term: &str,
+        named: Option<&str>,
+        idle_since: Option<&str>,
+    ) -> Result<ClaimWrite, ClaimError> {
+        let sent = match named {
+            None => {
+                let patch = serde_json::json!({
+                    "metadata": { "annotations": { TERM_ANNOTATION: term, IDLE_ANNOTATION: null } }
+                });
+                self.patch(block, &kube::api::Patch::Merge(&patch)).await
+            }
+            Some(named) => {
+                let op = adoption_patch(named, idle_since, term);
+                let patch = Self::json_patch(block, op, "the adoption")?;
+                self.patch(block, &patch).await
+            }
+        };
+        written(sent)
     }
 
     /// Marks the claim of `block` idle for `term`, only while it still names `named` (this term's own
@@ -247,23 +287,8 @@ impl Claims {
         term: &str,
         since: &str,
     ) -> Result<ClaimWrite, ClaimError> {
-        let patch: json_patch::Patch = serde_json::from_value(idle_patch(named, term, since))
-            .map_err(|e| ClaimError::Malformed {
-                name: claim_name(block),
-                why: format!("the idle mark could not be built: {e}"),
-            })?;
-        let sent = netcm_manager::client::unread::patch_unread(
-            &self.api,
-            &claim_name(block),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Json::<()>(patch),
-        )
-        .await;
-        match sent {
-            Ok(()) => Ok(ClaimWrite::Landed),
-            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 422) => Ok(ClaimWrite::NotLanded),
-            Err(e) => Err(ClaimError::Api(e)),
-        }
+        let patch = Self::json_patch(block, idle_patch(named, term, since), "the idle mark")?;
+        written(self.patch(block, &patch).await)
     }
 
     /// Every claim.
@@ -282,6 +307,32 @@ impl Claims {
         }
         Ok(out)
     }
+}
+
+/// What a write to an existing claim found, from the API's answer.
+fn written(sent: Result<(), kube::Error>) -> Result<ClaimWrite, ClaimError> {
+    match sent {
+        Ok(()) => Ok(ClaimWrite::Landed),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(ClaimWrite::NotLanded),
+        Err(kube::Error::Api(s)) if s.code == 422 => Ok(ClaimWrite::Refused),
+        Err(e) => Err(ClaimError::Api(e)),
+    }
+}
+
+/// The adoption of a claim this leader knew: if it still names `named` and carries the idle mark
+/// `idle_since` (`None`: it is not tested), name `term` and clear the mark. The mark is set before it is
+/// removed, since JSON Patch cannot remove a key that may be absent.
+fn adoption_patch(named: &str, idle_since: Option<&str>, term: &str) -> serde_json::Value {
+    let mut ops = vec![serde_json::json!({ "op": "test", "path": TERM_POINTER, "value": named })];
+    if let Some(since) = idle_since {
+        ops.push(serde_json::json!({ "op": "test", "path": IDLE_POINTER, "value": since }));
+    }
+    ops.extend([
+        serde_json::json!({ "op": "add", "path": TERM_POINTER, "value": term }),
+        serde_json::json!({ "op": "add", "path": IDLE_POINTER, "value": "" }),
+        serde_json::json!({ "op": "remove", "path": IDLE_POINTER }),
+    ]);
+    serde_json::Value::Array(ops)
 }
 
 /// The idle mark: if the claim still names `named`, name `term` and set [`IDLE_ANNOTATION`] to `since`.
@@ -318,110 +369,4 @@ fn parse(obj: &DynamicObject) -> Result<Claim, ClaimError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_404_to_a_list_or_create_means_the_crd_is_not_installed_whatever_its_body() {
-        let status = |message: &str, reason: &str, code: u16| {
-            kube::Error::Api(
-                kube::core::Status::failure(message, reason)
-                    .with_code(code)
-                    .boxed(),
-            )
-        };
-        for e in [
-            status("404 page not found", "Failed to parse error data", 404),
-            status(
-                "the server could not find the requested resource",
-                "NotFound",
-                404,
-            ),
-        ] {
-            assert!(matches!(api_error(e), ClaimError::NotInstalled));
-        }
-        let forbidden = status("forbidden", "Forbidden", 403);
-        assert!(matches!(api_error(forbidden), ClaimError::Api(_)));
-    }
-
-    fn net(s: &str) -> IpNet {
-        s.parse().expect("test CIDR")
-    }
-
-    #[test]
-    fn the_idle_mark_tests_the_term_listed_then_names_the_marking_term_and_sets_the_annotation() {
-        let p = idle_patch("a@1", "b_2", "2026-11-26T00:00:00Z");
-        assert_eq!(
-            p[0],
-            serde_json::json!({"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": "a@1"})
-        );
-        assert_eq!(
-            p[1],
-            serde_json::json!({"op": "add", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": "b_2"})
-        );
-        assert_eq!(
-            p[2],
-            serde_json::json!({"op": "add", "path": "/metadata/annotations/ipam.netcm.io~1idle-since", "value": "2026-11-26T00:00:00Z"})
-        );
-        let parsed: Result<json_patch::Patch, _> = serde_json::from_value(p);
-        assert!(parsed.is_ok(), "{parsed:?}");
-    }
-
-    #[test]
-    fn only_the_term_that_marked_a_claim_idle_is_trusted_with_it() {
-        let claim = |annotations: &[(&str, &str)]| Claim {
-            cidr: net("10.0.0.0/18"),
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        let idle = claim(&[
-            (TERM_ANNOTATION, "a_1"),
-            (IDLE_ANNOTATION, "2026-11-27T00:00:00Z"),
-        ]);
-        assert!(idle.is_idle_by(Some("a_1")));
-        assert!(
-            !idle.is_idle_by(Some("b_2")),
-            "a leader between a_1 and this one may have used the block"
-        );
-        assert!(
-            !idle.is_idle_by(None),
-            "an unknown predecessor vouches for nothing"
-        );
-        let open = claim(&[(TERM_ANNOTATION, "a_1")]);
-        assert!(!open.is_idle_by(Some("a_1")));
-    }
-
-    #[test]
-    fn claim_names_are_derived_from_the_cidr_one_to_one() {
-        assert_eq!(claim_name(&net("10.244.3.0/24")), "10-244-3-0-24");
-        assert_eq!(claim_name(&net("10.244.3.7/24")), "10-244-3-0-24");
-        assert_eq!(
-            claim_name(&net("fd00:10:244:3::/64")),
-            "fd00-10-244-3-0-0-0-0-64"
-        );
-        assert_ne!(
-            claim_name(&net("10.244.3.0/24")),
-            claim_name(&net("10.244.3.0/25"))
-        );
-    }
-
-    #[test]
-    fn a_claim_whose_name_does_not_match_its_cidr_is_malformed() {
-        let obj = |name: &str| DynamicObject {
-            types: None,
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                uid: Some("u".into()),
-                ..Default::default()
-            },
-            data: serde_json::json!({"spec": {"cidr": "10.0.0.0/24", "nodeName": "a", "nodeUID": "a1"}}),
-        };
-        assert!(parse(&obj("10-0-0-0-24")).is_ok());
-        assert!(matches!(
-            parse(&obj("10-0-1-0-24")),
-            Err(ClaimError::Malformed { .. })
-        ));
-    }
-}
+mod tests;

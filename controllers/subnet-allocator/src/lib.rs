@@ -26,6 +26,7 @@ pub mod claims;
 pub mod cluster_cidrs;
 mod decision;
 pub mod flags;
+mod idle_marks;
 pub mod metrics;
 mod pod_cidr_patch;
 mod predecessor;
@@ -121,6 +122,11 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
         let ahead = allocator.clone();
         controller = controller
             .task(move |shutdown| async move { claim_ahead::run(ahead, requests, shutdown).await });
+    }
+    if allocator.claims.is_some() {
+        let marks = allocator.clone();
+        controller =
+            controller.task(move |shutdown| async move { idle_marks::run(marks, shutdown).await });
     }
     if !flags.cidr_release_hold.is_zero() {
         let holds = allocator.clone();

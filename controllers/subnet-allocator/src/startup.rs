@@ -69,6 +69,7 @@ impl Allocator {
                 range: c.cidr,
                 term: c.term().map(Box::from),
                 idle: c.is_idle_by(predecessor),
+                idle_since: c.idle_since().map(Box::from),
             })
             .collect();
         let untrusted =

@@ -52,7 +52,7 @@ impl Allocator {
         }
         match claims.mark_idle(&block, named, &self.term, since).await {
             Ok(ClaimWrite::Landed) => true,
-            Ok(ClaimWrite::NotLanded) => false,
+            Ok(ClaimWrite::NotLanded | ClaimWrite::Refused) => false,
             Err(e) => {
                 tracing::warn!(controller = NAME, block = %block, error = %e, "could not mark a claim idle; the next leader quarantines it");
                 false

@@ -181,6 +181,7 @@ fn open(range: &str, term: &str) -> ListedBlock {
         range: net(range),
         term: Some(term.into()),
         idle: false,
+        idle_since: None,
     }
 }
 
@@ -189,6 +190,7 @@ fn idle(range: &str) -> ListedBlock {
         range: net(range),
         term: Some("t0".into()),
         idle: true,
+        idle_since: Some("2026-11-26T00:00:00Z".into()),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Claims a leader leaves behind, and what the next leader pays for them: idle after a clean step-down
 //! (the next leader uses them at once), open after a kill (the next leader quarantines them and touches
-//! only the Nodes still waiting when it runs out of room), and an idle mark that lands after a later
-//! leader took the block into use is refused.
+//! only the Nodes still waiting when it runs out of room), idle while it leads once it stopped writing to
+//! a block (so even a killed leader leaves those idle), and an idle mark or an adoption that lands after
+//! another term wrote the claim is refused.
 
 use super::*;
 
@@ -126,8 +127,8 @@ async fn a_killed_leader_leaves_its_claim_open_and_the_next_touches_the_waiting_
     the_block_was_quarantined(&env, "a killed leader's writes may still land").await;
 }
 
-#[tokio::test]
-async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refused() {
+/// The one block's claim, created by term `earlier@1`, and the claims client a test writes it with.
+async fn the_earlier_leaders_claim() -> (TestEnv, Claims, IpNet) {
     let env = TestEnv::new().await;
     let claims = Claims::new(env.client.clone());
     let block: IpNet = ONE_BLOCK.parse().expect("cidr");
@@ -135,8 +136,17 @@ async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refus
         .claim_block(&block, "earlier@1")
         .await
         .expect("the earlier leader's claim");
+    (env, claims, block)
+}
+
+#[tokio::test]
+async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refused() {
+    let (env, claims, block) = the_earlier_leaders_claim().await;
     assert_eq!(
-        claims.adopt(&block, "later@2").await.expect("adopt"),
+        claims
+            .adopt(&block, "later@2", Some("earlier@1"), None)
+            .await
+            .expect("adopt"),
         ClaimWrite::Landed
     );
     assert_eq!(
@@ -144,7 +154,7 @@ async fn an_idle_mark_that_lands_after_a_later_leader_adopted_the_block_is_refus
             .mark_idle(&block, "earlier@1", "earlier@1", "2026-11-26T00:00:00Z")
             .await
             .expect("the API answers"),
-        ClaimWrite::NotLanded,
+        ClaimWrite::Refused,
         "the earlier term's mark, held back past the adoption"
     );
     let claim = the_claim(&env.client).await;
@@ -335,4 +345,119 @@ async fn a_leader_left_an_idle_claim_it_never_used_marks_it_again_under_its_own_
         "the mark names the leader right before the third",
     )
     .await;
+}
+
+/// Two blocks of 64 /28s: 10.79.0.0/22 and 10.79.4.0/22.
+const TWO_BLOCKS: [&str; 2] = ["--cluster-cidr=10.79.0.0/21", "--node-cidr-mask-size=28"];
+
+/// A short lease, so the next leader takes over a killed one's within seconds.
+const SHORT_LEASE: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
+
+/// The claim of `block`, as the API has it.
+async fn claim_of(client: &kube::Client, block: &str) -> DynamicObject {
+    let net: IpNet = block.parse().expect("cidr");
+    pod_cidr_claims(client)
+        .get(&claim_name(&net))
+        .await
+        .expect("the block's claim")
+}
+
+#[tokio::test]
+async fn a_killed_leader_leaves_idle_the_block_it_stopped_writing_to_and_the_next_serves_waiting_nodes_from_it_untouched(
+) {
+    let env = TestEnv::new().await;
+    let args: Vec<&str> = TWO_BLOCKS.iter().chain(&SHORT_LEASE).copied().collect();
+    // The first block filled, then one Node in the second: the first leader stops writing to the first.
+    create_plain_nodes(&env.client, "first-", 64).await;
+    let mut first = start_allocator(&env, "first", &args);
+    wait_all_allocated(&env.client, 64, TIMEOUT).await;
+    create_plain_nodes(&env.client, "late-", 1).await;
+    wait_all_allocated(&env.client, 65, TIMEOUT).await;
+    wait_for(
+        "the leader to mark the first block's claim idle while it leads",
+        Duration::from_secs(60),
+        || async {
+            let claim = claim_of(&env.client, "10.79.0.0/22").await;
+            annotation(&claim, IDLE_ANNOTATION).map(|_| ())
+        },
+    )
+    .await;
+    let api: Api<Node> = Api::all(env.client.clone());
+    for i in 1..=64 {
+        api.delete(&format!("first-{i}"), &DeleteParams::default())
+            .await
+            .expect("delete a Node of the first block");
+    }
+    first.signal("KILL");
+    first.wait_exit(TIMEOUT).await;
+    assert_eq!(
+        annotation(
+            &claim_of(&env.client, "10.79.4.0/22").await,
+            IDLE_ANNOTATION
+        ),
+        None,
+        "the block of the latest write stays open"
+    );
+
+    // Eight wait; the second block has 63 free CIDRs, but its claim is open, so they are quarantined.
+    create_plain_nodes(&env.client, "second-", 8).await;
+    let _second = start_allocator(&env, "second", &args);
+    let nodes = wait_all_allocated(&env.client, 9, Duration::from_secs(90)).await;
+    assert_no_overlaps(&nodes);
+    assert_eq!(
+        touched_nodes(&env.client).await,
+        Vec::<String>::new(),
+        "the idle block serves the waiting Nodes: nothing to touch"
+    );
+    let first_block: IpNet = "10.79.0.0/22".parse().expect("cidr");
+    for n in nodes.iter().filter(|n| {
+        n.metadata
+            .name
+            .as_deref()
+            .is_some_and(|m| m.starts_with("second-"))
+    }) {
+        let cidr: IpNet = pod_cidrs(n)[0].parse().expect("a CIDR");
+        assert!(
+            first_block.contains(&cidr),
+            "{:?} got {cidr}, outside the idle block",
+            n.metadata.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_adoption_of_an_idle_claim_its_marking_term_took_back_into_use_since_is_refused() {
+    let (env, claims, block) = the_earlier_leaders_claim().await;
+    let since = "2026-11-29T09:00:00Z";
+    assert_eq!(
+        claims
+            .mark_idle(&block, "earlier@1", "earlier@1", since)
+            .await
+            .expect("the API answers"),
+        ClaimWrite::Landed,
+        "marked idle while it leads"
+    );
+    // A later leader lists it idle; before its adoption lands, the earlier term takes the block back.
+    assert_eq!(
+        claims
+            .adopt(&block, "earlier@1", Some("earlier@1"), Some(since))
+            .await
+            .expect("the API answers"),
+        ClaimWrite::Landed
+    );
+    assert_eq!(
+        claims
+            .adopt(&block, "later@2", Some("earlier@1"), Some(since))
+            .await
+            .expect("the API answers"),
+        ClaimWrite::Refused,
+        "the claim is no longer idle as listed: an earlier write may land in the block"
+    );
+    let claim = the_claim(&env.client).await;
+    assert_eq!(annotation(&claim, TERM_ANNOTATION), Some("earlier@1"));
+    assert_eq!(annotation(&claim, IDLE_ANNOTATION), None);
 }
