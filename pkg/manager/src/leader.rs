@@ -28,7 +28,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use decision::{Decision, Observation};
-pub use guard::{Fenced, LeaderGuard, Unsettled, WriteTicket};
+pub use guard::{Fenced, LeaderGuard, RequestInFlight, Unsettled, WriteTicket};
 pub use takeover::Takeover;
 
 /// client-go's jitter factor for the acquire loop.

@@ -1,7 +1,8 @@
 //! The tower layer every request of a netcm client passes, in this order: the client-side token bucket
 //! (client-go's `flowcontrol` QPS/burst limiter, the workqueue's [`TokenBucket`]),
-//! then — for a fenced client's writes — the leader fence and the write's deadline (sent to the API
-//! server as `timeout=` and enforced here with a timer), then the `rest_client_*` metrics.
+//! then — for a fenced client's writes — a fresh answer from the API server (a probe when none came
+//! within [`FRESH_ANSWER`]), the leader fence and the write's deadline (sent to the API server as
+//! `timeout=` and enforced here with a timer), then the `rest_client_*` metrics.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +24,8 @@ use crate::leader::{Fenced, LeaderGuard};
 pub struct ClientMetrics {
     requests: IntCounterVec,
     duration: HistogramVec,
+    /// `netcm_api_server_probes_total`: probes for a fresh answer before a write ([`FRESH_ANSWER`]).
+    probes: IntCounterVec,
 }
 
 impl ClientMetrics {
@@ -45,9 +48,21 @@ impl ClientMetrics {
             ]),
             &["verb"],
         )?;
+        let probes = IntCounterVec::new(
+            Opts::new(
+                "netcm_api_server_probes_total",
+                "Probes of the API server sent because a write found no answer of it in the last 20 ms, by result (answered, failed).",
+            ),
+            &["result"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
-        Ok(Self { requests, duration })
+        registry.register(Box::new(probes.clone()))?;
+        Ok(Self {
+            requests,
+            duration,
+            probes,
+        })
     }
 }
 
@@ -59,6 +74,17 @@ pub struct WriteDeadlineExceeded {
     pub budget: Duration,
 }
 
+/// How old the API server's last answer may be when a fenced write is sent; older, the layer first
+/// probes it (`GET /version`). Why: an API server frozen (a stopped process, a stalled VM) keeps the
+/// requests sent to it in its socket and applies them when it thaws, whatever their `timeout=`, which
+/// counts from arrival; the fence sees that only once a request has waited its stall time
+/// ([`crate::leader`]'s path rule, ≥ 250 ms). Writes sent blind in that window land late, after another
+/// replica may lead (`hack/chaos.sh`: a PATCH of a PodCIDRClaim, 1.9 s after its writer's term).
+/// With a fresh answer, a freeze can catch a write only if it began in the last `FRESH_ANSWER`. A busy
+/// leader's answers are always this fresh, so only a write after a quiet spell pays the probe's round
+/// trip.
+pub const FRESH_ANSWER: Duration = Duration::from_millis(20);
+
 /// The tower layer that rate-limits, fences and meters every request.
 #[derive(Clone)]
 pub struct NetcmLayer {
@@ -66,6 +92,8 @@ pub struct NetcmLayer {
     /// `None` for a client that writes nothing the fence protects (leader election's own client).
     guard: Option<LeaderGuard>,
     metrics: ClientMetrics,
+    /// Held while a probe is on its way, so writes that find the last answer stale at once share one.
+    probing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl NetcmLayer {
@@ -75,8 +103,52 @@ impl NetcmLayer {
             bucket: Arc::new(TokenBucket::new(f64::from(qps), burst)),
             guard,
             metrics,
+            probing: Arc::default(),
         }
     }
+}
+
+/// A fenced write that found no fresh answer from the API server and could not get one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("write not sent: the API server answered nothing in the last {FRESH_ANSWER:?} and its probe failed ({0}); a frozen server could apply the write after another replica may lead")]
+pub struct NoFreshAnswer(pub String);
+
+/// For a write that found no answer of the API server within [`FRESH_ANSWER`]: probes it (`GET
+/// /version`, bounded by the time a write starting now would have). One probe at a time: writes that
+/// waited for another's find the answer fresh and send none.
+async fn fresh_answer<S, B>(
+    inner: S,
+    guard: &LeaderGuard,
+    probing: &tokio::sync::Mutex<()>,
+    probes: &IntCounterVec,
+) -> Result<(), BoxError>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    let _one = probing.lock().await;
+    if guard.answered_within(FRESH_ANSWER) {
+        return Ok(());
+    }
+    let budget = guard.write_budget()?;
+    let probe = Request::get("/version").body(Body::empty())?;
+    let svc = inner
+        .ready_oneshot()
+        .await
+        .map_err(Into::<BoxError>::into)?;
+    let in_flight = guard.probe_sent();
+    let failed = match tokio::time::timeout(budget, svc.oneshot(probe)).await {
+        Ok(Ok(_)) => {
+            in_flight.answered();
+            probes.with_label_values(&["answered"]).inc();
+            return Ok(());
+        }
+        Ok(Err(e)) => NoFreshAnswer(e.into().to_string()),
+        Err(_) => NoFreshAnswer(format!("no answer within {budget:?}")),
+    };
+    probes.with_label_values(&["failed"]).inc();
+    Err(Box::new(failed))
 }
 
 /// The service [`NetcmLayer`] produces. The inner service must be cheap to clone (a buffer): the request
@@ -182,6 +254,12 @@ where
         Box::pin(async move {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
+            }
+            if let (Some(guard), true) = (&layer.guard, fenced) {
+                if !guard.answered_within(FRESH_ANSWER) {
+                    fresh_answer(inner.clone(), guard, &layer.probing, &layer.metrics.probes)
+                        .await?;
+                }
             }
             let svc = inner
                 .ready_oneshot()

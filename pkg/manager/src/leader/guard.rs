@@ -50,6 +50,9 @@ struct GuardState {
     may_land_until: Option<Instant>,
     /// How late a request sent now may arrive: a write must arrive, not only be sent, inside the term.
     path: PathDelay,
+    /// When the API server last answered this process (a write, a lease renewal or a probe): the newest
+    /// proof that it was running and reading its socket.
+    last_answer: Option<Instant>,
 }
 
 impl GuardState {
@@ -60,7 +63,13 @@ impl GuardState {
             in_flight: 0,
             may_land_until: None,
             path: PathDelay::new(path_window),
+            last_answer: None,
         }
+    }
+
+    /// The API server answered this process at `now`.
+    fn answered_at(&mut self, now: Instant) {
+        self.last_answer = self.last_answer.max(Some(now));
     }
 }
 
@@ -242,10 +251,13 @@ impl LeaderGuard {
     }
 
     fn end_write(&self, sent: Instant, deadline: Instant, answered: bool) {
+        let now = Instant::now();
         let mut st = self.state();
         st.in_flight = st.in_flight.saturating_sub(1);
-        st.path.ended(sent, Instant::now());
-        if !answered {
+        st.path.ended(sent, now);
+        if answered {
+            st.answered_at(now);
+        } else {
             st.may_land_until = st.may_land_until.max(Some(deadline));
         }
         drop(st);
@@ -318,19 +330,47 @@ impl LeaderGuard {
     /// An acquire or renewal attempt sent at `sent`: while it is unanswered the path is known to be that
     /// slow, and when the returned value is dropped (answered, failed or abandoned) its time in flight is
     /// a sample of the path's delay.
-    pub(crate) fn renewal_sent(&self, sent: Instant) -> RenewalInFlight {
-        self.state().path.started(sent);
-        RenewalInFlight {
-            guard: self.clone(),
-            sent,
-        }
+    pub(crate) fn renewal_sent(&self, sent: Instant) -> RequestInFlight {
+        self.request_sent(sent)
     }
 
     /// Records a successful acquire or renewal whose request was sent at `sent`.
     pub(crate) fn renewed(&self, sent: Instant) {
+        let now = Instant::now();
         let mut st = self.state();
         st.leading = true;
         st.last_renew_sent = Some(sent);
+        st.answered_at(now);
+    }
+
+    /// Whether the API server answered this process within `within` (always true without leader
+    /// election). A write is sent only on such fresh proof ([`crate::client`]'s layer probes for it
+    /// otherwise): a server frozen since its last answer would hold the write and apply it when it
+    /// thaws, after another replica may have taken the Lease, and the fence cannot see that coming
+    /// until a request has waited [`super::path`]'s stall time.
+    pub fn answered_within(&self, within: Duration) -> bool {
+        if self.inner.identity.is_none() {
+            return true;
+        }
+        let now = Instant::now();
+        self.state()
+            .last_answer
+            .is_some_and(|at| now.saturating_duration_since(at) <= within)
+    }
+
+    /// A probe of the API server sent now: in flight for the path's delay (a probe left unanswered
+    /// stalls the path like any request), and [`RequestInFlight::answered`] records the proof.
+    pub fn probe_sent(&self) -> RequestInFlight {
+        self.request_sent(Instant::now())
+    }
+
+    /// A request other than a fenced write (those hold a [`WriteTicket`]) sent at `sent`, tracked on the path.
+    fn request_sent(&self, sent: Instant) -> RequestInFlight {
+        self.state().path.started(sent);
+        RequestInFlight {
+            guard: self.clone(),
+            sent,
+        }
     }
 
     /// The leader before this one, as the Lease showed it when this process won it; `None` before that,
@@ -355,14 +395,25 @@ impl LeaderGuard {
     }
 }
 
-/// A lease acquire or renewal attempt in flight, for the path's delay; see [`LeaderGuard::renewal_sent`].
+/// A lease attempt or a probe of the API server in flight ([`LeaderGuard::renewal_sent`],
+/// [`LeaderGuard::probe_sent`]): while unanswered the path is known to be at least that slow, and when
+/// dropped (answered, failed or abandoned) its time in flight is a sample of the path's delay.
 #[derive(Debug)]
-pub(crate) struct RenewalInFlight {
+#[must_use = "the request counts as in flight until it is dropped"]
+pub struct RequestInFlight {
     guard: LeaderGuard,
     sent: Instant,
 }
 
-impl Drop for RenewalInFlight {
+impl RequestInFlight {
+    /// The API server answered: it was running just now. (A renewal's success says so through
+    /// [`LeaderGuard::renewed`].)
+    pub fn answered(self) {
+        self.guard.state().answered_at(Instant::now());
+    }
+}
+
+impl Drop for RequestInFlight {
     fn drop(&mut self) {
         self.guard.state().path.ended(self.sent, Instant::now());
     }

@@ -213,3 +213,39 @@ fn a_write_is_refused_while_a_fast_path_has_left_a_request_unanswered_far_beyond
         "{err}"
     );
 }
+
+#[test]
+fn the_api_server_counts_as_answering_after_a_renewal_an_answered_write_or_probe_and_not_after_a_silent_one(
+) {
+    let g = guard(15_000, 10_000);
+    let within = Duration::from_millis(30);
+    assert!(!g.answered_within(within), "nothing was ever answered");
+    g.renewed(Instant::now());
+    assert!(g.answered_within(within));
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(!g.answered_within(within), "the renewal's answer is old");
+    g.begin_write().expect("write").answered();
+    assert!(g.answered_within(within), "an answered write");
+    std::thread::sleep(Duration::from_millis(40));
+    drop(g.begin_write().expect("write"));
+    assert!(!g.answered_within(within), "a write that got no answer");
+    let probe = g.probe_sent();
+    assert!(!g.answered_within(within), "a probe on its way");
+    probe.answered();
+    assert!(g.answered_within(within), "an answered probe");
+}
+
+#[test]
+fn a_probe_left_unanswered_stalls_the_path_like_any_request() {
+    let g = guard(15_000, 10_000);
+    g.renewed(Instant::now());
+    let _probe = g.probe_sent();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(g.ensure_leader().is_err(), "a probe waiting 300 ms");
+}
+
+#[test]
+fn without_leader_election_the_api_server_always_counts_as_answering() {
+    let g = LeaderGuard::disabled(&Registry::new()).expect("guard");
+    assert!(g.answered_within(Duration::ZERO));
+}
