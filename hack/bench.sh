@@ -62,6 +62,11 @@
 #                   memory-limit.sh says what and how.
 #                     NETCM_CONTROLPLANE_DIR=/tmp/mine hack/bench.sh memory-limit
 #                     NODES=2000 MEMORY_LIMIT=64M hack/bench.sh memory-limit
+#   outside         the outside harness (hack/outside_bench/, Python, no code shared with the Rust bench), set
+#                   up as issue 28's independent run: ceiling, netcm (the chart's controllers), KCM's nodeipam,
+#                   each on its own backlog, a watch counting Nodes with a CIDR, etcd compacted between them.
+#                     hack/bench.sh outside                             NODES=50000, CLIENTS=16
+#                     NODES=2000 CONTENDERS=netcm,kcm hack/bench.sh outside
 #   pools           netcm's allocation time for a backlog of N Nodes with the flag pool alone vs ten
 #                   ClusterCIDR pools (Nodes spread over them by label), on the real control plane.
 #                     hack/bench.sh pools                               2,000 Nodes, each mode twice
@@ -136,6 +141,17 @@ case "$name" in
   kernel-routes) exec python3 hack/bench_kernel_routes/bench_kernel_routes.py "$@" ;;
   ledger) exec cargo bench --locked -p netcm-ipam --bench ledger ;;
   memory-limit) exec bash hack/bench/memory-limit.sh "$@" ;;
+  outside)
+    bash hack/install-prereqs.sh >/dev/null
+    controlplane_up
+    kubectl=$(bash hack/controlplane.sh bin kubectl)
+    "$kubectl" --kubeconfig="$NETCM_E2E_KUBECONFIG" apply --server-side --force-conflicts \
+      --field-manager=outside-bench -f charts/netcm/crds >/dev/null
+    KCM_BIN=$(bash hack/controlplane.sh bin kube-controller-manager)
+    ETCD_PORT=$(bash hack/controlplane.sh env | sed -n 's/^ETCD_PORT=//p')
+    cargo build --release --locked -p netcm --bin netcm
+    export KCM_BIN ETCD_PORT KUBECONFIG=$NETCM_E2E_KUBECONFIG NETCM_BIN=${NETCM_BIN:-$root/target/release/netcm}
+    exec python3 hack/outside_bench/outside_bench.py ;;
   pools)
     bash hack/install-prereqs.sh >/dev/null
     controlplane_up

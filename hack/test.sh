@@ -124,6 +124,7 @@ python3 -m unittest discover -s hack/supply_chain
 python3 -m unittest discover -s hack/bench_requests
 python3 -m unittest discover -s hack/bench_kernel_routes
 python3 -m unittest discover -s hack/churn_tail
+python3 -m unittest discover -s hack/outside_bench
 bash hack/supply-chain.sh deny
 bash hack/supply-chain.sh sbom
 bash hack/supply-chain.sh provenance
