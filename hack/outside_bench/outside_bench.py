@@ -220,7 +220,7 @@ def main():
     for name in contenders:
         before, after = delete_everything(client, etcd_port, nodes)
         set_name = f"outside-{name}-{int(time.time()) % 100000}"
-        log(f"{name}: etcd {before:.0f} → {after:.0f} MiB; creating {nodes} Nodes")
+        log(f"{name}: etcd {before:.1f} → {after:.1f} MiB; creating {nodes} Nodes")
         created = create_backlog(client, set_name, nodes, clients)
         status, stored = client.request("GET", f"/api/v1/nodes/{set_name}-00000")
         size = len(json.dumps(stored)) if status == 200 else 0
