@@ -172,8 +172,12 @@ def run_process(client, label, argv, set_name, nodes, timeout):
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     log(f"started {label} (pid {proc.pid}, log {log_path})")
     try:
-        if not counter.done.wait(timeout):
-            raise TimeoutError(f"{label}: the watch saw {counter.count()} of {nodes} Nodes with a CIDR after {timeout} s")
+        deadline = start + timeout
+        while not counter.done.wait(1):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{label} exited ({proc.returncode}) with {counter.count()} of {nodes} Nodes holding a CIDR; see {log_path}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{label}: the watch saw {counter.count()} of {nodes} Nodes with a CIDR after {timeout} s")
         with open(f"/proc/{proc.pid}/stat") as stat, open(f"/proc/{proc.pid}/status") as status:
             cpu, rss = process_usage(stat.read(), status.read(), os.sysconf("SC_CLK_TCK"))
     finally:
@@ -238,4 +242,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (RuntimeError, TimeoutError, kubeapi.ApiError) as err:
+        sys.exit(f"error: {err}")
