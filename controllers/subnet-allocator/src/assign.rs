@@ -238,7 +238,13 @@ impl Allocator {
             .await?;
         if adopted == ClaimWrite::Landed {
             self.state.lock().blocks.taken_into_use(block);
-            tracing::info!(controller = NAME, block = %block, "took an earlier leader's block of pod CIDRs into use");
+            // Under churn a leader re-adopts blocks it marked idle itself many times; saying "an earlier
+            // leader's" then would send an operator looking for a leader change that never happened.
+            if named.as_deref() == Some(&*self.term) {
+                tracing::info!(controller = NAME, block = %block, "took a block of pod CIDRs this leader had marked idle back into use");
+            } else {
+                tracing::info!(controller = NAME, block = %block, "took an earlier leader's block of pod CIDRs into use");
+            }
         }
         Ok(adopted)
     }
