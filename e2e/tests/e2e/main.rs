@@ -36,3 +36,4 @@ mod sizing;
 mod split_brain;
 mod subnet_allocator;
 mod takeover_from_another_configuration;
+mod unread_writes;
