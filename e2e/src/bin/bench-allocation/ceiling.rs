@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::contenders::{reset, Row};
 use crate::fixtures::{create_nodes, internal_ip, node_name};
-use crate::measure::{proc_stats, AuditMark};
+use crate::measure::{node_cache_checks, proc_stats, AuditMark};
 use crate::set_watch::SetWatch;
 use crate::set_watch::LEASE_ANNOTATION;
 use crate::Config;
@@ -47,6 +47,10 @@ pub enum CeilingPatch {
     /// the fence's precondition costs the API server, which must serialize the Node to JSON to apply it.
     /// (netcm also tests the UID, which the bench does not read; a test costs a comparison.)
     JsonAsNetcm,
+    /// Strategic, each answer asked to be the Node's metadata alone, as netcm's unread writes ask
+    /// (`client::unread::METADATA_ANSWER`): what encoding the whole Node for each answer costs the API
+    /// server.
+    StrategicMetadataAnswer,
     /// Both writes the chart's two controllers make per Node, one after the other: the strategic-merge
     /// PATCH of `spec.podCIDR(s)`, then a merge PATCH of flannel's lease annotations as the
     /// node-annotation-syncer writes them at its defaults (host-gw). (The syncer also sends the cached
@@ -109,6 +113,7 @@ pub async fn api_ceiling(
     let mark = AuditMark::now(&control_plane().audit_log);
     let apiserver = apiserver_pid();
     let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
+    let cache_checks = node_cache_checks(client).await;
     let bench_cpu = proc_stats(std::process::id()).cpu_seconds;
     let start = Instant::now();
     // The floor's list is on the clock, as a contender's is: it starts with nothing cached.
@@ -135,7 +140,9 @@ pub async fn api_ceiling(
                 // Sent as netcm sends its PATCHes: the answer is not decoded (a client that decodes
                 // 8 KB per answer would take cores from the API server and lower the ceiling).
                 let request = match shape {
-                    CeilingPatch::Strategic | CeilingPatch::TwoWrites => {
+                    CeilingPatch::Strategic
+                    | CeilingPatch::TwoWrites
+                    | CeilingPatch::StrategicMetadataAnswer => {
                         let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
                         url.patch(&name, &params, &Patch::Strategic(&patch))
                     }
@@ -150,6 +157,11 @@ pub async fn api_ceiling(
                     }
                 }
                 .unwrap();
+                let request = if shape == CeilingPatch::StrategicMetadataAnswer {
+                    netcm_manager::client::unread::asking_for_metadata(request)
+                } else {
+                    request
+                };
                 client
                     .request::<serde::de::IgnoredAny>(request)
                     .await
@@ -182,6 +194,7 @@ pub async fn api_ceiling(
     };
     let seconds = finished.duration_since(start).as_secs_f64();
     let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
+    let apiserver_node_cache_checks = node_cache_checks(client).await - cache_checks;
     // The bench's own CPU over the run: the ceiling's clients and watches, which a contender's row
     // counts as the contender's CPU (the bench's watch of the set runs in both).
     let bench_cpu_seconds = proc_stats(std::process::id()).cpu_seconds - bench_cpu;
@@ -197,6 +210,9 @@ pub async fn api_ceiling(
         (CeilingLoad::Bare, CeilingPatch::JsonAsNetcm) => "no watch, JSON Patch as netcm's",
         (CeilingLoad::Bare, CeilingPatch::TwoWrites) => {
             "no watch, two writes per Node: CIDR, then lease"
+        }
+        (CeilingLoad::Bare, CeilingPatch::StrategicMetadataAnswer) => {
+            "no watch, each answer the Node's metadata alone"
         }
         (CeilingLoad::Observed, _) => "the bench's watch",
         (CeilingLoad::Informer, _) => "the bench's watch + a watch of every Node",
@@ -218,5 +234,6 @@ pub async fn api_ceiling(
         stats: None,
         idle_cpu_pct: None,
         apiserver_cpu_seconds,
+        apiserver_node_cache_checks,
     }
 }

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::fixtures::{create_nodes, delete_everything};
-use crate::measure::{proc_stats, AuditMark, ProcStats, Writes};
+use crate::measure::{node_cache_checks, proc_stats, AuditMark, ProcStats, Writes};
 use crate::set_watch::SetWatch;
 use crate::Config;
 use netcm_e2e::{apiserver_pid, control_plane, tool, LEASE_NAMESPACE};
@@ -23,6 +23,9 @@ pub struct Row {
     pub idle_cpu_pct: Option<f64>,
     /// kube-apiserver's CPU seconds from the start until the last timed write was seen.
     pub apiserver_cpu_seconds: f64,
+    /// kube-apiserver's checks of its Node cache against etcd over the same span
+    /// ([`crate::measure::node_cache_checks`]).
+    pub apiserver_node_cache_checks: u64,
 }
 
 /// A controller to start as a child process.
@@ -208,6 +211,7 @@ pub async fn allocate_backlog_ending(
     let mark = AuditMark::now(&control_plane().audit_log);
     let apiserver = apiserver_pid();
     let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
+    let cache_checks = node_cache_checks(client).await;
     let start = Instant::now();
     let child = spawn(&mut c, set);
     let Some(finished) = watch.wait_allocated(n, cfg.timeout).await else {
@@ -234,6 +238,7 @@ pub async fn allocate_backlog_ending(
     };
     let at_leased = proc_stats(child.id());
     let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
+    let apiserver_node_cache_checks = node_cache_checks(client).await - cache_checks;
     // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
     tokio::time::sleep(cfg.idle).await;
     let after_idle = proc_stats(child.id());
@@ -262,6 +267,7 @@ pub async fn allocate_backlog_ending(
         stats: Some(stats),
         idle_cpu_pct: Some(idle_cpu_pct),
         apiserver_cpu_seconds,
+        apiserver_node_cache_checks,
     }
 }
 

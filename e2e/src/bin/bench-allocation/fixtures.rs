@@ -323,3 +323,23 @@ pub fn compact_etcd() -> Option<(f64, f64)> {
 pub fn internal_ip(i: usize) -> String {
     format!("198.51.{}.{}", (i / 250) % 250, i % 250 + 1)
 }
+
+/// With `RESTART_APISERVER=1`, restarts kube-apiserver and waits until it answers this client again.
+pub async fn fresh_apiserver(client: &kube::Client) {
+    if !std::env::var("RESTART_APISERVER").is_ok_and(|v| v == "1") {
+        return;
+    }
+    netcm_e2e::restart_apiserver();
+    let since = std::time::Instant::now();
+    while client.apiserver_version().await.is_err() {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(120),
+            "kube-apiserver did not answer within 120 s of its restart"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "[bench] kube-apiserver restarted; answering after {:.1} s",
+        since.elapsed().as_secs_f64()
+    );
+}

@@ -26,7 +26,9 @@
 use std::path::Path;
 
 use crate::contenders::{allocate_backlog_ending, netcm_from, reset, set_name, Row};
-use crate::fixtures::{compact_etcd, create_nodes, delete_claims, delete_leases, delete_nodes};
+use crate::fixtures::{
+    compact_etcd, create_nodes, delete_claims, delete_leases, delete_nodes, fresh_apiserver,
+};
 use crate::Config;
 
 /// One round: the earlier leader's fresh run, and the next leader's on the lived-in cluster.
@@ -164,26 +166,6 @@ async fn forget_for_bisection(client: &kube::Client, forget: &[Forget]) {
         }
         eprintln!("[bench] LIVED_IN_FORGET: deleted the earlier leader's {what:?}");
     }
-}
-
-/// With `RESTART_APISERVER=1`, restarts kube-apiserver and waits until it answers this client again.
-async fn fresh_apiserver(client: &kube::Client) {
-    if !std::env::var("RESTART_APISERVER").is_ok_and(|v| v == "1") {
-        return;
-    }
-    netcm_e2e::restart_apiserver();
-    let since = std::time::Instant::now();
-    while client.apiserver_version().await.is_err() {
-        assert!(
-            since.elapsed() < std::time::Duration::from_secs(120),
-            "kube-apiserver did not answer within 120 s of its restart"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    eprintln!(
-        "[bench] kube-apiserver restarted; answering after {:.1} s",
-        since.elapsed().as_secs_f64()
-    );
 }
 
 /// Whether `FRESH_AFTER=1` asks for a fresh run after each lived-in one.

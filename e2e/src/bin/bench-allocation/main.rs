@@ -14,6 +14,7 @@
 //!   `subnet-allocator`, as KCM runs nodeipam alone) runs netcm with others, e.g. the chart's
 //!   `subnet-allocator,node-annotation-syncer`: then the ceiling also makes both writes per Node (the
 //!   CIDR, then the lease annotations) and netcm is timed until every Node holds its lease as well.
+//!   ROTATE=1 rotates the rows' order from round to round (`scale.rs`).
 //! - `churn`: N = 5,000 allocated, then Nodes created and deleted at CHURN_RATE/s for CHURN_SECONDS:
 //!   create → CIDR latency against one PATCH round trip, and RSS drift (method in `churn.rs`).
 //! - `sizing`: N = 5,000 Nodes with a realistic, seeded mix of `status.capacity.pods`; netcm at a fixed
@@ -39,14 +40,15 @@ mod failover;
 mod fixtures;
 mod lived_in;
 mod measure;
+mod scale;
 mod set_watch;
 mod sizing;
 mod summary;
 
 use std::time::Duration;
 
-use ceiling::{api_ceiling, CeilingLoad, CeilingPatch, FLOOR_AFTER_SUFFIX};
-use contenders::{kcm, netcm, netcm_from, run_backlog, runs_syncer, Row};
+use ceiling::{api_ceiling, CeilingLoad, CeilingPatch};
+use contenders::{kcm, netcm, run_backlog, runs_syncer, Row};
 use measure::{ms, percentile};
 
 /// Settings from the environment (names in capitals in the README).
@@ -145,7 +147,7 @@ async fn main() {
     let client = env.client.clone();
     match mode.as_str() {
         "default" => default_mode(&client, &cfg).await,
-        "scale" => scale_mode(&client, &cfg).await,
+        "scale" => scale::scale_mode(&client, &cfg).await,
         "churn" => churn_mode(&client, &cfg).await,
         "sizing" => sizing::sizing_mode(&client, &cfg).await,
         "failover" => failover::failover_mode(&client, &cfg).await,
@@ -161,23 +163,32 @@ async fn main() {
 /// an allocator's floor (the list and watch of every Node on the clock, netcm's PATCHes); when netcm runs the
 /// node-annotation-syncer, also bare with both writes per Node (the CIDR, then the lease).
 async fn ceilings(client: &kube::Client, cfg: &Config) -> Vec<Row> {
-    let smp = CeilingPatch::Strategic;
-    let mut rows = vec![api_ceiling(client, cfg, CeilingLoad::Bare, smp).await];
+    let mut rows = Vec::new();
+    for (load, patch) in ceiling_rows(cfg) {
+        rows.push(api_ceiling(client, cfg, load, patch).await);
+    }
+    rows
+}
+
+/// What [`ceilings`] runs, in order.
+fn ceiling_rows(cfg: &Config) -> Vec<(CeilingLoad, CeilingPatch)> {
+    let (smp, json) = (CeilingPatch::Strategic, CeilingPatch::JsonAsNetcm);
+    let mut rows = vec![(CeilingLoad::Bare, smp)];
     if runs_syncer(&cfg.netcm_controllers) {
-        let two = CeilingPatch::TwoWrites;
-        rows.push(api_ceiling(client, cfg, CeilingLoad::Bare, two).await);
+        rows.push((CeilingLoad::Bare, CeilingPatch::TwoWrites));
     }
     if flag("CEILING_JSON_PATCH") {
-        let json = CeilingPatch::JsonAsNetcm;
-        rows.push(api_ceiling(client, cfg, CeilingLoad::Bare, json).await);
+        rows.push((CeilingLoad::Bare, json));
+    }
+    if flag("CEILING_METADATA_ANSWER") {
+        rows.push((CeilingLoad::Bare, CeilingPatch::StrategicMetadataAnswer));
     }
     if flag("ALLOCATOR_FLOOR") {
-        let (floor, json) = (CeilingLoad::AllocatorFloor, CeilingPatch::JsonAsNetcm);
-        rows.push(api_ceiling(client, cfg, floor, json).await);
+        rows.push((CeilingLoad::AllocatorFloor, json));
     }
     if !flag("BARE_CEILING_ONLY") {
-        rows.push(api_ceiling(client, cfg, CeilingLoad::Observed, smp).await);
-        rows.push(api_ceiling(client, cfg, CeilingLoad::Informer, smp).await);
+        rows.push((CeilingLoad::Observed, smp));
+        rows.push((CeilingLoad::Informer, smp));
     }
     rows
 }
@@ -243,65 +254,6 @@ async fn default_mode(client: &kube::Client, cfg: &Config) {
     );
 }
 
-async fn scale_mode(client: &kube::Client, cfg: &Config) {
-    let (qps, burst) = (cfg.qps, cfg.burst);
-    let fair = [
-        format!("--kube-api-qps={qps}"),
-        format!("--kube-api-burst={burst}"),
-    ];
-    let fair: Vec<&str> = fair.iter().map(String::as_str).collect();
-    let mut rounds = Vec::new();
-    for round in 1..=cfg.rounds {
-        if cfg.rounds > 1 {
-            eprintln!("[bench] round {round} of {}", cfg.rounds);
-        }
-        let mut rows = ceilings(client, cfg).await;
-        // NETCM_BIN_BEFORE: another build first, so a change is measured against it in one run.
-        if let Ok(before) = std::env::var("NETCM_BIN_BEFORE") {
-            let label = format!("netcm before (qps {qps}, burst {burst})");
-            let before = netcm_from(
-                std::path::Path::new(&before),
-                cfg,
-                &label,
-                &cfg.netcm_controllers,
-                &fair,
-            );
-            rows.push(run_backlog(client, cfg, before).await);
-        }
-        let label = format!("netcm (qps {qps}, burst {burst})");
-        let netcm = netcm_from(
-            netcm_e2e::netcm::netcm_binary(),
-            cfg,
-            &label,
-            &cfg.netcm_controllers,
-            &fair,
-        );
-        rows.push(run_backlog(client, cfg, netcm).await);
-        // FLOOR_AFTER: the floor again once netcm is done; the same floor differs by up to 19 % within a
-        // round, so netcm is compared with the mean of a floor on each side.
-        if flag("ALLOCATOR_FLOOR") && flag("FLOOR_AFTER") {
-            let (floor, json) = (CeilingLoad::AllocatorFloor, CeilingPatch::JsonAsNetcm);
-            let mut after = api_ceiling(client, cfg, floor, json).await;
-            after.contender.push_str(FLOOR_AFTER_SUFFIX);
-            rows.push(after);
-        }
-        if !flag("ONLY_NETCM") {
-            // At KCM's default qps 20, 50,000 Nodes would take 40 minutes: only the equal-QPS pair runs.
-            let label = format!("kube-controller-manager nodeipam (qps {qps}, burst {burst})");
-            rows.push(run_backlog(client, cfg, kcm(cfg, &label, qps, burst)).await);
-        }
-        if cfg.rounds > 1 {
-            println!("\nRound {round} of {}:", cfg.rounds);
-        }
-        print_table(cfg, &rows);
-        compare(&rows, "netcm (", "kube-controller-manager");
-        rounds.push(rows);
-    }
-    if cfg.rounds > 1 {
-        summary::print_medians(&rounds, "netcm (", "kube-controller-manager");
-    }
-}
-
 async fn churn_mode(client: &kube::Client, cfg: &Config) {
     let secs = cfg.churn_seconds;
     let mut results = vec![
@@ -338,14 +290,14 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     println!(
         "| contender | time to allocate all | Nodes/s | × ceiling | every Node holds its lease | × ceiling \
          of two writes | node writes per Node | claim writes per Node | peak RSS MiB | CPU s | idle CPU % | \
-         API server CPU s |"
+         API server CPU s | its checks of every Node |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "–".into());
     for r in rows {
         let is_ceiling = r.stats.is_none();
         println!(
-            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {:.2} | {} | {} | {} | {} | {:.1} |",
+            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {:.2} | {} | {} | {} | {} | {:.1} | {} |",
             r.contender,
             r.seconds,
             n as f64 / r.seconds,
@@ -362,6 +314,13 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             or_dash(r.stats.map(|s| format!("{:.1}", s.cpu_seconds))),
             or_dash(r.idle_cpu_pct.map(|p| format!("{p:.2}"))),
             r.apiserver_cpu_seconds,
+            r.apiserver_node_cache_checks,
+        );
+    }
+    if rows.iter().any(|r| r.apiserver_node_cache_checks > 0) {
+        println!(
+            "\n(its checks of every Node: kube-apiserver's comparison of its Node cache with etcd, a list of \
+             every Node every 5 to 10 minutes; a row it fell in paid for it)"
         );
     }
 }

@@ -142,6 +142,7 @@ mod tests {
             stats: None,
             idle_cpu_pct: None,
             apiserver_cpu_seconds: 0.0,
+            apiserver_node_cache_checks: 0,
         }
     }
 
