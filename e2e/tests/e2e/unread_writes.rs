@@ -33,6 +33,20 @@ fn claim(name: &str, cidr: &str) -> DynamicObject {
     .expect("a claim")
 }
 
+/// The answer to `request` sent asking for metadata alone, checked to be a `PartialObjectMetadata`.
+async fn metadata_answer(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+) -> serde_json::Value {
+    let answer = client
+        .request_text(asking_for_metadata(request))
+        .await
+        .expect("the write is answered");
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("a JSON answer");
+    assert_eq!(answer["kind"], "PartialObjectMetadata", "{answer}");
+    answer
+}
+
 #[tokio::test]
 async fn an_unread_write_is_answered_with_the_metadata_alone_of_a_node_and_of_a_claim() {
     let env = TestEnv::new().await;
@@ -46,13 +60,7 @@ async fn an_unread_write_is_answered_with_the_metadata_alone_of_a_node_and_of_a_
             &Patch::Strategic(&patch),
         )
         .expect("a PATCH");
-    let answer = env
-        .client
-        .request_text(asking_for_metadata(request))
-        .await
-        .expect("the PATCH is answered");
-    let answer: serde_json::Value = serde_json::from_str(&answer).expect("a JSON answer");
-    assert_eq!(answer["kind"], "PartialObjectMetadata", "{answer}");
+    let answer = metadata_answer(&env.client, request).await;
     assert_eq!(answer["metadata"]["uid"], json!(node.metadata.uid));
     assert!(
         answer.get("status").is_none() && answer.get("spec").is_none(),
@@ -71,13 +79,7 @@ async fn an_unread_write_is_answered_with_the_metadata_alone_of_a_node_and_of_a_
             serde_json::to_vec(&claim("10-9-0-0-16", "10.9.0.0/16")).expect("JSON"),
         )
         .expect("a POST");
-    let answer = env
-        .client
-        .request_text(asking_for_metadata(request))
-        .await
-        .expect("the claim is created");
-    let answer: serde_json::Value = serde_json::from_str(&answer).expect("a JSON answer");
-    assert_eq!(answer["kind"], "PartialObjectMetadata", "{answer}");
+    let answer = metadata_answer(&env.client, request).await;
     assert!(answer.get("spec").is_none(), "{answer}");
 }
 
