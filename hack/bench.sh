@@ -26,7 +26,8 @@
 #                                   RESTART_APISERVER=1 a fresh kube-apiserver process before each backlog
 #                   The ceiling runs three times (bare; with the bench's watch; with that and a watch of every
 #                   Node, as any informer-based allocator holds); BARE_CEILING_ONLY=1 runs it bare only.
-#                   ALLOCATOR_FLOOR=1 adds an allocator's floor (FLOOR_CLIENTS, 32); FLOOR_AFTER=1 runs it again after netcm.
+#                   ALLOCATOR_FLOOR=1 adds an allocator's floor (FLOOR_CLIENTS, 32); FLOOR_AFTER=1 runs it again after netcm,
+#                   BARE_AFTER=1 the bare ceiling (netcm ÷ the mean of each pair around it).
 #                   ROTATE=1 (scale): round r runs its rows starting at the r-th, so none always runs first;
 #                   RESTART_APISERVER=1 (scale, lived-in): a new kube-apiserver process before each row.
 #                   CEILING_METADATA_ANSWER=1 adds the bare ceiling asking for answers of metadata alone.

@@ -62,8 +62,8 @@ pub enum CeilingPatch {
 pub const FLOOR_LABEL: &str =
     "an allocator's floor: the bench's watch, every Node listed then watched, PATCHes shaped as netcm's";
 
-/// Appended to the floor's row when it runs again after netcm (`FLOOR_AFTER=1`).
-pub const FLOOR_AFTER_SUFFIX: &str = ", run again after netcm";
+/// Appended to a ceiling's row when it runs again after netcm (`FLOOR_AFTER=1`, `BARE_AFTER=1`).
+pub const AFTER_NETCM_SUFFIX: &str = ", run again after netcm";
 
 /// When the ceiling of two writes per Node had made them all, if the run has that row: the only ceiling
 /// row (no process stats) that times leases.

@@ -339,6 +339,12 @@ fn compare(rows: &[Row], netcm_label: &str, kcm_label: &str) {
         cell(r.over_watched),
         cell(r.over_floor),
     );
+    if let Some(after) = r.over_bare_after {
+        println!(
+            "netcm time ÷ the bare ceiling run after it {after:.2}× (÷ the mean of the bare ceiling before and after: {})",
+            cell(r.over_bare_around)
+        );
+    }
     if let Some(after) = r.over_floor_after {
         println!(
             "netcm time ÷ the floor run after it {after:.2}× (÷ the mean of the floor before and after: {})",

@@ -1,6 +1,7 @@
 //! `MODE=scale`: rounds of one backlog's rows, each row on a fresh Node set — the ceilings, another netcm
-//! build (NETCM_BIN_BEFORE), netcm, the floor again (FLOOR_AFTER), kube-controller-manager — then the
-//! median of each round's ratios.
+//! build (NETCM_BIN_BEFORE), netcm, the bare ceiling and the floor again (BARE_AFTER, FLOOR_AFTER),
+//! kube-controller-manager — then the median of each round's ratios. A ceiling run on both sides of
+//! netcm brackets it: netcm over their mean is free of a drift that is steady over the three rows.
 //!
 //! With ROTATE=1 round r starts at its r-th row and wraps around, so no row always runs first or last in
 //! a round: on this machine one build run twice in a round took 8–14 % longer the second time
@@ -11,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use crate::ceiling::{api_ceiling, CeilingLoad, CeilingPatch, FLOOR_AFTER_SUFFIX};
+use crate::ceiling::{api_ceiling, CeilingLoad, CeilingPatch, AFTER_NETCM_SUFFIX};
 use crate::contenders::{kcm, netcm_from, run_backlog, Row};
 use crate::fixtures::fresh_apiserver;
 use crate::{ceiling_rows, compare, flag, print_table, summary, Config};
@@ -22,6 +23,8 @@ enum Slot {
     /// Another netcm build, to measure a change in one run.
     NetcmBefore(PathBuf),
     Netcm,
+    /// The bare ceiling again, after netcm.
+    BareAfter,
     /// The allocator's floor again, after netcm.
     FloorAfter,
     Kcm,
@@ -37,6 +40,10 @@ fn slots(cfg: &Config) -> Vec<Slot> {
         slots.push(Slot::NetcmBefore(PathBuf::from(before)));
     }
     slots.push(Slot::Netcm);
+    // The bare ceiling on both sides of netcm: the mean of the two takes a steady drift out of the ratio.
+    if flag("BARE_AFTER") {
+        slots.push(Slot::BareAfter);
+    }
     // The same floor differs by up to 19 % within a round, so netcm is compared with the mean of a floor
     // on each side.
     if flag("ALLOCATOR_FLOOR") && flag("FLOOR_AFTER") {
@@ -70,10 +77,16 @@ async fn run_slot(client: &kube::Client, cfg: &Config, slot: &Slot, fair: &[&str
             let netcm = netcm_from(bin, cfg, &label, &cfg.netcm_controllers, fair);
             run_backlog(client, cfg, netcm).await
         }
+        Slot::BareAfter => {
+            let (bare, smp) = (CeilingLoad::Bare, CeilingPatch::Strategic);
+            let mut after = api_ceiling(client, cfg, bare, smp).await;
+            after.contender.push_str(AFTER_NETCM_SUFFIX);
+            after
+        }
         Slot::FloorAfter => {
             let (floor, json) = (CeilingLoad::AllocatorFloor, CeilingPatch::JsonAsNetcm);
             let mut after = api_ceiling(client, cfg, floor, json).await;
-            after.contender.push_str(FLOOR_AFTER_SUFFIX);
+            after.contender.push_str(AFTER_NETCM_SUFFIX);
             after
         }
         Slot::Kcm => {

@@ -2,13 +2,17 @@
 //! 2-core machine swings by ±25 %; the ratios of one round share its conditions, so their median across
 //! rounds is what the README reports.
 
-use crate::ceiling::{FLOOR_AFTER_SUFFIX, FLOOR_LABEL};
+use crate::ceiling::{AFTER_NETCM_SUFFIX, FLOOR_LABEL};
 use crate::contenders::Row;
 
 /// The ratios of one round: netcm against the bare ceiling, the ceiling with watches, and KCM.
 pub struct RoundRatios {
     netcm_seconds: f64,
     pub over_bare: f64,
+    /// Against the bare ceiling run again after netcm (`BARE_AFTER=1`).
+    pub over_bare_after: Option<f64>,
+    /// Against the mean of the bare ceiling before and after netcm.
+    pub over_bare_around: Option<f64>,
     pub over_watched: Option<f64>,
     over_json_patch: Option<f64>,
     /// Against what any allocator must do: the list and watch of every Node, netcm's PATCHes.
@@ -42,14 +46,18 @@ pub fn ratios(rows: &[Row], netcm_label: &str, kcm_label: &str) -> Option<RoundR
         .find(|r| r.contender.contains("JSON Patch as netcm's"));
     let floor = rows
         .iter()
-        .find(|r| r.contender.contains(FLOOR_LABEL) && !r.contender.ends_with(FLOOR_AFTER_SUFFIX));
+        .find(|r| r.contender.contains(FLOOR_LABEL) && !r.contender.ends_with(AFTER_NETCM_SUFFIX));
     let floor_after = rows
         .iter()
-        .find(|r| r.contender.contains(FLOOR_LABEL) && r.contender.ends_with(FLOOR_AFTER_SUFFIX));
+        .find(|r| r.contender.contains(FLOOR_LABEL) && r.contender.ends_with(AFTER_NETCM_SUFFIX));
+    let bare_again = format!("{}{AFTER_NETCM_SUFFIX}", bare.contender);
+    let bare_after = rows.iter().find(|r| r.contender == bare_again);
     let two_writes = crate::ceiling::two_writes_seconds(rows);
     Some(RoundRatios {
         netcm_seconds: n.seconds,
         over_bare: n.seconds / bare.seconds,
+        over_bare_after: bare_after.map(|a| n.seconds / a.seconds),
+        over_bare_around: bare_after.map(|a| n.seconds / ((bare.seconds + a.seconds) / 2.0)),
         over_watched: watched.map(|w| n.seconds / w.seconds),
         over_json_patch: json_patch.map(|j| n.seconds / j.seconds),
         over_floor: floor.map(|f| n.seconds / f.seconds),
@@ -90,17 +98,18 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
         all.len()
     );
     println!(
-        "| round | netcm time | ÷ bare ceiling | ÷ bare ceiling, JSON Patch as netcm's | ÷ ceiling with \
+        "| round | netcm time | ÷ bare ceiling | ÷ the bare ceiling before and after (mean) | ÷ bare ceiling, JSON Patch as netcm's | ÷ ceiling with \
          watches | ÷ an allocator's floor | ÷ the floor before and after (mean) | last lease ÷ ceiling of two writes | time ÷ KCM | peak RSS ÷ KCM | \
          CPU ÷ KCM |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, r) in all.iter().enumerate() {
         println!(
-            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} s | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             i + 1,
             r.netcm_seconds,
             r.over_bare,
+            cell(r.over_bare_around),
             cell(r.over_json_patch),
             cell(r.over_watched),
             cell(r.over_floor),
@@ -113,9 +122,10 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
     }
     let med = |f: fn(&RoundRatios) -> Option<f64>| median(all.iter().filter_map(f).collect());
     println!(
-        "| median | {} s | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| median | {} s | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         med(|r| Some(r.netcm_seconds)).map_or_else(|| "–".into(), |v| format!("{v:.1}")),
         cell(med(|r| Some(r.over_bare))),
+        cell(med(|r| r.over_bare_around)),
         cell(med(|r| r.over_json_patch)),
         cell(med(|r| r.over_watched)),
         cell(med(|r| r.over_floor)),
@@ -130,7 +140,7 @@ pub fn print_medians(rounds: &[Vec<Row>], netcm_label: &str, kcm_label: &str) {
 #[cfg(test)]
 mod tests {
     use super::{median, ratios};
-    use crate::ceiling::{FLOOR_AFTER_SUFFIX, FLOOR_LABEL};
+    use crate::ceiling::{AFTER_NETCM_SUFFIX, FLOOR_LABEL};
     use crate::contenders::Row;
 
     fn row(contender: String, seconds: f64) -> Row {
@@ -162,7 +172,7 @@ mod tests {
     fn netcm_is_measured_against_the_floor_before_it_after_it_and_their_mean() {
         let mut rows = bare_floor_netcm(10.0, 12.0, 15.0);
         rows.push(row(
-            format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL}){FLOOR_AFTER_SUFFIX}"),
+            format!("API ceiling (32 concurrent PATCHes, {FLOOR_LABEL}){AFTER_NETCM_SUFFIX}"),
             18.0,
         ));
         let r = ratios(&rows, "netcm (", "kube-controller-manager").expect("netcm's row");
@@ -170,6 +180,21 @@ mod tests {
         assert_eq!(r.over_floor, Some(15.0 / 12.0));
         assert_eq!(r.over_floor_after, Some(15.0 / 18.0));
         assert_eq!(r.over_floor_around, Some(1.0));
+    }
+
+    #[test]
+    fn netcm_is_measured_against_the_bare_ceiling_before_it_after_it_and_their_mean() {
+        let mut rows = bare_floor_netcm(10.0, 12.0, 15.0);
+        rows.push(row(
+            format!("API ceiling (16 concurrent PATCHes, no watch){AFTER_NETCM_SUFFIX}"),
+            20.0,
+        ));
+        let r = ratios(&rows, "netcm (", "kube-controller-manager").expect("netcm's row");
+        assert_eq!(r.over_bare, 1.5);
+        assert_eq!(r.over_bare_after, Some(0.75));
+        assert_eq!(r.over_bare_around, Some(1.0));
+        // The floor run again is not the bare ceiling run again.
+        assert_eq!(r.over_floor_after, None);
     }
 
     #[test]
