@@ -4,8 +4,8 @@
 //! netcm brackets it: netcm over their mean is free of a drift that is steady over the three rows.
 //!
 //! With ROTATE=1 round r starts at its r-th row and wraps around, so no row always runs first or last in
-//! a round: on this machine one build run twice in a round took 8–14 % longer the second time
-//! (docs/performance.md), a share a fixed order hands to whichever row comes later. The rows are printed
+//! a round: on this machine the same bare ceiling took 22.6 and 39.9 s 25 minutes apart
+//! (docs/performance.md), a drift a fixed order hands to whichever row comes later. The rows are printed
 //! in their usual order whatever order they ran in. With RESTART_APISERVER=1 every row starts on a new
 //! kube-apiserver process instead of one that has served the rows before it (its heap 5 GiB after a few
 //! rounds of 20,000 Nodes).
@@ -23,10 +23,8 @@ enum Slot {
     /// Another netcm build, to measure a change in one run.
     NetcmBefore(PathBuf),
     Netcm,
-    /// The bare ceiling again, after netcm.
-    BareAfter,
-    /// The allocator's floor again, after netcm.
-    FloorAfter,
+    /// A ceiling run again after netcm (the bare one, the floor), to bracket it.
+    CeilingAfterNetcm(CeilingLoad, CeilingPatch),
     Kcm,
 }
 
@@ -42,12 +40,18 @@ fn slots(cfg: &Config) -> Vec<Slot> {
     slots.push(Slot::Netcm);
     // The bare ceiling on both sides of netcm: the mean of the two takes a steady drift out of the ratio.
     if flag("BARE_AFTER") {
-        slots.push(Slot::BareAfter);
+        slots.push(Slot::CeilingAfterNetcm(
+            CeilingLoad::Bare,
+            CeilingPatch::Strategic,
+        ));
     }
     // The same floor differs by up to 19 % within a round, so netcm is compared with the mean of a floor
     // on each side.
     if flag("ALLOCATOR_FLOOR") && flag("FLOOR_AFTER") {
-        slots.push(Slot::FloorAfter);
+        slots.push(Slot::CeilingAfterNetcm(
+            CeilingLoad::AllocatorFloor,
+            CeilingPatch::JsonAsNetcm,
+        ));
     }
     if !flag("ONLY_NETCM") {
         slots.push(Slot::Kcm);
@@ -77,15 +81,8 @@ async fn run_slot(client: &kube::Client, cfg: &Config, slot: &Slot, fair: &[&str
             let netcm = netcm_from(bin, cfg, &label, &cfg.netcm_controllers, fair);
             run_backlog(client, cfg, netcm).await
         }
-        Slot::BareAfter => {
-            let (bare, smp) = (CeilingLoad::Bare, CeilingPatch::Strategic);
-            let mut after = api_ceiling(client, cfg, bare, smp).await;
-            after.contender.push_str(AFTER_NETCM_SUFFIX);
-            after
-        }
-        Slot::FloorAfter => {
-            let (floor, json) = (CeilingLoad::AllocatorFloor, CeilingPatch::JsonAsNetcm);
-            let mut after = api_ceiling(client, cfg, floor, json).await;
+        Slot::CeilingAfterNetcm(load, patch) => {
+            let mut after = api_ceiling(client, cfg, *load, *patch).await;
             after.contender.push_str(AFTER_NETCM_SUFFIX);
             after
         }
