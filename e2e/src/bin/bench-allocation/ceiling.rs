@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::contenders::{reset, Row};
 use crate::fixtures::{create_nodes, internal_ip, node_name};
-use crate::measure::{node_cache_checks, proc_stats, AuditMark};
+use crate::measure::{node_cache_checks, proc_stats, AuditMark, MachineCpu};
 use crate::set_watch::SetWatch;
 use crate::set_watch::LEASE_ANNOTATION;
 use crate::Config;
@@ -115,6 +115,7 @@ pub async fn api_ceiling(
     let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
     let cache_checks = node_cache_checks(client).await;
     let bench_cpu = proc_stats(std::process::id()).cpu_seconds;
+    let machine = MachineCpu::now();
     let start = Instant::now();
     // The floor's list is on the clock, as a contender's is: it starts with nothing cached.
     let informer = match load {
@@ -195,6 +196,7 @@ pub async fn api_ceiling(
     let seconds = finished.duration_since(start).as_secs_f64();
     let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
     let apiserver_node_cache_checks = node_cache_checks(client).await - cache_checks;
+    let stolen_cpu_pct = MachineCpu::now().stolen_pct_since(&machine);
     // The bench's own CPU over the run: the ceiling's clients and watches, which a contender's row
     // counts as the contender's CPU (the bench's watch of the set runs in both).
     let bench_cpu_seconds = proc_stats(std::process::id()).cpu_seconds - bench_cpu;
@@ -235,5 +237,6 @@ pub async fn api_ceiling(
         idle_cpu_pct: None,
         apiserver_cpu_seconds,
         apiserver_node_cache_checks,
+        stolen_cpu_pct,
     }
 }

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::fixtures::{create_nodes, delete_everything};
-use crate::measure::{node_cache_checks, proc_stats, AuditMark, ProcStats, Writes};
+use crate::measure::{node_cache_checks, proc_stats, AuditMark, MachineCpu, ProcStats, Writes};
 use crate::set_watch::SetWatch;
 use crate::Config;
 use netcm_e2e::{apiserver_pid, control_plane, tool, LEASE_NAMESPACE};
@@ -26,6 +26,8 @@ pub struct Row {
     /// kube-apiserver's checks of its Node cache against etcd over the same span
     /// ([`crate::measure::node_cache_checks`]).
     pub apiserver_node_cache_checks: u64,
+    /// The share of the machine's CPU time the hypervisor took over the same span, in percent.
+    pub stolen_cpu_pct: f64,
 }
 
 /// A controller to start as a child process.
@@ -212,6 +214,7 @@ pub async fn allocate_backlog_ending(
     let apiserver = apiserver_pid();
     let apiserver_cpu = proc_stats(apiserver).cpu_seconds;
     let cache_checks = node_cache_checks(client).await;
+    let machine = MachineCpu::now();
     let start = Instant::now();
     let child = spawn(&mut c, set);
     let Some(finished) = watch.wait_allocated(n, cfg.timeout).await else {
@@ -239,6 +242,7 @@ pub async fn allocate_backlog_ending(
     let at_leased = proc_stats(child.id());
     let apiserver_cpu_seconds = proc_stats(apiserver).cpu_seconds - apiserver_cpu;
     let apiserver_node_cache_checks = node_cache_checks(client).await - cache_checks;
+    let stolen_cpu_pct = MachineCpu::now().stolen_pct_since(&machine);
     // Idle cost: every Node allocated, nothing to do; the cache of N Nodes stays watched.
     tokio::time::sleep(cfg.idle).await;
     let after_idle = proc_stats(child.id());
@@ -268,6 +272,7 @@ pub async fn allocate_backlog_ending(
         idle_cpu_pct: Some(idle_cpu_pct),
         apiserver_cpu_seconds,
         apiserver_node_cache_checks,
+        stolen_cpu_pct,
     }
 }
 

@@ -290,14 +290,14 @@ fn print_table(cfg: &Config, rows: &[Row]) {
     println!(
         "| contender | time to allocate all | Nodes/s | × ceiling | every Node holds its lease | × ceiling \
          of two writes | node writes per Node | claim writes per Node | peak RSS MiB | CPU s | idle CPU % | \
-         API server CPU s | its checks of every Node |"
+         API server CPU s | its checks of every Node | CPU the hypervisor took % |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "–".into());
     for r in rows {
         let is_ceiling = r.stats.is_none();
         println!(
-            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {:.2} | {} | {} | {} | {} | {:.1} | {} |",
+            "| {} | {:.1} s | {:.0} | {:.2} | {} | {} | {:.2} | {} | {} | {} | {} | {:.1} | {} | {:.1} |",
             r.contender,
             r.seconds,
             n as f64 / r.seconds,
@@ -315,6 +315,7 @@ fn print_table(cfg: &Config, rows: &[Row]) {
             or_dash(r.idle_cpu_pct.map(|p| format!("{p:.2}"))),
             r.apiserver_cpu_seconds,
             r.apiserver_node_cache_checks,
+            r.stolen_cpu_pct,
         );
     }
     if rows.iter().any(|r| r.apiserver_node_cache_checks > 0) {

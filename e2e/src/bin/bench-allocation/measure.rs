@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use netcm_e2e::audit::AuditEvent;
 
-pub use netcm_e2e::proc_stats::{proc_stats, ProcStats};
+pub use netcm_e2e::proc_stats::{proc_stats, MachineCpu, ProcStats};
 
 /// A place in the audit log: what a contender wrote is read from there on, not the whole log again
 /// (at 50,000 Nodes a set adds ~150 MB to it).

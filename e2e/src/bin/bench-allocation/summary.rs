@@ -153,6 +153,7 @@ mod tests {
             idle_cpu_pct: None,
             apiserver_cpu_seconds: 0.0,
             apiserver_node_cache_checks: 0,
+            stolen_cpu_pct: 0.0,
         }
     }
 
