@@ -10,21 +10,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{repo_root, wait_for, LEASE_NAMESPACE};
 
-/// The binary: `NETCM_BIN` if set (the benchmarks use a release build), else built once per run.
+/// The binary: `NETCM_BIN` if set (the benchmarks use a release build), else built once per run with
+/// the test-only fault hooks (`--features test-faults`), which the tests of faults no outside action can
+/// cause need; `hack/test.sh` refuses an inherited `NETCM_BIN`, so CI always tests this build.
 pub fn netcm_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(bin) = std::env::var_os("NETCM_BIN") {
             return PathBuf::from(bin);
         }
-        workspace_binary("netcm", "netcm")
+        workspace_binary_with("netcm", "netcm", &["test-faults"])
     })
 }
 
 /// A binary of the workspace, built (debug) now.
 pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    workspace_binary_with(package, bin, &[])
+}
+
+/// A binary of the workspace built (debug) now with `features`.
+fn workspace_binary_with(package: &str, bin: &str, features: &[&str]) -> PathBuf {
+    let mut args = vec!["build", "--quiet", "-p", package, "--bin", bin];
+    let features = features.join(",");
+    if !features.is_empty() {
+        args.extend(["--features", features.as_str()]);
+    }
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .args(&args)
         .current_dir(repo_root())
         .status()
         .unwrap_or_else(|e| panic!("run cargo build -p {package}: {e}"));

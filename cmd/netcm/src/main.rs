@@ -19,10 +19,17 @@ use netcm_manager::StandbyContext;
 #[global_allocator]
 static MALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// `netcm --version`: the crate version, and the test-only features a build carries, so a check (and an
+/// operator) can tell a test build from the shipped one by asking the binary.
+#[cfg(feature = "test-faults")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: test-faults)");
+#[cfg(not(feature = "test-faults"))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// netcm — a network controller manager for Kubernetes: pod CIDR allocation, flannel-format subnet
 /// leases and node routes, leader-elected in the shape of kube-controller-manager.
 #[derive(Debug, Parser)]
-#[command(name = "netcm", version, about, long_about = None, args_override_self = true)]
+#[command(name = "netcm", version = VERSION, about, long_about = None, args_override_self = true)]
 #[command(
     after_help = "Subcommand:\n  netcm check [node NAME]  diagnose netcm on a live cluster, read-only (netcm check --help)"
 )]

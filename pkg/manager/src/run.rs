@@ -157,6 +157,10 @@ impl Manager {
             retry_period: flags.leader_elect_retry_period,
         };
         tracing::info!(version = VERSION, identity = %identity, "starting netcm");
+        let test_faults = std::env::var(crate::supervision::faults::VARIABLE).ok();
+        if let Some(warning) = crate::supervision::faults::startup_warning(test_faults.as_deref()) {
+            tracing::warn!("{warning}");
+        }
         tracing::info!(
             controllers = %enabled.join(","),
             leader_elect = flags.leader_elect,

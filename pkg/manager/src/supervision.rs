@@ -198,17 +198,25 @@ pub(crate) fn is_stalled(ready: usize, idle: Duration, stall_timeout: Duration) 
     ready > 0 && idle >= stall_timeout
 }
 
-/// Test-only fault hooks, read once from `NETCM_TEST_FAULTS` (comma-separated `fault=controller`), for
-/// faults that cannot be caused from outside the process: `sync-panic` (each key's first sync panics),
-/// `worker-panic` (a worker loop panics outside any sync), `sync-hang` (every sync hangs). Empty and
-/// free in production.
-pub(crate) mod faults {
-    use std::sync::OnceLock;
+/// Test-only fault hooks, for faults that cannot be caused from outside the process: `sync-panic` (each
+/// key's first sync panics), `worker-panic` (a worker loop panics outside any sync), `sync-hang` (every
+/// sync hangs). They exist only in a build with the `test-faults` feature (the e2e suite's), read once
+/// from `NETCM_TEST_FAULTS` (comma-separated `fault=controller`); the shipped binary has none, so no
+/// environment variable can make a production netcm hang or panic on purpose. `netcm --version` names
+/// the feature when it is in.
+pub mod faults {
+    /// The variable the hooks are read from.
+    pub const VARIABLE: &str = "NETCM_TEST_FAULTS";
 
+    /// Whether this build has the hooks at all.
+    pub const COMPILED_IN: bool = cfg!(feature = "test-faults");
+
+    #[cfg(feature = "test-faults")]
     fn all() -> &'static [(String, String)] {
+        use std::sync::OnceLock;
         static FAULTS: OnceLock<Vec<(String, String)>> = OnceLock::new();
         FAULTS.get_or_init(|| {
-            std::env::var("NETCM_TEST_FAULTS")
+            std::env::var(VARIABLE)
                 .unwrap_or_default()
                 .split(',')
                 .filter_map(|f| f.split_once('='))
@@ -218,14 +226,57 @@ pub(crate) mod faults {
     }
 
     /// Whether `fault` is injected into `controller`.
+    #[cfg(feature = "test-faults")]
     pub(crate) fn injected(fault: &str, controller: &str) -> bool {
         all().iter().any(|(f, c)| f == fault && c == controller)
+    }
+
+    /// Without the feature nothing is ever injected, and the check compiles away.
+    #[cfg(not(feature = "test-faults"))]
+    #[inline(always)]
+    pub(crate) fn injected(_fault: &str, _controller: &str) -> bool {
+        false
+    }
+
+    /// What to say at start-up about `NETCM_TEST_FAULTS` (its value, `None` when unset): hooks in use
+    /// are loud, since a netcm running with them is not one to trust with a cluster; a value a build
+    /// without hooks ignores is said too, so nobody believes a fault was injected that was not.
+    pub fn startup_warning(value: Option<&str>) -> Option<String> {
+        let value = value.filter(|v| !v.trim().is_empty())?;
+        Some(if COMPILED_IN {
+            format!("{VARIABLE}={value:?}: test fault hooks are injected into this process (a build with the test-faults feature, for tests only)")
+        } else {
+            format!("{VARIABLE}={value:?} is ignored: this build has no test fault hooks")
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unset_or_empty_fault_variable_says_nothing() {
+        assert_eq!(faults::startup_warning(None), None);
+        assert_eq!(faults::startup_warning(Some(" ")), None);
+    }
+
+    #[test]
+    fn a_set_fault_variable_is_named_at_start_up_as_injected_or_ignored() {
+        let said = faults::startup_warning(Some("sync-hang=subnet-allocator"))
+            .expect("a set variable is always named");
+        assert!(said.contains("sync-hang=subnet-allocator"), "{said}");
+        assert_eq!(said.contains("ignored"), !faults::COMPILED_IN, "{said}");
+    }
+
+    /// The unit tests build netcm-manager as the release does, without the feature: were a workspace
+    /// member to turn it on for everyone, this fails.
+    #[test]
+    fn without_the_feature_no_fault_is_ever_injected() {
+        assert!(!faults::COMPILED_IN);
+        std::env::set_var(faults::VARIABLE, "sync-hang=subnet-allocator");
+        assert!(!faults::injected("sync-hang", "subnet-allocator"));
+    }
 
     #[test]
     fn the_first_failure_reason_is_kept_and_wakes_waiters() {
