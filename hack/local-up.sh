@@ -22,18 +22,43 @@ tag=local-up
 # shellcheck source=hack/lib.sh
 source "$root/hack/lib.sh"
 
-bash hack/install-prereqs.sh >/dev/null
+logs=$root/_out/local-up
+mkdir -p "$logs"
+
+# background_build NAME WHAT COMMAND...: COMMAND in the background, its output in $logs/NAME.log, while the
+# Go binaries build: on two cores the two builds take about as long together as apart, one after the other.
+background_build() {
+  local name=$1 what=$2
+  shift 2
+  log "$what (log: $logs/$name.log)"
+  "$@" >"$logs/$name.log" 2>&1 &
+  background_pid=$!
+}
+# finish_background NAME: waits for background_build's command; a failure dies with its log's tail.
+finish_background() {
+  wait "$background_pid" || die "$1 failed; the last lines of $logs/$1.log: $(tail -15 "$logs/$1.log")"
+}
 
 chart=0
 if [ "${1:-}" = --chart ]; then chart=1; shift; fi
 if [ "$chart" = 1 ] || [ -n "${NODES:-}" ]; then
+  log "checking the Debian packages real nodes need (containerd, runc, the CNI plugins, iptables)"
+  bash hack/install-prereqs.sh nodes >/dev/null
   nodes=${NODES:-2}
-  cluster_line=$(NODES=$nodes bash hack/cluster.sh up | tail -1)
+  background_build image "building netcm's image (cargo build --release, then umoci; cold ~6 min on 2 cores)" \
+    bash hack/image.sh build
+  bash hack/controlplane.sh build etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy
+  log "starting the control plane and $nodes real nodes (hack/cluster.sh up; ~1 min)"
+  cluster_line=$(NODES=$nodes bash hack/cluster.sh up 2>"$logs/cluster.log" | tail -1) ||
+    die "hack/cluster.sh up failed; the last lines of $logs/cluster.log: $(tail -15 "$logs/cluster.log")"
   export KUBECONFIG=${cluster_line#KUBECONFIG=}
   eval "$(bash hack/cluster.sh env | grep -E '^(CLUSTER_CIDR|SERVICE_CIDR)=')"
   kubectl=$(bash hack/controlplane.sh bin kubectl)
-  helm=$(bash hack/verify-chart.sh helm)
-  built=$(bash hack/image.sh build)
+  log "building helm (its Go module; cold ~2 min)"
+  helm=$(bash hack/verify-chart.sh helm 2>"$logs/helm.log") ||
+    die "building helm failed; the last lines of $logs/helm.log: $(tail -15 "$logs/helm.log")"
+  finish_background image
+  built=$(cat "$logs/image.log")
   image=$(sed -n 's/^IMAGE=//p' <<<"$built")
   bash hack/cluster.sh load "$(sed -n 's/^TAR=//p' <<<"$built")" "$image"
   echo "the Nodes before netcm (no pod CIDRs, no CNI config: NotReady):"
@@ -114,7 +139,14 @@ INFO
   exit 0
 fi
 
-kubeconfig_line=$(bash hack/controlplane.sh up | tail -1)
+log "checking the Debian packages a local control plane needs (openssl, curl, python3)"
+bash hack/install-prereqs.sh run >/dev/null
+background_build netcm "building netcm (cargo build, debug; cold ~4 min on 2 cores, warm seconds)" \
+  cargo build --quiet -p netcm
+bash hack/controlplane.sh build etcd kube-apiserver kubectl
+log "starting etcd and kube-apiserver (a few seconds)"
+kubeconfig_line=$(bash hack/controlplane.sh up 2>"$logs/controlplane.log" | tail -1) ||
+  die "hack/controlplane.sh up failed; the last lines of $logs/controlplane.log: $(tail -15 "$logs/controlplane.log")"
 export KUBECONFIG=${kubeconfig_line#KUBECONFIG=}
 kubectl=$(bash hack/controlplane.sh bin kubectl)
 
@@ -135,7 +167,7 @@ YAML
     -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"192.0.2.1$i\"},{\"type\":\"InternalIP\",\"address\":\"2001:db8::1$i\"}]}}" >/dev/null
 done
 
-cargo build --quiet -p netcm
+finish_background netcm
 port=${NETCM_PORT:-10271}
 cat <<INFO
 
