@@ -21,6 +21,8 @@
 #   hack/controlplane.sh bin NAME           path of a built binary: kube-apiserver, kube-controller-manager,
 #                                           kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld (built
 #                                           first if needed; Kubernetes binaries are stamped with KUBE_VERSION)
+#   hack/controlplane.sh build NAME...      build the binaries among NAMEs not yet cached, the Kubernetes
+#                                           ones in one `go build` (they share most of their packages)
 #   hack/controlplane.sh audit              path of the audit log
 #   hack/controlplane.sh audit2             path of the second kube-apiserver's audit log
 #   hack/controlplane.sh env                the state (ports, paths) as shell assignments
@@ -195,8 +197,7 @@ cmd_up() {
     return 0
   fi
   # Build before starting anything, so a cold cache fails early and clearly.
-  bin_path etcd >/dev/null
-  bin_path kube-apiserver >/dev/null
+  build_all etcd kube-apiserver
   if [ ! -f "$state/env" ]; then
     local ports env
     read -r -a ports <<<"$(render free-ports 4)"
@@ -240,8 +241,9 @@ case "${1:-}" in
   thaw-apiserver) signal_apiserver CONT "${2:-}" ;;
   restart-etcd) stop_component etcd 5; start_etcd; load_env; wait_ready; log "etcd restarted" ;;
   bin) [ $# -eq 2 ] || die "usage: hack/controlplane.sh bin NAME"; bin_path "$2" ;;
+  build) shift; [ $# -gt 0 ] || die "usage: hack/controlplane.sh build NAME..."; build_all "$@" ;;
   audit) echo "$state/audit.log" ;;
   audit2) echo "$state/audit2.log" ;;
   env) load_env; cat "$state/env"; echo "STATE_DIR=$state"; echo "KUBECONFIG=$state/kubeconfig"; echo "KUBECONFIG2=$state/kubeconfig2" ;;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -45,21 +45,42 @@ check_stamp() {
   esac
 }
 
+# go_quietly LOG WHAT ARG...: `go ARG...` with its output (a cold module cache prints hundreds of
+# `go: downloading` lines) in LOG; a failure dies with LOG's tail and path.
+go_quietly() {
+  local log_file=$1 what=$2
+  shift 2
+  mkdir -p "$(dirname "$log_file")"
+  "$@" >"$log_file" 2>&1 || die "building $what failed; the last lines of $log_file: $(tail -15 "$log_file")"
+}
+
+# build_k8s NAME...: the Kubernetes binaries among NAMEs not yet cached, in one `go build`, so the
+# packages they share compile once and one binary links while another's packages compile.
 build_k8s() {
-  local name=$1 k8s_bin
+  local k8s_bin missing=() name
   k8s_bin=$(k8s_bin_dir)
-  [ -x "$k8s_bin/$name" ] && return 0
+  for name in "$@"; do [ -x "$k8s_bin/$name" ] || missing+=("$name"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
   need go flock sha256sum
   mkdir -p "$k8s_bin"
   (
     flock 9
-    [ -x "$k8s_bin/$name" ] && exit 0
-    log "building $name $KUBE_VERSION from the k8s.io/kubernetes module into $k8s_bin (cold: kube-apiserver ~8 min, kubelet ~2, kube-proxy ~1.5 on 2 cores)"
+    local todo=() pkgs=() tmp
+    for name in "${missing[@]}"; do [ -x "$k8s_bin/$name" ] || todo+=("$name"); done
+    [ ${#todo[@]} -gt 0 ] || exit 0
+    for name in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+    log "building ${todo[*]} $KUBE_VERSION from the k8s.io/kubernetes module (cold on 2 cores: ~8 min for kube-apiserver, ~12 for all seven; log: $cache/logs/k8s.log)"
+    tmp=$(mktemp -d "$k8s_bin/.build.XXXXXX")
     cd "$root/hack/tools/k8s"
+    # `go build -o DIR` with one package writes DIR/<name> only for a main package; with several, each.
     # shellcheck disable=SC2046
-    env $(go_env) go build -trimpath -ldflags "$(k8s_ldflags)" -o "$k8s_bin/$name.tmp" "k8s.io/kubernetes/cmd/$name"
-    check_stamp "$k8s_bin/$name.tmp" "$name"
-    mv "$k8s_bin/$name.tmp" "$k8s_bin/$name"
+    go_quietly "$cache/logs/k8s.log" "${todo[*]}" \
+      env $(go_env) go build -trimpath -ldflags "$(k8s_ldflags)" -o "$tmp/" "${pkgs[@]}"
+    for name in "${todo[@]}"; do
+      check_stamp "$tmp/$name" "$name"
+      mv "$tmp/$name" "$k8s_bin/$name"
+    done
+    rmdir "$tmp"
   ) 9>"$cache/build.lock"
 }
 
@@ -70,9 +91,9 @@ build_etcd() {
   (
     flock 9
     [ -x "$etcd_bin/etcd" ] && exit 0
-    log "building etcd $ETCD_VERSION from the go.etcd.io/etcd/server/v3 module"
+    log "building etcd $ETCD_VERSION from the go.etcd.io/etcd/server/v3 module (cold on 2 cores: ~2 min; log: $cache/logs/etcd.log)"
     cd "$root/hack/tools/etcd"
-    go build -trimpath -o "$etcd_bin/etcd.tmp" go.etcd.io/etcd/server/v3
+    go_quietly "$cache/logs/etcd.log" etcd go build -trimpath -o "$etcd_bin/etcd.tmp" go.etcd.io/etcd/server/v3
     mv "$etcd_bin/etcd.tmp" "$etcd_bin/etcd"
   ) 9>"$cache/build.lock"
 }
@@ -86,12 +107,12 @@ build_flanneld() {
   (
     flock 9
     [ -x "$flannel_bin/flanneld" ] && exit 0
-    log "building flanneld $FLANNEL_VERSION from the github.com/flannel-io/flannel module"
+    log "building flanneld $FLANNEL_VERSION from the github.com/flannel-io/flannel module (cold on 2 cores: ~3 min; log: $cache/logs/flanneld.log)"
     cd "$root/hack/tools/flannel"
     # The cache is keyed by FLANNEL_VERSION, so the module must build exactly that version.
     grep -q "^require github.com/flannel-io/flannel $FLANNEL_VERSION\$" go.mod ||
       die "hack/tools/flannel/go.mod does not require github.com/flannel-io/flannel $FLANNEL_VERSION (hack/versions.env)"
-    CGO_ENABLED=1 go build -trimpath \
+    go_quietly "$cache/logs/flanneld.log" flanneld env CGO_ENABLED=1 go build -trimpath \
       -ldflags "-X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" \
       -o "$flannel_bin/flanneld.tmp" github.com/flannel-io/flannel
     mv "$flannel_bin/flanneld.tmp" "$flannel_bin/flanneld"
@@ -106,4 +127,24 @@ bin_path() {
     flanneld) mkdir -p "$cache"; build_flanneld; echo "$flannel_bin/flanneld" ;;
     *) die "unknown binary '$1' (kube-apiserver, kube-controller-manager, kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld)" ;;
   esac
+}
+
+# build_all NAME...: every binary among NAMEs cached, the Kubernetes ones in one build.
+build_all() {
+  local k8s=() name
+  for name in "$@"; do
+    case "$name" in
+      kube-apiserver | kube-controller-manager | kubectl | kubelet | kube-scheduler | kube-proxy) k8s+=("$name") ;;
+      etcd | flanneld) ;;
+      *) die "unknown binary '$name' (kube-apiserver, kube-controller-manager, kubectl, kubelet, kube-scheduler, kube-proxy, etcd, flanneld)" ;;
+    esac
+  done
+  mkdir -p "$cache"
+  [ ${#k8s[@]} -eq 0 ] || build_k8s "${k8s[@]}"
+  for name in "$@"; do
+    case "$name" in
+      etcd) build_etcd ;;
+      flanneld) build_flanneld ;;
+    esac
+  done
 }
