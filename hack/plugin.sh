@@ -18,9 +18,9 @@ cmd_build() {
   need cargo musl-gcc python3 tar gzip
   rustup target list --installed 2>/dev/null | grep -qx "$target" \
     || die "the Rust target $target is missing (hack/install-prereqs.sh adds it)"
-  log "cargo build --release --target $target (static)"
-  cargo build --quiet --release --locked --target "$target" -p netcm --bin netcm
-  local bin=$root/target/$target/release/netcm version stage
+  log "cargo build --profile plugin --target $target (static)"
+  cargo build --quiet --profile plugin --locked --target "$target" -p netcm --bin netcm
+  local bin=${CARGO_TARGET_DIR:-$root/target}/$target/plugin/netcm version stage
   # A static binary names no interpreter and no shared library.
   if readelf -l "$bin" | grep -q 'Requesting program interpreter' || readelf -d "$bin" | grep -q NEEDED; then
     die "$bin is not static"
