@@ -2,7 +2,9 @@
 # Fault campaign (issue 26): netcm replicas split across two kube-apiservers on one etcd, Nodes and
 # ClusterCIDRs churning, and a seeded random fault every few seconds; prints a table (leader changes,
 # faults by kind, overlapping pod CIDRs, late landed and stale writes, Nodes left without CIDRs) and exits
-# 1 on any overlap or stale write (e2e/src/bin/chaos/main.rs; docs/chaos.md says what each number means).
+# 1 on any finding: an overlap, a stale write, an early takeover, a Node left without CIDRs, a fault that
+# failed to apply, no leader change, no successful list, no term read (e2e/src/bin/chaos/verdict.rs;
+# docs/chaos.md says what each number means).
 #
 #   CHAOS_MINUTES=5 CHAOS_SEED=<n> hack/chaos.sh      (seed printed; the same seed replays the schedule)
 #   CHAOS_FAULTS=leader-stop,leader-kill,leader-term,apiserver-stop,etcd-stop,path,config,claim-delete (default: all)

@@ -26,19 +26,43 @@ pub struct NodeCidrs {
     pub name: String,
     pub uid: String,
     pub cidrs: Vec<IpNet>,
+    /// Pod CIDRs that do not parse. Dropping them would hide a range from the overlap sweep, so each
+    /// is kept and reported as a finding instead.
+    pub unparsable: Vec<String>,
 }
 
 impl NodeCidrs {
     fn of(node: &Node) -> NodeCidrs {
+        let (cidrs, unparsable) = parse_cidrs(&netcm_e2e::nodes::pod_cidrs(node));
         NodeCidrs {
             name: node.metadata.name.clone().unwrap_or_default(),
             uid: node.metadata.uid.clone().unwrap_or_default(),
-            cidrs: netcm_e2e::nodes::pod_cidrs(node)
-                .iter()
-                .filter_map(|c| c.parse().ok())
-                .collect(),
+            cidrs,
+            unparsable,
         }
     }
+}
+
+/// (the CIDRs that parse, the texts that do not).
+pub fn parse_cidrs(texts: &[String]) -> (Vec<IpNet>, Vec<String>) {
+    let mut cidrs = Vec::new();
+    let mut unparsable = Vec::new();
+    for text in texts {
+        match text.parse::<IpNet>() {
+            Ok(c) => cidrs.push(c),
+            Err(_) => unparsable.push(text.clone()),
+        }
+    }
+    (cidrs, unparsable)
+}
+
+/// A pod CIDR on a Node that does not parse as a CIDR: the checker cannot tell what it overlaps.
+#[derive(Debug, Clone)]
+pub struct Unparsable {
+    pub first_seen: jiff::Timestamp,
+    pub node: String,
+    pub text: String,
+    pub seen_by: String,
 }
 
 /// Two Nodes seen holding overlapping pod CIDRs at once.
@@ -63,6 +87,8 @@ pub struct HolderChange {
 pub struct Seen {
     /// Keyed by the two Nodes' UIDs, sorted.
     pub overlaps: BTreeMap<(String, String), Overlap>,
+    /// Keyed by the Node's UID and the text, so a Node that keeps a bad CIDR counts once.
+    pub unparsable: BTreeMap<(String, String), Unparsable>,
     /// The holder of the newest version seen.
     pub holder: Option<String>,
     /// The holder of every version of the Lease seen, by resourceVersion.
@@ -154,6 +180,30 @@ fn lock(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
     seen.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Records each pod CIDR of `n` that does not parse, if not seen before.
+fn record_unparsable(seen: &Mutex<Seen>, n: &NodeCidrs, by: &str) {
+    if n.unparsable.is_empty() {
+        return;
+    }
+    let mut seen = lock(seen);
+    for text in &n.unparsable {
+        seen.unparsable
+            .entry((n.uid.clone(), text.clone()))
+            .or_insert_with(|| {
+                eprintln!(
+                    "[chaos] UNPARSABLE pod CIDR {text:?} on {} (seen by {by})",
+                    n.name
+                );
+                Unparsable {
+                    first_seen: jiff::Timestamp::now(),
+                    node: n.name.clone(),
+                    text: text.clone(),
+                    seen_by: by.to_string(),
+                }
+            });
+    }
+}
+
 /// Records each overlapping pair of `nodes` not seen before.
 fn record(seen: &Mutex<Seen>, nodes: &[NodeCidrs], by: &str) {
     let found = overlapping_pairs(nodes);
@@ -212,6 +262,9 @@ async fn lists(
         match listed {
             Ok(Ok(list)) => {
                 let nodes: Vec<NodeCidrs> = list.items.iter().map(NodeCidrs::of).collect();
+                for n in &nodes {
+                    record_unparsable(&seen, n, &by);
+                }
                 record(&seen, &nodes, &by);
                 let mut s = lock(&seen);
                 s.lists += 1;
@@ -258,6 +311,7 @@ async fn watch_nodes(
             Ok(watcher::Event::Init) => relist = Some(HashMap::new()),
             Ok(watcher::Event::InitApply(n)) => {
                 let n = NodeCidrs::of(&n);
+                record_unparsable(&seen, &n, &by);
                 first_cidrs(&seen, &n);
                 relist
                     .get_or_insert_with(HashMap::new)
@@ -270,6 +324,7 @@ async fn watch_nodes(
             }
             Ok(watcher::Event::Apply(n)) => {
                 let n = NodeCidrs::of(&n);
+                record_unparsable(&seen, &n, &by);
                 first_cidrs(&seen, &n);
                 let has_cidrs = !n.cidrs.is_empty();
                 view.insert(n.name.clone(), n.clone());
@@ -368,5 +423,19 @@ async fn watch_lease(
             Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => observe(&seen, l),
             Some(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cidrs;
+
+    #[test]
+    fn a_pod_cidr_that_does_not_parse_is_kept_as_unparsable_not_dropped() {
+        let texts = ["10.0.1.0/24", "10.0.2.0/33", "fd00::/64", "not-a-cidr"].map(String::from);
+        let (cidrs, unparsable) = parse_cidrs(&texts);
+        let parsed: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+        assert_eq!(parsed, ["10.0.1.0/24", "fd00::/64"]);
+        assert_eq!(unparsable, ["10.0.2.0/33", "not-a-cidr"]);
     }
 }

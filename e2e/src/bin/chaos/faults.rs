@@ -124,7 +124,32 @@ pub struct Record {
     pub kind: Kind,
     pub start: jiff::Timestamp,
     pub end: jiff::Timestamp,
-    pub detail: String,
+    pub outcome: Outcome,
+}
+
+/// Whether a fault was applied. Kept as data, not folded into a line of text, because a fault that did
+/// not apply means the campaign tested less than it says, and the verdict fails the run on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// What was done.
+    Applied(String),
+    /// Why it could not be done (or undone).
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn failed(&self) -> bool {
+        matches!(self, Outcome::Failed(_))
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Applied(d) => f.write_str(d),
+            Outcome::Failed(e) => write!(f, "FAILED to apply: {e}"),
+        }
+    }
 }
 
 /// Sends SIGCONT to etcd and both API servers when dropped (and on [`Thaw::all`]).
@@ -214,16 +239,16 @@ impl Ctx<'_> {
 /// Runs fault `n` of `plan`; what it did.
 pub async fn run(ctx: &mut Ctx<'_>, n: usize, plan: &Plan) -> Record {
     let start = jiff::Timestamp::now();
-    let detail = match act(ctx, plan).await {
-        Ok(d) => d,
-        Err(e) => format!("failed: {e}"),
+    let outcome = match act(ctx, plan).await {
+        Ok(d) => Outcome::Applied(d),
+        Err(e) => Outcome::Failed(e),
     };
     Record {
         n,
         kind: plan.kind,
         start,
         end: jiff::Timestamp::now(),
-        detail,
+        outcome,
     }
 }
 

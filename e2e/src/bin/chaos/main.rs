@@ -7,8 +7,9 @@
 //! API server or etcd frozen, delay and loss on a replica's path to its API server, a replica restarted
 //! with another configuration, a PodCIDRClaim deleted by hand. A checker watches the Nodes and the Lease
 //! throughout; at the end the audit logs of both API servers say which writes landed after their
-//! writer's term, and which landed once a successor led (stale). Prints a table and exits 1 on any
-//! overlap or stale write, 2 when the campaign itself could not run, 130 when interrupted.
+//! writer's term, and which landed once a successor led (stale). Prints a table, one line per finding
+//! (`verdict.rs` says what fails a run), and exits 1 on any finding, 2 when the campaign itself could
+//! not run, 130 when interrupted.
 //!
 //! Environment: `CHAOS_MINUTES` (5), `CHAOS_SEED` (from the clock; printed), `CHAOS_FAULTS` (comma
 //! separated kinds, default all: leader-stop, leader-kill, leader-term, apiserver-stop, etcd-stop, path, config,
@@ -23,6 +24,7 @@ mod replicas;
 mod report;
 mod rng;
 mod terms;
+mod verdict;
 mod workload;
 
 use std::path::PathBuf;
@@ -40,7 +42,7 @@ use tokio::sync::{watch, Mutex};
 use checker::Checker;
 use faults::{Kind, Thaw};
 use replicas::Replicas;
-use report::Summary;
+use report::{FinalList, Summary};
 use terms::Mark;
 
 /// The campaign's settings, from the environment.
@@ -143,6 +145,11 @@ async fn list_nodes(clients: &[kube::Client; 2]) -> Option<Vec<Node>> {
     None
 }
 
+/// Whether every Node listed has pod CIDRs; a failed list settles nothing.
+fn settled(listed: &Option<Vec<Node>>) -> bool {
+    listed.as_ref().is_some_and(|n| without_cidrs(n).is_empty())
+}
+
 fn without_cidrs(nodes: &[Node]) -> Vec<String> {
     nodes
         .iter()
@@ -209,7 +216,7 @@ async fn campaign(s: &Settings, stop: watch::Receiver<bool>) -> Result<Summary, 
                 "[chaos] {at:>7.1}s fault #{} {}: {}",
                 record.n,
                 record.kind.name(),
-                record.detail
+                record.outcome
             );
             records.push(record);
             let mut stopped = stop.clone();
@@ -225,10 +232,10 @@ async fn campaign(s: &Settings, stop: watch::Receiver<bool>) -> Result<Summary, 
 
     // Settle: no faults, no churn; every Node should get its CIDRs.
     let settling = Instant::now();
-    let mut nodes = list_nodes(&clients).await.unwrap_or_default();
-    while !*stop.borrow() && settling.elapsed() < s.settle && !without_cidrs(&nodes).is_empty() {
+    let mut listed = list_nodes(&clients).await;
+    while !*stop.borrow() && settling.elapsed() < s.settle && !settled(&listed) {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        nodes = list_nodes(&clients).await.unwrap_or_default();
+        listed = list_nodes(&clients).await;
     }
     let settle_secs = settling.elapsed().as_secs_f64();
     let _ = supervisor_stop.send(true);
@@ -255,10 +262,13 @@ async fn campaign(s: &Settings, stop: watch::Receiver<bool>) -> Result<Summary, 
         terms,
         sampled_changes: seen.changes().iter().filter(|c| c.to.is_some()).count(),
         overlaps: seen.overlaps.into_values().collect(),
+        unparsable: seen.unparsable.into_values().collect(),
         late,
         late_completions,
-        without_cidrs: without_cidrs(&nodes),
-        nodes_at_end: nodes.len(),
+        final_list: listed.map(|nodes| FinalList {
+            total: nodes.len(),
+            without_cidrs: without_cidrs(&nodes),
+        }),
         settle_secs,
         workload,
         revived,
@@ -325,17 +335,18 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let text = format!("{}\n{}", summary.table(), summary.details());
+    let findings = summary.findings();
+    let text = format!(
+        "{}\n{}\n{}",
+        summary.table(),
+        summary.details(),
+        verdict::lines(&findings)
+    );
     println!("\n{text}");
     let report = settings.out.join("report.txt");
     if let Err(e) = std::fs::write(&report, &text) {
         eprintln!("chaos: writing {}: {e}", report.display());
     }
-    if *interrupted.borrow() {
-        ExitCode::from(130)
-    } else if summary.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    let was_interrupted = *interrupted.borrow();
+    ExitCode::from(verdict::exit_status(&findings, was_interrupted))
 }

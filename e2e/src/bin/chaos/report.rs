@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::checker::Overlap;
-use crate::faults::{Kind, Record};
+use crate::checker::{Overlap, Unparsable};
+use crate::faults::{Kind, Outcome, Record};
 use crate::replicas::Start;
 use crate::terms::{Late, Term, Write};
+use crate::verdict::{self, Counts, Finding, NodesAtEnd};
 use crate::workload::Stats;
 use netcm_e2e::api_path::Mechanism;
 
@@ -26,8 +27,9 @@ pub struct Summary {
     pub late: Vec<Late>,
     pub late_completions: Vec<Late>,
     pub early: Vec<(Term, Term)>,
-    pub without_cidrs: Vec<String>,
-    pub nodes_at_end: usize,
+    pub unparsable: Vec<Unparsable>,
+    /// The last Node list after the settle period; None: it failed on every API server.
+    pub final_list: Option<FinalList>,
     pub settle_secs: f64,
     pub workload: Stats,
     pub revived: usize,
@@ -38,10 +40,50 @@ pub struct Summary {
     pub interrupted: bool,
 }
 
+/// What the last Node list after the settle period held.
+#[derive(Debug, Clone)]
+pub struct FinalList {
+    pub total: usize,
+    pub without_cidrs: Vec<String>,
+}
+
 impl Summary {
-    /// Whether the run found what it must exit non-zero for.
-    pub fn failed(&self) -> bool {
-        !self.overlaps.is_empty() || self.stale_writes() > 0
+    /// The numbers the verdict is taken on.
+    pub fn counts(&self) -> Counts {
+        let mut failed_faults: BTreeMap<Kind, usize> = BTreeMap::new();
+        for f in self.faults.iter().filter(|f| f.outcome.failed()) {
+            *failed_faults.entry(f.kind).or_default() += 1;
+        }
+        Counts {
+            overlaps: self.overlaps.len(),
+            stale_writes: self.stale_writes(),
+            early_takeovers: self.early.len(),
+            unparsable_cidrs: self.unparsable.len(),
+            nodes_at_end: match &self.final_list {
+                Some(l) => NodesAtEnd::Listed {
+                    total: l.total,
+                    without_cidrs: l.without_cidrs.len(),
+                },
+                None => NodesAtEnd::ListFailed,
+            },
+            settle_secs: self.settle_secs,
+            faults: self.faults.len(),
+            failed_faults,
+            terms: self.terms.len(),
+            writes: self.writes.len(),
+            lists: self.lists.0,
+            failed_lists: self.lists.1,
+            interrupted: self.interrupted,
+        }
+    }
+
+    /// What the run fails on; empty: it passes.
+    pub fn findings(&self) -> Vec<Finding> {
+        verdict::findings(&self.counts())
+    }
+
+    fn failed_faults(&self) -> usize {
+        self.faults.iter().filter(|f| f.outcome.failed()).count()
     }
 
     /// Late landed writes that landed once a successor led: the ones the fence and the quarantine are
@@ -83,7 +125,7 @@ impl Summary {
                 f.kind.name(),
                 self.secs(f.start),
                 self.secs(f.end),
-                f.detail
+                f.outcome
             );
         }
     }
@@ -108,6 +150,11 @@ impl Summary {
             self.leader_changes().to_string(),
         );
         row(&mut out, "faults", self.faults.len().to_string());
+        row(
+            &mut out,
+            "  of them failed to apply",
+            self.failed_faults().to_string(),
+        );
         for kind in &self.kinds {
             let n = by_kind.get(kind).copied().unwrap_or(0);
             row(
@@ -133,8 +180,21 @@ impl Summary {
         );
         row(
             &mut out,
+            "takeovers before the previous term's end",
+            self.early.len().to_string(),
+        );
+        row(
+            &mut out,
+            "unparsable pod CIDRs seen",
+            self.unparsable.len().to_string(),
+        );
+        row(
+            &mut out,
             "Nodes without CIDRs at the end",
-            format!("{} of {}", self.without_cidrs.len(), self.nodes_at_end),
+            match &self.final_list {
+                Some(l) => format!("{} of {}", l.without_cidrs.len(), l.total),
+                None => "list failed".into(),
+            },
         );
         out
     }
@@ -216,18 +276,49 @@ impl Summary {
         for o in &self.overlaps {
             self.overlap_lines(&mut out, o);
         }
-        if !self.without_cidrs.is_empty() {
-            let names: Vec<&str> = self
-                .without_cidrs
-                .iter()
-                .take(20)
-                .map(String::as_str)
-                .collect();
+        for f in self.faults.iter().filter(|f| f.outcome.failed()) {
+            if let Outcome::Failed(e) = &f.outcome {
+                let _ = writeln!(
+                    out,
+                    "FAULT NOT APPLIED: #{} {} {}..{}: {e}",
+                    f.n,
+                    f.kind.name(),
+                    self.secs(f.start),
+                    self.secs(f.end)
+                );
+            }
+        }
+        for u in &self.unparsable {
             let _ = writeln!(
                 out,
-                "Nodes without CIDRs at the end (first 20): {}",
-                names.join(", ")
+                "UNPARSABLE POD CIDR first seen {} by {}: {} holds {:?}",
+                self.secs(u.first_seen),
+                u.seen_by,
+                u.node,
+                u.text
             );
+        }
+        match &self.final_list {
+            Some(l) if !l.without_cidrs.is_empty() => {
+                let names: Vec<&str> = l
+                    .without_cidrs
+                    .iter()
+                    .take(20)
+                    .map(String::as_str)
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "Nodes without CIDRs at the end (first 20): {}",
+                    names.join(", ")
+                );
+            }
+            Some(_) => {}
+            None => {
+                let _ = writeln!(
+                    out,
+                    "the last Node list after the settle period failed on every API server"
+                );
+            }
         }
         out
     }
@@ -304,5 +395,86 @@ impl Summary {
                 if t.released { " (released)" } else { "" }
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::{FinalList, Summary};
+    use crate::faults::{Kind, Outcome, Record};
+    use crate::verdict::{Finding, NodesAtEnd};
+    use netcm_e2e::api_path::Mechanism;
+
+    fn summary() -> Summary {
+        let t = jiff::Timestamp::UNIX_EPOCH;
+        let fault = |n, kind, outcome| Record {
+            n,
+            kind,
+            start: t,
+            end: t,
+            outcome,
+        };
+        Summary {
+            seed: 1,
+            minutes: 2.0,
+            kinds: vec![Kind::LeaderKill, Kind::EtcdStop],
+            mechanism: Mechanism::Netem,
+            started: t,
+            faults: vec![
+                fault(1, Kind::LeaderKill, Outcome::Applied("leader r0".into())),
+                fault(2, Kind::EtcdStop, Outcome::Failed("read etcd.pid".into())),
+            ],
+            terms: Vec::new(),
+            sampled_changes: 0,
+            overlaps: Vec::new(),
+            late: Vec::new(),
+            late_completions: Vec::new(),
+            early: Vec::new(),
+            unparsable: Vec::new(),
+            final_list: None,
+            settle_secs: 90.0,
+            workload: Default::default(),
+            revived: 0,
+            starts: Vec::new(),
+            writes: Vec::new(),
+            lists: (0, 5),
+            interrupted: false,
+        }
+    }
+
+    #[test]
+    fn a_failed_fault_and_a_failed_final_list_reach_the_verdict_as_counts_not_text() {
+        let s = summary();
+        let c = s.counts();
+        assert_eq!(c.failed_faults, BTreeMap::from([(Kind::EtcdStop, 1)]));
+        assert_eq!(c.faults, 2);
+        assert_eq!(c.nodes_at_end, NodesAtEnd::ListFailed);
+        let findings = s.findings();
+        assert!(findings
+            .iter()
+            .any(|f| matches!(f, Finding::FaultsNotApplied { .. })));
+        assert!(findings
+            .iter()
+            .any(|f| matches!(f, Finding::FinalListFailed { .. })));
+        assert!(s.table().contains("list failed"), "{}", s.table());
+        assert!(!s.table().contains("0 of 0"), "{}", s.table());
+
+        let listed = Summary {
+            final_list: Some(FinalList {
+                total: 3,
+                without_cidrs: vec!["chaos-000007".into()],
+            }),
+            ..summary()
+        };
+        assert_eq!(
+            listed.counts().nodes_at_end,
+            NodesAtEnd::Listed {
+                total: 3,
+                without_cidrs: 1
+            }
+        );
+        assert!(crate::verdict::lines(&listed.findings()).contains("1 of 3 Nodes"));
     }
 }
