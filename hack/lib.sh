@@ -76,14 +76,21 @@ stop_component() {
 
 # Runs `cargo test` with the arguments given; when it fails, repeats each panic message at the end, where a
 # truncated CI log still shows it (the netcm log tail and the backtrace of a failing test come after it).
+# A run in which no test passed fails too: a name filter that matches nothing (a module renamed) would
+# otherwise pass with "0 passed".
 cargo_test_telling_why() {
-  local out rc=0
+  local out rc=0 passed
   out=$(mktemp)
   cargo test "$@" 2>&1 | tee "$out" || rc=$?
   if [ "$rc" != 0 ]; then
     echo "=== every panic message above, the failing tests' among them (a test of a recovered panic prints one too)"
     grep -E -A4 "^thread '[^']*'.* panicked at " "$out" | grep -v -E '^\s+[0-9]+: |^\s+at ' | head -80 || true
   fi
+  passed=$(sed -n -E 's/^test result: [a-zA-Z]+\. ([0-9]+) passed;.*/\1/p' "$out" | awk '{ n += $1 } END { print n + 0 }')
   rm -f "$out"
+  if [ "$rc" = 0 ] && [ "$passed" -eq 0 ]; then
+    printf 'error: cargo test %s ran no test: a filter that matches nothing passes silently\n' "$*" >&2
+    return 1
+  fi
   return "$rc"
 }
