@@ -7,6 +7,10 @@
 //! [`netlink`] so far), and the `NetworkUnavailable` condition with a status PATCH behind the leader fence.
 //! It creates and deletes only routes inside the cluster CIDRs, never a default-like one or one over the
 //! host's own networks ([`ownership`]), and refuses a protocol number others use ([`protocols`]).
+//! A pod CIDR that overlaps another Node's in any way is routed only to the Node the API server created
+//! first ([`holder`]), so a kubelet cannot register a pod CIDR inside, around or equal to another
+//! Node's and take its pod traffic; creation times are read for the Nodes in an overlap only
+//! ([`seniority`]).
 //!
 //! Event-driven: every Node event queues the Node; its sync ([`table::RouteSyncer::sync_node`]) changes
 //! only what differs. The kernel reports every change to the table, so a route someone else removes or
@@ -31,6 +35,7 @@ pub mod netlink;
 pub mod options;
 pub mod ownership;
 pub mod protocols;
+pub mod seniority;
 pub mod standby;
 pub mod table;
 mod worker;
@@ -47,7 +52,8 @@ use netcm_manager::{
 use crate::condition::ConditionWriter;
 use crate::flags::FlagError;
 use crate::ownership::Ownership;
-use crate::table::RouteSyncer;
+use crate::seniority::ApiBirths;
+use crate::table::{Parts, RouteSyncer};
 
 pub use flags::{Config, Flags, RouteMode};
 pub use options::Options;
@@ -199,14 +205,15 @@ fn route_reconciler(
     let own_node = ctx.node_name.clone();
     let metrics = metrics::RouteMetrics::register(&ctx.registry).map_err(InitError::new)?;
     let backend = backend.with_gauges(metrics.nexthops.clone());
-    let syncer = Arc::new(RouteSyncer::new(
-        Arc::new(backend),
-        config.keys.clone(),
-        own_node.clone(),
-        Ownership::new(config.cluster_cidrs.clone()),
-        ctx.leader.clone(),
+    let syncer = Arc::new(RouteSyncer::new(Parts {
+        backend: Arc::new(backend),
+        keys: config.keys.clone(),
+        own_node: own_node.clone(),
+        ownership: Ownership::new(config.cluster_cidrs.clone()),
+        guard: ctx.leader.clone(),
         metrics,
-    ));
+        births: Arc::new(ApiBirths::new(ctx.client.clone())),
+    }));
     let queue = ctx.node_queue(NAME)?;
     let conditions = config.set_node_network_unavailable.then(|| {
         Arc::new(ConditionWriter::new(

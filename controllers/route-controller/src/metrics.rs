@@ -19,6 +19,8 @@ pub struct RouteMetrics {
     pub programmed: IntGauge,
     /// Nodes with a pod CIDR whose route could not be created.
     pub failing_nodes: IntGauge,
+    /// Those of them with a pod CIDR that overlaps the pod CIDR of a Node created earlier.
+    pub conflicting_nodes: IntGauge,
     /// What the netlink backend counts of nexthops at each listing.
     pub nexthops: NexthopGauges,
     errors: IntCounterVec,
@@ -48,6 +50,10 @@ impl RouteMetrics {
             "netcm_route_failing_nodes",
             "Nodes with a pod CIDR that has no route (NoRouteCreated).",
         ))?;
+        let conflicting_nodes = IntGauge::with_opts(Opts::new(
+            "netcm_route_conflicting_nodes",
+            "Nodes with a pod CIDR that overlaps the pod CIDR of a Node the API server created earlier: they get no route to it (RouteCIDRConflict).",
+        ))?;
         let routes_via_nexthop = IntGauge::with_opts(Opts::new(
             "netcm_routes_via_nexthop",
             "netcm's routes that name a nexthop object, at the last listing; the others name their gateway (a kernel without nexthops, or a gateway it refuses on one).",
@@ -66,6 +72,7 @@ impl RouteMetrics {
         registry.register(Box::new(sync_total.clone()))?;
         registry.register(Box::new(programmed.clone()))?;
         registry.register(Box::new(failing_nodes.clone()))?;
+        registry.register(Box::new(conflicting_nodes.clone()))?;
         registry.register(Box::new(routes_via_nexthop.clone()))?;
         registry.register(Box::new(nexthop_objects.clone()))?;
         registry.register(Box::new(errors.clone()))?;
@@ -82,6 +89,7 @@ impl RouteMetrics {
             sync_total,
             programmed,
             failing_nodes,
+            conflicting_nodes,
             nexthops: NexthopGauges {
                 routes_via_nexthop,
                 objects: nexthop_objects,

@@ -6,7 +6,10 @@
 //! of the same rule, so a route that merely straddles a cluster CIDR stays someone else's. A pod CIDR
 //! gets no route when it is default-like, lies outside the cluster CIDRs, or covers or overlaps a network
 //! this host is directly connected to: each of those routes would capture traffic that is not pod
-//! traffic. Pure apart from the set of connected networks, which the caller refreshes.
+//! traffic. An IPv4-mapped IPv6 pod CIDR (inside `::ffff:0:0/96`) gets none either: Go's `net.ParseCIDR`,
+//! which the kubelet, CNI plugins and flannel use, reads `::ffff:10.244.0.0/120` as the IPv4 network
+//! `10.244.0.0/24`, so such a pod CIDR is another Node's IPv4 range in disguise, and no real IPv6 pod
+//! network. Pure apart from the set of connected networks, which the caller refreshes.
 
 use parking_lot::RwLock;
 use std::fmt;
@@ -22,6 +25,15 @@ pub fn is_default_like(net: &IpNet) -> bool {
     net.prefix_len() <= DEFAULT_LIKE_MAX_PREFIX
 }
 
+/// Where IPv6 keeps the IPv4 addresses: `::ffff:0:0/96`.
+const IPV4_MAPPED: ipnet::Ipv6Net =
+    ipnet::Ipv6Net::new_assert(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96);
+
+/// Whether `net` lies inside the IPv4-mapped IPv6 addresses.
+pub fn is_ipv4_mapped(net: &IpNet) -> bool {
+    matches!(net, IpNet::V6(v6) if IPV4_MAPPED.contains(v6))
+}
+
 /// Whether two networks share an address (of the same family).
 fn overlap(a: &IpNet, b: &IpNet) -> bool {
     a.contains(b) || b.contains(a)
@@ -32,6 +44,8 @@ fn overlap(a: &IpNet, b: &IpNet) -> bool {
 pub enum Refusal {
     /// `/0` or `/1`.
     DefaultLike(IpNet),
+    /// Inside `::ffff:0:0/96`: an IPv4 network written as IPv6.
+    Ipv4Mapped(IpNet),
     /// Not inside any `--cluster-cidr`.
     OutsideClusterCidrs {
         /// The pod CIDR.
@@ -56,6 +70,10 @@ impl fmt::Display for Refusal {
                 "pod CIDR {net} is default-like (/{}): a route to it would take over the host's default route",
                 net.prefix_len()
             ),
+            Self::Ipv4Mapped(net) => write!(
+                f,
+                "pod CIDR {net} is IPv4-mapped: Go programs read it as an IPv4 network, so it is no IPv6 pod network"
+            ),
             Self::OutsideClusterCidrs {
                 pod_cidr,
                 cluster_cidrs,
@@ -72,6 +90,15 @@ impl fmt::Display for Refusal {
                 "pod CIDR {pod_cidr} overlaps {network}, a network this host is directly connected to: a route to it would capture the host's own traffic"
             ),
         }
+    }
+}
+
+impl Refusal {
+    /// Whether the refusal depends on this host (its connected networks), so that other hosts may
+    /// route the pod CIDR. Such a pod CIDR still counts as its Node's when pod CIDRs overlap: every
+    /// host must tell the same Node it is the later one.
+    pub fn is_this_hosts(&self) -> bool {
+        matches!(self, Self::Connected { .. })
     }
 }
 
@@ -120,6 +147,9 @@ impl Ownership {
     pub fn refusal(&self, pod_cidr: &IpNet) -> Option<Refusal> {
         if is_default_like(pod_cidr) {
             return Some(Refusal::DefaultLike(*pod_cidr));
+        }
+        if is_ipv4_mapped(pod_cidr) {
+            return Some(Refusal::Ipv4Mapped(*pod_cidr));
         }
         if !self.is_responsible(pod_cidr) {
             return Some(Refusal::OutsideClusterCidrs {
@@ -192,6 +222,32 @@ mod tests {
             );
         }
         assert_eq!(why("10.244.1.0/24"), None);
+    }
+
+    #[test]
+    fn an_ipv4_mapped_pod_cidr_is_refused_even_without_cluster_cidrs_and_only_lan_refusals_are_the_hosts(
+    ) {
+        let o = Ownership::new(Vec::new());
+        for c in [
+            "::ffff:10.244.0.0/120",
+            "::ffff:0:0/96",
+            "::ffff:10.244.0.7/128",
+        ] {
+            let r = o.refusal(&net(c));
+            assert!(matches!(r, Some(Refusal::Ipv4Mapped(_))), "{c}: {r:?}");
+            assert!(r.is_some_and(|r| !r.is_this_hosts()));
+        }
+        // Around the mapped range, or beside it, is an IPv6 network like any other.
+        for c in ["::/64", "::fffe:0:0/96", "64:ff9b::/96"] {
+            assert_eq!(o.refusal(&net(c)), None, "{c}");
+        }
+        let o = rules();
+        assert!(o
+            .refusal(&net("10.99.1.0/24"))
+            .is_some_and(|r| r.is_this_hosts()));
+        assert!(o
+            .refusal(&net("172.16.0.0/24"))
+            .is_some_and(|r| !r.is_this_hosts()));
     }
 
     #[test]

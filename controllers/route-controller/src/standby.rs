@@ -5,7 +5,8 @@
 //!
 //! The sweep lists every Node once (its own "cache sync", before the manager's informer exists), then
 //! runs the leader's own reconcile on a private [`RouteSyncer`]: the same rule decides what no Node wants
-//! and what is netcm's to delete. It needs no lease: the routes are this host's, not the cluster's. If
+//! and what is netcm's to delete, a route to a pod CIDR that overlaps an earlier Node's included (the
+//! listing carries every Node's creation time, so it reads none). It needs no lease: the routes are this host's, not the cluster's. If
 //! the process starts leading first, the controller stops the sweep ([`StartupSweep::finish`]) and its
 //! first reconcile does the same work.
 
@@ -24,7 +25,8 @@ use crate::flags::Config;
 use crate::metrics::RouteMetrics;
 use crate::netlink::{NetlinkRoutes, OpenError};
 use crate::ownership::Ownership;
-use crate::table::RouteSyncer;
+use crate::seniority::Listed;
+use crate::table::{Parts, RouteSyncer};
 use crate::NAME;
 
 /// Nodes per page of the sweep's list.
@@ -81,15 +83,15 @@ impl StartupSweep {
     /// Node wants. `own_node` is the Node this process runs on, if known.
     pub async fn run(self, client: ClientOptions, config: Config, own_node: Option<String>) {
         let stop = self.inner.stop.clone();
-        let nodes = tokio::select! {
+        let (nodes, births) = tokio::select! {
             _ = stop.cancelled() => return,
-            nodes = list_nodes_until_done(&client) => nodes,
+            listed = list_nodes_until_done(&client) => listed,
         };
         let _busy = self.inner.busy.lock().await;
         if stop.is_cancelled() {
             return;
         }
-        match sweep(&nodes, &config, own_node).await {
+        match sweep(&nodes, births, &config, own_node).await {
             Ok(deleted) => tracing::info!(
                 controller = NAME,
                 nodes = nodes.len(),
@@ -105,7 +107,7 @@ impl StartupSweep {
     }
 }
 
-async fn list_nodes_until_done(client: &ClientOptions) -> Vec<Arc<CachedNode>> {
+async fn list_nodes_until_done(client: &ClientOptions) -> (Vec<Arc<CachedNode>>, Listed) {
     let mut delay = Duration::from_millis(200);
     loop {
         match list_nodes(client).await {
@@ -119,18 +121,23 @@ async fn list_nodes_until_done(client: &ClientOptions) -> Vec<Arc<CachedNode>> {
     }
 }
 
-/// Every Node, page by page: the complete list is what "the cache has synced" means here.
-async fn list_nodes(client: &ClientOptions) -> Result<Vec<Arc<CachedNode>>, SweepError> {
+/// Every Node, page by page: the complete list is what "the cache has synced" means here. Each page's
+/// full Nodes are dropped once cached, their creation times kept.
+async fn list_nodes(client: &ClientOptions) -> Result<(Vec<Arc<CachedNode>>, Listed), SweepError> {
     let config = load_config(client).await?;
     let api: Api<Node> = Api::all(kube::Client::try_from(config)?);
     let mut params = ListParams::default().limit(PAGE);
     let mut nodes = Vec::new();
+    let mut births = Listed::default();
     loop {
         let page = api.list(&params).await?;
-        nodes.extend(page.items.iter().map(|n| Arc::new(CachedNode::from(n))));
+        for n in &page.items {
+            births.add(n);
+            nodes.push(Arc::new(CachedNode::from(n)));
+        }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(nodes),
+            _ => return Ok((nodes, births)),
         }
     }
 }
@@ -138,6 +145,7 @@ async fn list_nodes(client: &ClientOptions) -> Result<Vec<Arc<CachedNode>>, Swee
 /// The leader's reconcile on a private syncer; the number of routes deleted.
 async fn sweep(
     nodes: &[Arc<CachedNode>],
+    births: Listed,
     config: &Config,
     own_node: Option<String>,
 ) -> Result<usize, SweepError> {
@@ -145,14 +153,17 @@ async fn sweep(
     let connection = tokio::spawn(connection);
     // Its own registry: these counts are not the controller's.
     let registry = prometheus::Registry::new();
-    let syncer = RouteSyncer::new(
-        Arc::new(backend),
-        config.keys.clone(),
+    let known: Vec<_> = births.named(nodes).collect();
+    let syncer = RouteSyncer::new(Parts {
+        backend: Arc::new(backend),
+        keys: config.keys.clone(),
         own_node,
-        Ownership::new(config.cluster_cidrs.clone()),
-        LeaderGuard::disabled(&registry)?,
-        RouteMetrics::register(&registry)?,
-    );
+        ownership: Ownership::new(config.cluster_cidrs.clone()),
+        guard: LeaderGuard::disabled(&registry)?,
+        metrics: RouteMetrics::register(&registry)?,
+        births: Arc::new(births),
+    });
+    syncer.remember_births(known);
     let report = syncer.reconcile(nodes).await;
     connection.abort();
     Ok(report?.deleted.len())

@@ -19,6 +19,9 @@ use crate::condition::{ConditionWriter, Verdict, NO_ROUTE_CREATED, ROUTE_CREATED
 use crate::table::{NodeOutcome, NodeSync, RouteSyncer};
 use crate::{SyncError, NAME};
 
+/// How soon a Node whose pod CIDR waits for creation times is synced again.
+const UNDECIDED_RETRY: Duration = Duration::from_secs(2);
+
 /// Whose `NetworkUnavailable` condition this process reports.
 #[derive(Debug, Clone)]
 pub enum Reports {
@@ -54,6 +57,9 @@ impl RouteReconciler {
     async fn sync_node(&self, name: String) -> Result<SyncOutcome, SyncError> {
         let node = self.nodes.get(&name);
         let sync = self.syncer.sync_node(&name, node.as_deref()).await?;
+        for other in &sync.requeue {
+            self.queue.add(other.as_str().into());
+        }
         let mut failed = sync.delete_errors.len();
         for e in &sync.delete_errors {
             tracing::warn!(controller = NAME, node = %name, error = %e, "failed to delete a route the node no longer wants");
@@ -62,14 +68,16 @@ impl RouteReconciler {
             failed += failures.len();
             for f in failures {
                 let via = f.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
-                tracing::warn!(controller = NAME, node = %name, destination = %f.destination, gateway = ?f.gateway, reason = %f.reason, on_this_host = f.on_this_host, "failed to create route");
+                let reason = f.cause.event_reason();
+                tracing::warn!(controller = NAME, node = %name, destination = %f.destination, gateway = ?f.gateway, reason = %f.reason, on_this_host = f.on_this_host, event = reason, "failed to create route");
                 // The Event goes on the Node whose route is missing, also in node mode: a bad peer is
-                // reported on the peer, never on its neighbours.
+                // reported on the peer, never on its neighbours, and a later Node whose pod CIDR
+                // overlaps an earlier one's is reported, never the earlier.
                 self.recorder
                     .publish(
                         &node.object_ref(),
                         EventType::Warning,
-                        "FailedToCreateRoute",
+                        reason,
                         "CreateRoute",
                         format!(
                             "Could not create route {}{via} for node {name}: {}",
@@ -82,6 +90,9 @@ impl RouteReconciler {
         self.report_sync(&name, &sync);
         if failed > 0 {
             return Err(SyncError::Routes(failed));
+        }
+        if sync.undecided {
+            return Ok(SyncOutcome::RetryAfter(UNDECIDED_RETRY));
         }
         Ok(SyncOutcome::Done)
     }
@@ -227,3 +238,6 @@ pub async fn watch_table(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

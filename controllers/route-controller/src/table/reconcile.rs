@@ -9,9 +9,9 @@ use futures::StreamExt;
 use ipnet::IpNet;
 use netcm_node::CachedNode;
 
-use super::RouteSyncer;
+use super::{Asked, RouteSyncer};
 use crate::backend::{BackendError, Operation, Route};
-use crate::holder::Contenders;
+use crate::holder::{standing, Contenders, Standing};
 
 /// Deletes of a full reconcile in flight at once (the cloud route controller's
 /// `maxConcurrentRouteOperations`).
@@ -22,8 +22,8 @@ const MAX_CONCURRENT_DELETES: usize = 200;
 pub struct ReconcileReport {
     /// Nodes the pass read.
     pub nodes: usize,
-    /// Nodes whose routes differ from the table, whose last sync failed, or that have a refused pod
-    /// CIDR: sync them again.
+    /// Nodes whose routes differ from the table, whose last sync failed, that have a refused pod
+    /// CIDR, or whose pod CIDR overlaps another Node's and is not settled: sync them again.
     pub requeue: Vec<String>,
     /// Routes of netcm's that no Node wants, deleted.
     pub deleted: Vec<Route>,
@@ -45,13 +45,14 @@ impl ReconcileReport {
 /// What every Node asks for, as one full reconcile reads the Nodes.
 #[derive(Default)]
 struct EveryNodeWants {
-    /// Every destination some Node asks for.
+    /// Every destination some Node may have a route to: not one a Node yields to an earlier Node, unless
+    /// another Node holds it.
     destinations: HashSet<IpNet>,
     /// The Nodes to sync again.
     requeue: Vec<String>,
-    /// The destinations each Node asks for (Nodes that ask for none left out).
-    owned: HashMap<String, Vec<IpNet>>,
-    /// Every Node that asks for each destination.
+    /// What each Node asks for and claims (Nodes without either left out).
+    asked: HashMap<String, Asked>,
+    /// Every Node's claims.
     contenders: Contenders,
 }
 
@@ -94,7 +95,7 @@ impl RouteSyncer {
         };
         // Also when the table cannot be listed: the first syncs must know every Node that asks for a
         // destination.
-        self.record_wants(wants.owned, wants.contenders);
+        self.record_wants(wants.asked, wants.contenders);
         let listed = listed?;
         let orphans: Vec<Route> = listed
             .iter()
@@ -130,31 +131,71 @@ impl RouteSyncer {
     }
 
     /// What every Node in `nodes` asks for, and which of them to sync again: those whose routes differ
-    /// from the table (`actual`), whose last sync failed, or that have a refused pod CIDR.
+    /// from the table (`actual`), whose last sync failed, that have a refused pod CIDR, or whose pod CIDR
+    /// overlaps another Node's and is not settled (it yields, or it is undecided). A pod
+    /// CIDR that yields to an earlier Node is not wanted, so its route is deleted here, unless another
+    /// Node holds the same destination. Decided with the creation times the view knows; an undecided
+    /// route in the table stays.
     fn every_node_wants(
         &self,
         nodes: &[Arc<CachedNode>],
         actual: &HashMap<IpNet, IpAddr>,
     ) -> EveryNodeWants {
         let mut wants = EveryNodeWants::default();
-        let failing = self.state().failing.clone();
+        let mut every = Vec::with_capacity(nodes.len());
         for node in nodes {
             let name = node.name().to_string();
             let want = self.wanted(&name, Some(node));
-            let destinations: Vec<IpNet> = want.destinations().collect();
-            wants.destinations.extend(&destinations);
-            let differs = want
-                .routes
-                .iter()
-                .any(|r| actual.get(&r.destination) != Some(&r.gateway));
-            if differs || failing.contains(&name) || !want.refused.is_empty() {
-                wants.requeue.push(name.clone());
+            let claims = self.claims(Some(node));
+            let owned: Vec<IpNet> = want.destinations().collect();
+            wants.contenders.enter(&name, &claims);
+            if !owned.is_empty() || !claims.is_empty() {
+                let uid = node.uid().to_string();
+                wants
+                    .asked
+                    .insert(name.clone(), Asked { uid, owned, claims });
             }
-            if !destinations.is_empty() {
-                wants.contenders.enter(&name, &want);
-                wants.owned.insert(name, destinations);
+            every.push((name, want));
+        }
+        let st = self.state();
+        let born = |n: &str| {
+            let uid = &wants.asked.get(n)?.uid;
+            st.born.get(n).filter(|s| &s.uid == uid)
+        };
+        let mut destinations = HashSet::new();
+        let mut requeue = Vec::new();
+        for (name, want) in &every {
+            let mut again = st.failing.contains(name) || !want.refused.is_empty();
+            destinations.extend(want.unroutable.iter().map(|u| u.destination));
+            destinations.extend(want.waiting.iter().copied());
+            for r in &want.routes {
+                let overlapping = wants.contenders.overlapping(&r.destination);
+                let found = standing(
+                    name,
+                    born(name),
+                    overlapping.iter().map(|(net, n)| (*net, *n, born(n))),
+                );
+                let in_table = actual.get(&r.destination) == Some(&r.gateway);
+                match found {
+                    Standing::Holds => {
+                        destinations.insert(r.destination);
+                        again |= !in_table;
+                    }
+                    Standing::Yields(_) => again = true,
+                    // Its sync reads the creation times; the route stays until they are known.
+                    Standing::Undecided { .. } => {
+                        destinations.insert(r.destination);
+                        again = true;
+                    }
+                }
+            }
+            if again {
+                requeue.push(name.clone());
             }
         }
+        drop(st);
+        wants.destinations = destinations;
+        wants.requeue = requeue;
         wants
     }
 
@@ -180,13 +221,16 @@ impl RouteSyncer {
             .await
     }
 
-    /// Replaces what each Node asks for with what every Node asks for now, and forgets who a
-    /// destination is routed to once that Node no longer asks for it (its holder is decided afresh).
-    fn record_wants(&self, owned: HashMap<String, Vec<IpNet>>, contenders: Contenders) {
+    /// Replaces what each Node asks for with what every Node asks for now, forgets who a destination
+    /// is routed to once that Node no longer asks for it (its holder is decided afresh), and the
+    /// creation times of Nodes that are gone or were created again.
+    fn record_wants(&self, asked: HashMap<String, Asked>, contenders: Contenders) {
         let mut st = self.state();
         st.routed_for
-            .retain(|d, routed| contenders.contends(&routed.node, d));
-        st.owned = owned;
+            .retain(|d, routed| asked.get(&routed.node).is_some_and(|a| a.owned.contains(d)));
+        st.born
+            .retain(|n, s| asked.get(n).is_some_and(|a| a.uid == s.uid));
+        st.asked = asked;
         st.contenders = contenders;
     }
 }

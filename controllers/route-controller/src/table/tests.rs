@@ -3,9 +3,11 @@
 use super::*;
 use crate::backend::fake::FakeRoutes;
 use crate::backend::TableChange;
+use crate::seniority::fake::FakeBirths;
 use netcm_node::test_support::{flannel_keys as keys, node};
 
 mod conflict;
+mod overlap;
 
 /// The cluster CIDRs of every test here.
 const CLUSTER_CIDRS: [&str; 2] = ["10.0.0.0/8", "fd00::/8"];
@@ -16,17 +18,32 @@ pub(super) fn syncer(own: Option<&str>) -> (Arc<FakeRoutes>, RouteSyncer) {
 }
 
 fn syncer_with_metrics(own: Option<&str>) -> (Arc<FakeRoutes>, RouteSyncer, RouteMetrics) {
-    let backend = Arc::new(FakeRoutes::default());
+    syncer_over(
+        own,
+        &CLUSTER_CIDRS,
+        Arc::new(FakeRoutes::default()),
+        Arc::new(FakeBirths::default()),
+    )
+}
+
+/// A syncer over `backend` for the Node `own` with `cluster_cidrs`, reading creation times from `births`.
+pub(super) fn syncer_over(
+    own: Option<&str>,
+    cluster_cidrs: &[&str],
+    backend: Arc<FakeRoutes>,
+    births: Arc<FakeBirths>,
+) -> (Arc<FakeRoutes>, RouteSyncer, RouteMetrics) {
     let registry = prometheus::Registry::new();
     let metrics = RouteMetrics::register(&registry).expect("metrics");
-    let s = RouteSyncer::new(
-        backend.clone(),
-        keys(),
-        own.map(str::to_string),
-        Ownership::new(CLUSTER_CIDRS.iter().map(|c| net(c)).collect()),
-        LeaderGuard::disabled(&registry).expect("guard"),
-        metrics.clone(),
-    );
+    let s = RouteSyncer::new(Parts {
+        backend: backend.clone(),
+        keys: keys(),
+        own_node: own.map(str::to_string),
+        ownership: Ownership::new(cluster_cidrs.iter().map(|c| net(c)).collect()),
+        guard: LeaderGuard::disabled(&registry).expect("guard"),
+        metrics: metrics.clone(),
+        births,
+    });
     (backend, s, metrics)
 }
 
@@ -170,7 +187,13 @@ async fn reconcile_deletes_routes_no_node_wants_and_requeues_nodes_whose_route_w
 
 #[tokio::test]
 async fn two_nodes_claiming_one_pod_cidr_do_not_fight_over_the_route() {
-    let (backend, s) = syncer(None);
+    let births = Arc::new(FakeBirths::with(&[("uid-a", 1), ("uid-b", 2)]));
+    let (backend, s, _) = syncer_over(
+        None,
+        &CLUSTER_CIDRS,
+        Arc::new(FakeRoutes::default()),
+        births,
+    );
     sync(&s, "a", "10.244.1.0/24", "192.0.2.1").await;
     let r = sync(&s, "b", "10.244.1.0/24", "192.0.2.2").await;
     assert!(matches!(r.outcome, NodeOutcome::Failed(_)), "{r:?}");
@@ -270,14 +293,15 @@ async fn route_sync_total_counts_every_pass_even_one_whose_listing_fails_and_has
     let registry = prometheus::Registry::new();
     let metrics = RouteMetrics::register(&registry).expect("metrics");
     let backend = Arc::new(FakeRoutes::default());
-    let s = RouteSyncer::new(
-        backend.clone(),
-        keys(),
-        None,
-        Ownership::new(vec![net("10.0.0.0/8")]),
-        LeaderGuard::disabled(&registry).expect("guard"),
-        metrics.clone(),
-    );
+    let s = RouteSyncer::new(Parts {
+        backend: backend.clone(),
+        keys: keys(),
+        own_node: None,
+        ownership: Ownership::new(vec![net("10.0.0.0/8")]),
+        guard: LeaderGuard::disabled(&registry).expect("guard"),
+        metrics: metrics.clone(),
+        births: Arc::new(FakeBirths::default()),
+    });
     s.reconcile(&[]).await.expect("reconcile");
     backend
         .list_fails
