@@ -32,10 +32,14 @@ mod pod_cidr_patch;
 mod predecessor;
 mod release_hold;
 mod release_hold_record;
+mod start_lists;
 mod startup;
 mod state;
 mod stepping_down;
 mod tracking;
+
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -60,6 +64,14 @@ pub fn descriptor(flags: Flags) -> ControllerDescriptor {
 /// (a service: the syncs read its pools), the pool reconcile loop, the backlog signal other writers give way to and, with claims, the claim-ahead task
 /// (tasks: they write, so they stop at shutdown).
 fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
+    Ok(build(flags, ctx)?.map(|(_, controller)| controller))
+}
+
+/// [`init`], and the allocator its workers sync: the unit tests call its syncs themselves.
+fn build(
+    flags: &Flags,
+    ctx: &InitContext,
+) -> Result<Option<(Arc<Allocator>, Controller)>, InitError> {
     let Some(config) = flags.config().map_err(InitError::new)? else {
         return Ok(None);
     };
@@ -141,7 +153,9 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
     let prepare = allocator.clone();
     let readiness = ctx.readiness.clone();
     let flags = flags.clone();
-    Ok(Some(
+    let syncs = allocator.clone();
+    Ok(Some((
+        syncs,
         controller
             .prepare(|shutdown| async move {
                 if let (Some(mut listed), Some(cc)) = (pools_listed, &cluster_cidrs) {
@@ -155,26 +169,25 @@ fn init(flags: &Flags, ctx: &InitContext) -> InitResult {
                 // The leader before this one, from the Lease this one took (init may run before it, on a
                 // warm standby): waited out if claims cannot cover it.
                 let predecessor = predecessor::judge(prepare.guard.takeover().as_deref(), &flags);
-                if !prepare
-                    .wait_out_predecessor(&predecessor, &predecessor_gauge, &shutdown)
+                match prepare
+                    .wait_out_predecessor(&predecessor, &predecessor_gauge, &readiness, &shutdown)
                     .await
                 {
-                    return Prepared::ShutDown;
+                    Prepared::Ready => {}
+                    stopped => return stopped,
                 }
                 match &prepare.claims {
-                    Some(claims)
-                        if !prepare
+                    Some(claims) => {
+                        prepare
                             .reconcile_claims(claims, &readiness, &shutdown)
-                            .await =>
-                    {
-                        Prepared::ShutDown
+                            .await
                     }
-                    _ => Prepared::Ready,
+                    None => Prepared::Ready,
                 }
             })
             .reconciler(allocator, queue, ctx.workers)
             .when_stopped(async move { stepping_down.mark_claims_idle().await }),
-    ))
+    )))
 }
 
 /// A name for this process's term without leader election (no Lease identity), unique across processes:

@@ -36,6 +36,8 @@ pub struct AllocatorMetrics {
     pub quarantine_nodes: IntGauge,
     /// CIDRs handed out before their release hold ended, per pool.
     release_hold_cut_short: IntCounterVec,
+    /// Failed lists before the first allocation, per list.
+    pub start_list_failures: IntCounterVec,
 }
 
 const SUBSYSTEM: &str = "node_ipam_controller";
@@ -130,6 +132,14 @@ impl AllocatorMetrics {
             &["pool"],
         )?;
         registry.register(Box::new(release_hold_cut_short.clone()))?;
+        let start_list_failures = IntCounterVec::new(
+            Opts::new(
+                "netcm_pod_cidr_start_list_failures_total",
+                "Failed lists of what a new leader must read before its first allocation (PodCIDRClaims, Nodes); while they fail nothing is allocated and /readyz says why, and past a bound the leader steps down.",
+            ),
+            &["list"],
+        )?;
+        registry.register(Box::new(start_list_failures.clone()))?;
         registry.register(Box::new(quarantine_nodes.clone()))?;
         registry.register(Box::new(allocations.clone()))?;
         registry.register(Box::new(releases.clone()))?;
@@ -160,6 +170,7 @@ impl AllocatorMetrics {
             oversized,
             quarantine_nodes,
             release_hold_cut_short,
+            start_list_failures,
         })
     }
 

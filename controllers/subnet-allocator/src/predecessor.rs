@@ -7,26 +7,38 @@
 //! here starts at the lowest free CIDR — the ones its in-flight PATCHes carry. So the allocator reads the
 //! predecessor's configuration, published on the Lease and read by the elector while taking it over
 //! ([`netcm_manager::leader::Takeover`]), and when claims cannot cover it ([`judge`]) — claims were off,
-//! other cluster CIDRs or masks, or nothing published — it hands out no CIDR until none of that leader's
-//! writes can land any more ([`Takeover::writes_may_land_until`]: the takeover plus its lease duration and
-//! the fence's margin), then records every CIDR the Nodes hold, read consistently from the API, before its
-//! first allocation. Gauge `netcm_pod_cidr_predecessor_quarantine` is 1 meanwhile.
+//! other cluster CIDRs or masks, or nothing published — it hands out no CIDR until that leader can send
+//! no more writes ([`Takeover::writes_may_land_until`]: the takeover plus its lease duration and the
+//! fence's margin), and then until every write it already sent is void: it lists the Nodes consistently,
+//! records every CIDR they hold, and touches each Node without pod CIDRs — the Nodes that leader could
+//! have been writing to — as the claims quarantine does (`startup.rs`). Each of netcm's PATCHes tests the
+//! fence annotation as its sender's cache saw it, so one a frozen API server delivers after the touch is
+//! refused, however late; one that landed before it shows in the touch's answer and is recorded. The
+//! wait alone is not enough: it bounds the writes that leader could still send, not one already on the
+//! wire. Gauge `netcm_pod_cidr_predecessor_quarantine` is 1 meanwhile.
 //!
-//! The simplest safe rule: nothing at all is handed out for a few seconds after such a takeover, rare by
-//! nature (a configuration change). A leader that itself runs without claims relies on the fence alone, by
-//! its configuration, and does not wait.
+//! The simplest safe rule: nothing at all is handed out after such a takeover until both are done, rare by
+//! nature (a configuration change). A Node whose touch the API refuses for good (an admission policy, the
+//! annotation size limit) keeps it so, with a Warning Event on that Node, until the Node has pod CIDRs or
+//! is gone, or a touch goes through: handing out a CIDR before then could give the CIDR of its unvoided
+//! write to a second Node. A leader that itself runs without claims relies on the fence alone, by its
+//! configuration, and does not wait.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use netcm_manager::leader::Takeover;
-use netcm_manager::{CachedNode, ControllerOptions};
+use netcm_manager::supervision::ControllerHealth;
+use netcm_manager::{CachedNode, ControllerOptions, EventType, Prepared};
 use prometheus::{IntGauge, Registry};
 use tokio_util::sync::CancellationToken;
 
-use crate::allocator::{Allocator, NAME};
+use crate::allocator::{Allocator, SyncError, NAME};
 use crate::flags::Flags;
+use crate::start_lists::FailingList;
+use crate::startup::{Touch, CONCURRENT_TOUCHES};
 
 /// The flags whose values two leaders must share for claims to cover the earlier one's writes: they
 /// decide which CIDRs exist and how they are cut into blocks (a sized pool cuts them on its smallest
@@ -122,15 +134,17 @@ pub(crate) fn register_gauge(registry: &Registry) -> Result<IntGauge, prometheus
 }
 
 impl Allocator {
-    /// Before the first allocation: when `verdict` says so, waits until the earlier leader's writes are
-    /// over, then records every CIDR the Nodes hold from a consistent list (retried until it works).
-    /// Returns false if shut down first.
+    /// Before the first allocation: when `verdict` says so, waits until the earlier leader can send no
+    /// more writes, then records every CIDR the Nodes hold from a consistent list and voids the writes it
+    /// may have in flight (retried until every Node is recorded, voided or gone; a list that keeps
+    /// failing fails the replica: [`crate::start_lists`]).
     pub(crate) async fn wait_out_predecessor(
         &self,
         verdict: &Verdict,
         gauge: &IntGauge,
+        readiness: &ControllerHealth,
         shutdown: &CancellationToken,
-    ) -> bool {
+    ) -> Prepared {
         let (why, until) = match verdict {
             Verdict::Covered(why) => {
                 tracing::info!(
@@ -138,40 +152,63 @@ impl Allocator {
                     reason = why,
                     "the earlier leader's writes are covered by claims, or there was none"
                 );
-                return true;
+                return Prepared::Ready;
             }
             Verdict::WaitOut { why, until } => (why, *until),
         };
         gauge.set(1);
         tracing::warn!(controller = NAME, reason = %why, wait = ?until.saturating_duration_since(Instant::now()), "claims cannot cover what the earlier leader may still be writing: handing out no pod CIDR until none of its writes can land");
         tokio::select! {
-            _ = shutdown.cancelled() => return false,
+            _ = shutdown.cancelled() => return Prepared::ShutDown,
             _ = tokio::time::sleep_until(until.into()) => {}
         }
+        let mut failing = FailingList::new(
+            "Nodes",
+            readiness,
+            self.metrics
+                .start_list_failures
+                .with_label_values(&["nodes"]),
+        );
         let mut delay = Duration::from_millis(500);
+        // One stamp for the term: a Node touched once is void for good, so a retry touches only the rest.
+        let stamp = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mut voided = HashSet::new();
         loop {
-            match self.record_listed_nodes().await {
-                Ok(recorded) => {
-                    tracing::info!(controller = NAME, nodes_with_cidrs = recorded, "the earlier leader's writes are over: recorded the pod CIDRs the nodes hold now");
+            match self.record_and_void(&stamp, &mut voided).await {
+                Ok(pass) if pass.refused == 0 => {
+                    failing.succeeded();
+                    tracing::info!(controller = NAME, nodes_with_cidrs = pass.recorded, nodes_touched = voided.len(), "the earlier leader's writes are over: recorded the pod CIDRs the nodes hold now and voided any write still on its way");
                     gauge.set(0);
-                    return true;
+                    return Prepared::Ready;
+                }
+                Ok(pass) => {
+                    failing.succeeded();
+                    tracing::warn!(controller = NAME, nodes_refused = pass.refused, "the API refused to touch nodes the earlier leader may still be writing to: handing out no pod CIDR until they have pod CIDRs, are gone, or can be touched; retrying")
                 }
                 Err(e) => {
-                    tracing::warn!(controller = NAME, error = %e, "listing nodes to record their pod CIDRs failed; retrying")
+                    if let Err(reason) = failing.failed(&e) {
+                        return Prepared::Failed(reason);
+                    }
                 }
             }
             tokio::select! {
-                _ = shutdown.cancelled() => return false,
+                _ = shutdown.cancelled() => return Prepared::ShutDown,
                 _ = tokio::time::sleep(delay) => {}
             }
             delay = (delay * 2).min(Duration::from_secs(10));
         }
     }
 
-    /// Records the CIDRs of every Node with pod CIDRs, read page by page with a consistent list (no
-    /// resourceVersion: etcd's present, whatever the informer has seen so far). How many were recorded.
-    async fn record_listed_nodes(&self) -> Result<usize, kube::Error> {
-        let mut recorded = 0;
+    /// One pass over every Node, read page by page with a consistent list (no resourceVersion: etcd's
+    /// present, whatever the informer has seen so far): records the CIDRs of each Node with pod CIDRs and
+    /// touches each without, except those in `voided` (touched before, by UID), which gains the ones
+    /// touched now. A touch's answer shows a late write that landed before it, and that CIDR is recorded.
+    async fn record_and_void(
+        &self,
+        stamp: &str,
+        voided: &mut HashSet<String>,
+    ) -> Result<Pass, SyncError> {
+        let mut pass = Pass::default();
         let mut continue_token = None;
         loop {
             let params = ListParams {
@@ -179,21 +216,85 @@ impl Allocator {
                 continue_token: continue_token.take(),
                 ..ListParams::default()
             };
-            let page = self.api.list(&params).await?;
+            let page = self
+                .api
+                .list(&params)
+                .await
+                .map_err(SyncError::VoidLateWrites)?;
+            let mut to_touch = Vec::new();
             for node in &page.items {
                 if let Some(cached) = cached(node) {
                     let raw: Vec<String> = cached.raw_pod_cidrs().map(str::to_string).collect();
                     let (name, uid) = (cached.name().to_string(), cached.uid().to_string());
                     self.record_existing(&cached, &name, &uid, &raw).await;
-                    recorded += 1;
+                    pass.recorded += 1;
+                } else if let (Some(name), Some(uid)) =
+                    (node.metadata.name.as_deref(), node.metadata.uid.as_deref())
+                {
+                    if !voided.contains(uid) {
+                        to_touch.push((name.to_string(), uid.to_string()));
+                    }
+                }
+            }
+            for chunk in to_touch.chunks(CONCURRENT_TOUCHES) {
+                self.guard.ensure_leader()?;
+                let touched = futures::future::join_all(
+                    chunk.iter().map(|(name, uid)| self.touch(name, uid, stamp)),
+                )
+                .await;
+                for ((name, uid), touch) in chunk.iter().zip(touched) {
+                    match touch? {
+                        Touch::Answered(node) => {
+                            if !netcm_node::raw_pod_cidrs(&node).is_empty() {
+                                pass.recorded += 1;
+                            }
+                            self.record_touched(name, uid, &node).await;
+                            voided.insert(uid.clone());
+                        }
+                        Touch::Gone => {
+                            voided.insert(uid.clone());
+                        }
+                        Touch::Refused(node, e) => {
+                            pass.refused += 1;
+                            self.predecessor_touch_refused(name, &node, &e).await;
+                        }
+                    }
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(next) => continue_token = Some(next),
-                None => return Ok(recorded),
+                None => return Ok(pass),
             }
         }
     }
+
+    /// The API refused for good to touch a Node the earlier leader may still be writing to.
+    async fn predecessor_touch_refused(&self, name: &str, node: &Node, e: &kube::Error) {
+        let message = match e {
+            kube::Error::Api(s) => s.message.clone(),
+            other => other.to_string(),
+        };
+        tracing::warn!(controller = NAME, node = name, error = %message, "the API refused to touch a node the earlier leader may still be writing to: no pod CIDR is handed out until it has pod CIDRs, is gone, or can be touched");
+        let note = format!("node {name} could not be touched ({message}); no pod CIDR is handed out until it has pod CIDRs or is gone: a write of the earlier leader, which ran with a configuration claims cannot cover, may still land on it");
+        self.recorder
+            .publish(
+                &CachedNode::from(node).object_ref(),
+                EventType::Warning,
+                "CIDRPredecessorTouchRefused",
+                "VoidLateWrites",
+                note,
+            )
+            .await;
+    }
+}
+
+/// What one pass of [`Allocator::record_and_void`] did.
+#[derive(Debug, Default)]
+struct Pass {
+    /// Nodes whose pod CIDRs were recorded.
+    recorded: usize,
+    /// Nodes without pod CIDRs whose touch the API refused for good.
+    refused: usize,
 }
 
 /// A listed Node with pod CIDRs, as the cache would hold it for recording; `None` without pod CIDRs

@@ -13,32 +13,42 @@ use tokio_util::sync::CancellationToken;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use netcm_manager::supervision::ControllerHealth;
-use netcm_manager::{CachedNode, EventType};
+use netcm_manager::{CachedNode, EventType, Prepared};
 
 use crate::allocator::{Allocator, SyncError, NAME};
 use crate::blocks::{Blocks, ListedBlock, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
 use crate::claims::{ClaimError, Claims};
 use crate::pod_cidr_patch::{classify_patch_error, PatchFailure};
+use crate::start_lists::FailingList;
 
 /// How many Nodes of the quarantine are touched at once.
-const CONCURRENT_TOUCHES: usize = 32;
+pub(crate) const CONCURRENT_TOUCHES: usize = 32;
 
 impl Allocator {
     /// Lists the claims (retrying until it works or `shutdown` fires) and starts this leader's blocks.
-    /// Returns false if shut down first.
     /// While the CRD is missing, `readiness` (this controller's `/readyz` check) fails with the same
-    /// reason the log gives, and nothing is allocated: claims are what keep two leaders apart.
+    /// reason the log gives, and nothing is allocated: claims are what keep two leaders apart. Any other
+    /// failure does the same and, past a bound, fails the replica ([`crate::start_lists`]): a standby has
+    /// the same missing CRD, but not necessarily the same broken API server.
     pub(crate) async fn reconcile_claims(
         &self,
         claims: &Claims,
         readiness: &ControllerHealth,
         shutdown: &CancellationToken,
-    ) -> bool {
+    ) -> Prepared {
         let mut delay = Duration::from_millis(500);
+        let mut failing = FailingList::new(
+            "PodCIDRClaims",
+            readiness,
+            self.metrics
+                .start_list_failures
+                .with_label_values(&["podcidrclaims"]),
+        );
         let list = loop {
             match claims.list().await {
                 Ok(list) => {
                     readiness.clear();
+                    failing.succeeded();
                     break list;
                 }
                 Err(e @ ClaimError::NotInstalled) => {
@@ -47,11 +57,13 @@ impl Allocator {
                     readiness.set_broken(reason);
                 }
                 Err(e) => {
-                    tracing::warn!(controller = NAME, error = %e, "listing PodCIDRClaims failed; retrying");
+                    if let Err(reason) = failing.failed(&e) {
+                        return Prepared::Failed(reason);
+                    }
                 }
             }
             tokio::select! {
-                _ = shutdown.cancelled() => return false,
+                _ = shutdown.cancelled() => return Prepared::ShutDown,
                 _ = tokio::time::sleep(delay) => {}
             }
             delay = (delay * 2).min(Duration::from_secs(10));
@@ -127,7 +139,7 @@ impl Allocator {
                 "earlier leaders' claimed blocks are usable: no node is waiting for pod CIDRs, or they stepped down with every write answered"
             );
         }
-        true
+        Prepared::Ready
     }
 
     /// Settles Node `name` in the quarantine from what the cache shows; ends the quarantine with the last.
@@ -213,7 +225,12 @@ impl Allocator {
     }
 
     /// One touch: the fence annotation set to `stamp`, testing the Node's UID.
-    async fn touch(&self, name: &str, uid: &str, stamp: &str) -> Result<Touch, SyncError> {
+    pub(crate) async fn touch(
+        &self,
+        name: &str,
+        uid: &str,
+        stamp: &str,
+    ) -> Result<Touch, SyncError> {
         let patch = serde_json::json!({
             "metadata": { "uid": uid, "annotations": { FENCED_AT_ANNOTATION: stamp } }
         });
@@ -250,7 +267,7 @@ impl Allocator {
     /// Records the pod CIDRs a touched Node holds (an earlier leader's write landed before the touch).
     /// The cache may not show them yet, so the Node is marked written (no sync writes it meanwhile), and its
     /// key is queued, so a sync from the cache releases the record if the Node is gone by now.
-    async fn record_touched(&self, name: &str, uid: &str, node: &Node) {
+    pub(crate) async fn record_touched(&self, name: &str, uid: &str, node: &Node) {
         let raw = netcm_node::raw_pod_cidrs(node);
         if raw.is_empty() {
             return;
@@ -304,7 +321,7 @@ impl Allocator {
 }
 
 /// What touching one Node of the quarantine found.
-enum Touch {
+pub(crate) enum Touch {
     /// The Node as the API answered the touch (or, refused, as it is with pod CIDRs): no earlier write
     /// can land on it any more.
     Answered(Box<Node>),

@@ -129,13 +129,17 @@ pub trait Reconciler: Send + Sync + 'static {
     fn sync(&self, key: &str) -> impl Future<Output = Result<SyncOutcome, Self::Error>> + Send;
 }
 
-/// What [`Controller::prepare`] found: go on, or stop because shutdown came first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`Controller::prepare`] found: go on, stop because shutdown came first, or fail the replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prepared {
     /// Start the workers.
     Ready,
     /// Shutdown came first; start nothing.
     ShutDown,
+    /// The controller cannot start here (what it must read keeps failing): its health check fails with
+    /// the reason and the replica steps down and exits, so a standby — maybe through another API server,
+    /// with other credentials — can try.
+    Failed(String),
 }
 
 /// A worker pool that runs until shutdown and drains for at most the given time.
@@ -236,6 +240,9 @@ impl Controller {
             Some(prepare) => prepare(shutdown.clone()).await,
             None => Prepared::Ready,
         };
+        if let Prepared::Failed(reason) = &ready {
+            supervisor.broken(name, reason.clone());
+        }
         if ready == Prepared::Ready {
             let workers = self
                 .workers
@@ -266,6 +273,31 @@ impl Controller {
         }
         for s in services {
             s.abort();
+        }
+    }
+}
+
+/// A controller's steps one at a time, for a test that drives its reconcilers' syncs itself.
+#[cfg(any(test, feature = "test-support"))]
+impl Controller {
+    /// What [`Controller::run`] does before its workers start: starts the services (detached: they end
+    /// with the test's runtime) and runs the prepare step. Once: a second call finds nothing to run and
+    /// answers [`Prepared::Ready`], as does a controller without a prepare step.
+    pub async fn prepare_now(&mut self, shutdown: CancellationToken) -> Prepared {
+        for service in self.services.drain(..) {
+            drop(tokio::spawn(service));
+        }
+        match self.prepare.take() {
+            Some(prepare) => prepare(shutdown).await,
+            None => Prepared::Ready,
+        }
+    }
+
+    /// What [`Controller::run`] does once its workers and tasks stopped ([`Controller::when_stopped`]),
+    /// without the drain timeout: the test waits for all of it. Once, like [`Controller::prepare_now`].
+    pub async fn stop_now(&mut self) {
+        if let Some(stopped) = self.stopped.take() {
+            stopped.await;
         }
     }
 }
