@@ -1,6 +1,7 @@
 //! subnet-allocator against an adversary, on the real control plane: Nodes re-created under their names,
-//! blocks an earlier leader claimed (PodCIDRClaims), writes the API refuses for good, and address updates
-//! racing the allocator's own write.
+//! blocks an earlier leader claimed (PodCIDRClaims), and address updates racing the allocator's own write.
+//! What the allocator makes of answers alone — writes and touches refused for good, claims found taken,
+//! the quarantine's ranges — is tested in-process (controllers/subnet-allocator/src/tests/).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,7 +19,6 @@ use netcm_e2e::{
 
 mod idle_claims;
 mod late_write;
-mod refused_write;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -242,61 +242,6 @@ async fn an_earlier_leaders_block_keeps_its_free_cidrs_until_every_node_it_may_b
 }
 
 #[tokio::test]
-async fn an_earlier_versions_smaller_block_inside_a_block_netcm_claims_keeps_its_free_cidrs_quarantined(
-) {
-    let env = TestEnv::new().await;
-    // A leader of an earlier version cut blocks of 64 and claimed 10.192.0.0/22 (64 /28s); in a /12 of
-    // /28s this version cuts blocks of 256 (/20s), so its first block 10.192.0.0/20 — another claim
-    // name, created without a 409 — contains that one. "inflight" may still get the earlier leader's
-    // PATCH with any free CIDR of the /22: the quarantine must hold them by range, not by claim name.
-    let (netcm, _) = serve_a_node_an_earlier_leader_may_be_writing_to(
-        &env,
-        "mixed",
-        "10.192.0.0/22",
-        "10.192.0.0/12",
-    )
-    .await;
-    wait_quarantine_ended(&netcm).await;
-    create_plain_nodes(&env.client, "m", 3).await;
-    let nodes = wait_all_allocated(&env.client, 5, TIMEOUT).await;
-    assert_no_overlaps(&nodes);
-    assert_eq!(
-        claimed_cidrs(&env.client).await,
-        vec!["10.192.0.0/20".to_string(), "10.192.0.0/22".to_string()],
-        "the earlier version's block and the one block of 256 netcm claimed around it"
-    );
-    netcm.assert_running();
-}
-
-#[tokio::test]
-async fn nodes_waiting_at_a_takeover_are_served_even_when_earlier_leaders_blocks_hold_every_free_cidr(
-) {
-    let env = TestEnv::new().await;
-    // The whole cluster CIDR (64 /28s) is one block an earlier leader claimed, and two Nodes wait for CIDRs:
-    // that leader's PATCH for either may still be on its way, and no free CIDR lies outside its block.
-    create_node(&env.client, &NodeFixture::named("waiting-a")).await;
-    create_node(&env.client, &NodeFixture::named("waiting-b")).await;
-    let netcm =
-        start_after_an_earlier_leaders_block(&env, "void", "10.202.0.0/22", "10.202.0.0/22", &[])
-            .await;
-    // netcm touches both (a late PATCH tests the fence annotation, so it can no longer land), which ends
-    // the quarantine, and serves them from the block.
-    let nodes = wait_all_allocated(&env.client, 2, TIMEOUT).await;
-    assert_no_overlaps(&nodes);
-    for n in &nodes {
-        let fenced = n
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("ipam.netcm.io/fenced-at"));
-        assert!(fenced, "{:?} was not touched", n.metadata.name);
-    }
-    wait_quarantine_ended(&netcm).await;
-    assert_eq!(claimed_cidrs(&env.client).await, ["10.202.0.0/22"]);
-    netcm.assert_running();
-}
-
-#[tokio::test]
 async fn a_late_pod_cidr_patch_of_an_earlier_leader_is_refused_once_a_new_leader_touched_the_node()
 {
     let env = TestEnv::new().await;
@@ -347,58 +292,6 @@ async fn a_late_pod_cidr_patch_of_an_earlier_leader_is_refused_once_a_new_leader
         pod_cidrs(&now).is_empty(),
         "no CIDR landed: {:?}",
         pod_cidrs(&now)
-    );
-}
-
-fn kubectl(env: &TestEnv, args: &[&str], stdin: Option<&str>) {
-    netcm_e2e::command_output(netcm_e2e::kubectl(&env.cp.kubeconfig).args(args), stdin);
-}
-
-/// A ValidatingAdmissionPolicy `name` on Node updates, bound to deny, that refuses an update failing any
-/// of `validations` (a CEL expression, the message): as an admission policy of the cluster's own might.
-fn node_update_policy(name: &str, validations: &[(&str, &str)]) -> String {
-    let validations: String = validations
-        .iter()
-        .map(|(expression, message)| {
-            format!("    - expression: \"{expression}\"\n      message: \"{message}\"\n")
-        })
-        .collect();
-    format!(
-        r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: {name}}}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [""]
-        apiVersions: ["v1"]
-        operations: ["UPDATE"]
-        resources: ["nodes"]
-  validations:
-{validations}---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {{name: {name}}}
-spec:
-  policyName: {name}
-  validationActions: [Deny]
-"#
-    )
-}
-
-/// Removes the policy and binding `name` of [`node_update_policy`], if there are any.
-fn remove_node_update_policy(env: &TestEnv, name: &str) {
-    kubectl(
-        env,
-        &[
-            "delete",
-            "--ignore-not-found",
-            "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            name,
-        ],
-        None,
     );
 }
 

@@ -381,6 +381,45 @@ impl<K: Cached> SharedInformer<K> {
     }
 }
 
+/// An informer fed by the test, for the unit tests of what reads the cache and hears its events.
+#[cfg(any(test, feature = "test-support"))]
+impl<K: Cached> SharedInformer<K> {
+    /// An informer whose cache holds `objects` as a completed first list, with no list or watch behind
+    /// it. It is held, as a standby's warm cache ([`SharedInformer::held`]): handlers subscribed
+    /// afterwards hear nothing of these objects until [`SharedInformer::open`], so a test that drives the
+    /// syncs itself finds in a queue only the keys the code under test put there.
+    pub fn listed(objects: impl IntoIterator<Item = K>) -> Self {
+        let informer = Self::held();
+        let listed: Vec<Arc<K>> = objects.into_iter().map(Arc::new).collect();
+        for obj in &listed {
+            informer.saw(obj.resource_version());
+        }
+        informer.shared.store.replace(store::collect(listed));
+        informer.shared.synced_tx.send_replace(true);
+        informer.shared.lists_tx.send_modify(|n| *n += 1);
+        informer
+    }
+
+    /// What a watch event adding or changing `obj` does: the cache first, then the handlers (once open).
+    pub fn apply(&self, obj: K) {
+        let handlers = self.shared.handlers.lock().clone();
+        self.handle(&handlers, "test", &mut Vec::new(), Event::Apply(obj));
+    }
+
+    /// What a watch event deleting `name` does: the cache first, then the handlers (once open) hear
+    /// the last version it held. Nothing if it holds none.
+    pub fn remove(&self, name: &str) {
+        let dispatching = self.shared.dispatching.lock();
+        let Some(last) = self.shared.store.remove(name) else {
+            return;
+        };
+        if *dispatching {
+            let handlers = self.shared.handlers.lock().clone();
+            self.dispatch(&handlers, InformerEvent::Deleted(last));
+        }
+    }
+}
+
 /// The mark that one run of the informer is under way: taken at its start, given back when it ends.
 /// Subscriptions stay closed after a run ends: a handler added then would have missed what the cache holds.
 struct Running<'a> {

@@ -395,6 +395,27 @@ impl LeaderGuard {
     }
 }
 
+/// A fence for the unit tests of controllers.
+#[cfg(any(test, feature = "test-support"))]
+impl LeaderGuard {
+    /// A guard that leads as `identity` from now on, having taken the Lease over from `takeover`
+    /// (`None`: a first start). Its renew deadline and lease are hours long: the fence reads the monotonic
+    /// clock, which a test's paused tokio clock does not move, so no test outlives the term however long
+    /// it waits, and one that wants the fence closed steps down
+    /// ([`LeaderGuard::stop_writes_and_settle`]).
+    pub fn leading(
+        identity: &str,
+        takeover: Option<Takeover>,
+        registry: &Registry,
+    ) -> Result<Self, prometheus::Error> {
+        const HOUR: Duration = Duration::from_secs(3600);
+        let guard = Self::build(Some(identity.to_string()), HOUR, 2 * HOUR, registry)?;
+        guard.renewed(Instant::now());
+        guard.took_over(takeover);
+        Ok(guard)
+    }
+}
+
 /// A lease attempt or a probe of the API server in flight ([`LeaderGuard::renewal_sent`],
 /// [`LeaderGuard::probe_sent`]): while unanswered the path is known to be at least that slow, and when
 /// dropped (answered, failed or abandoned) its time in flight is a sample of the path's delay.
