@@ -120,6 +120,36 @@ pub fn read(path: &Path) -> Vec<AuditEvent> {
         .collect()
 }
 
+/// Returns once the audit log at `log` shows a request made now: a GET, through `client`, of a Node
+/// no test creates, named uniquely (the policy audits Node reads; answered 404). The API server writes
+/// an entry when it has answered, so a request answered before this call — a process's last writes
+/// before it exited — is in the log by then; read at once, the log may not have it yet.
+pub async fn wait_logged_until_now(client: &kube::Client, log: &Path) {
+    static MARKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let name = format!(
+        "audit-marker-{}-{}-{}",
+        std::process::id(),
+        MARKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        jiff::Timestamp::now().as_nanosecond()
+    );
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    nodes
+        .get_opt(&name)
+        .await
+        .unwrap_or_else(|e| panic!("GET the marker Node {name}: {e}"));
+    crate::wait_for(
+        &format!("the marker request (GET node {name}) in {}", log.display()),
+        std::time::Duration::from_secs(30),
+        || async {
+            read(log)
+                .iter()
+                .any(|e| e.verb == "get" && e.object_ref.as_ref().is_some_and(|o| o.name == name))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// Every request in the audit log once, at its last recorded stage: a request that failed authentication
 /// is recorded only at `ResponseStarted`, as is a watch still open (its `ResponseComplete` comes when it
 /// ends), so reading `ResponseComplete` alone misses both.

@@ -171,13 +171,17 @@ pub async fn wait_all_allocated(
     .await
 }
 
-/// Panics if any two CIDRs held by different Nodes overlap, naming both.
+/// Panics if any two CIDRs held by different Nodes overlap, naming both, or if a pod CIDR is no CIDR
+/// (dropping it would clear a Node the check cannot judge).
 pub fn assert_no_overlaps(nodes: &[Node]) {
     let cidrs = nodes.iter().flat_map(|n| {
         let name = n.metadata.name.clone().unwrap_or_default();
-        pod_cidrs(n)
-            .into_iter()
-            .map(move |c| (c.parse::<ipnet::IpNet>().expect("valid CIDR"), name.clone()))
+        pod_cidrs(n).into_iter().map(move |c| {
+            let net = c
+                .parse::<ipnet::IpNet>()
+                .unwrap_or_else(|e| panic!("{name} holds pod CIDR {c:?}, which is no CIDR: {e}"));
+            (net, name.clone())
+        })
     });
     if let Some(((an, a), (bn, b))) = crate::overlaps::overlapping_pairs(cidrs).first() {
         panic!("{an} holds {a} and {bn} holds {b}: they overlap");
@@ -232,4 +236,50 @@ pub async fn wait_allocated(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(name: &str, cidrs: &[&str]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidrs: Some(cidrs.iter().map(|c| c.to_string()).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn nodes_holding_disjoint_cidrs_pass_the_overlap_check() {
+        assert_no_overlaps(&[
+            holding("a", &["10.0.0.0/24"]),
+            holding("b", &["10.0.1.0/24", "fd00::/64"]),
+        ]);
+    }
+
+    #[test]
+    #[should_panic(expected = "a holds 10.0.0.0/16 and b holds 10.0.1.0/24: they overlap")]
+    fn nodes_holding_overlapping_cidrs_fail_the_overlap_check() {
+        assert_no_overlaps(&[
+            holding("a", &["10.0.0.0/16"]),
+            holding("b", &["10.0.1.0/24"]),
+        ]);
+    }
+
+    /// Dropping what does not parse would let a Node the check cannot judge pass as clear.
+    #[test]
+    #[should_panic(expected = "b holds pod CIDR \"10.0.1.0/33\", which is no CIDR")]
+    fn a_pod_cidr_that_is_no_cidr_fails_the_overlap_check() {
+        assert_no_overlaps(&[
+            holding("a", &["10.0.0.0/24"]),
+            holding("b", &["10.0.1.0/33"]),
+        ]);
+    }
 }

@@ -140,6 +140,45 @@ async fn once_caught_up(
     (nodes, shared, holders)
 }
 
+/// How long after the API server received the old leader's write of `holder`'s CIDR (through the
+/// server that is current) the new leader `new_id` asked the lagging server for its first list of Nodes
+/// (a LIST, or a watch that streams the initial objects), as the two audit logs show: both servers run
+/// on this machine, one clock. A cache [`DELAY`] behind etcd holds the write only once that is over.
+fn first_list_after_the_write(
+    servers: &ApiServers,
+    old_id: &str,
+    holder: &str,
+    new_id: &str,
+) -> jiff::SignedDuration {
+    let written = audit::read(servers.audit_log(Apiserver::One))
+        .into_iter()
+        .filter(|e| e.user_agent.contains(old_id) && e.verb == "patch" && e.succeeded())
+        .filter(|e| {
+            e.object_ref
+                .as_ref()
+                .is_some_and(|o| o.resource == "nodes" && o.name == holder)
+        })
+        .filter_map(|e| e.received())
+        .min()
+        .unwrap_or_else(|| {
+            panic!("no PATCH of {holder} by the old leader {old_id} in the audit log")
+        });
+    // A watch is logged at its start too (`ResponseStarted`): the streaming list is there while it runs.
+    let listed = audit::read_every_request(servers.audit_log(Apiserver::Two))
+        .into_iter()
+        .filter(|e| e.user_agent.contains(new_id) && e.resource() == "nodes")
+        .filter(|e| {
+            let q = query_pairs(&e.request_uri);
+            e.verb == "list" || (e.verb == "watch" && q.contains(&"sendInitialEvents=true"))
+        })
+        .filter_map(|e| e.received())
+        .min()
+        .unwrap_or_else(|| {
+            panic!("no list of Nodes by the new leader {new_id} in the lagging server's audit log")
+        });
+    listed.duration_since(written)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cidr_a_node_already_holds(
 ) {
@@ -188,6 +227,7 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
             servers.kubeconfig(Apiserver::One),
             &args,
         );
+        let old_id = old.identity().await;
         let holder = wait_for(
             "the old leader to give the pool's one CIDR to a Node",
             Duration::from_secs(60),
@@ -217,9 +257,18 @@ async fn a_leader_taking_over_through_a_lagging_api_server_never_gives_out_a_cid
 
         let (nodes, shared, holders) = once_caught_up(one, two, &new_id, &marker).await;
         let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
+        let listed_after = first_list_after_the_write(servers, &old_id, &holder, &new_id);
         eprintln!(
-            "[lagging] round {round}: the old leader gave the CIDR to {holder}; the new leader led {handed_over:.1?} after that write; \
+            "[lagging] round {round}: the old leader gave the CIDR to {holder}; the new leader led {handed_over:.1?} after that write \
+             and asked for its first list of Nodes {listed_after:#} after the API server received it; \
              {allocated} Nodes hold a CIDR; Nodes sharing one: {shared} {holders:?}"
+        );
+        // Else the lagging cache held the write by the time the new leader listed, and even a list at any
+        // version would have shown the CIDR held: the round would prove nothing.
+        assert!(
+            listed_after < jiff::SignedDuration::try_from(DELAY).expect("DELAY fits"),
+            "round {round}: the new leader asked for its first list of Nodes {listed_after:#} after the old leader's \
+             write reached the API server, by when the cache lagging {DELAY:?} behind etcd held it"
         );
         overlaps += shared;
         drop(new);

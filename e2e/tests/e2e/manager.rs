@@ -196,6 +196,9 @@ async fn a_frozen_leader_writes_nothing_after_its_lease_expired_and_exits_non_ze
         !status.success(),
         "a leader that lost its lease must exit non-zero, got {status}"
     );
+    // A late write it sent as it woke may be answered only moments before it exits, its entry not yet
+    // written: read the log once it shows a request made after the exit.
+    audit::wait_logged_until_now(&env.client, &env.cp.audit_log).await;
 
     // Its lease expired (for others) lease-duration after its last successful renewal.
     let events = audit::read(&env.cp.audit_log);

@@ -8,8 +8,10 @@
 //!
 //! The harness's two API servers on one etcd (`e2e/src/apiservers.rs`), as in `split_brain.rs`.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use netcm_e2e::apiservers::{ApiServers, Apiserver};
 use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::takeover::{
@@ -27,13 +29,14 @@ const ELECTION: [&str; 3] = [
 ];
 /// A /20 of /26s: 64 CIDRs, fewer than the burst, so the new leader's round-robin runs into the old
 /// leader's in-flight CIDRs and some Nodes are left waiting.
-const MASK: &str = "--node-cidr-mask-size=26";
+const NODE_MASK: u8 = 26;
 /// Nodes waiting when the old leader starts; more than the pool holds.
 const BURST: usize = 100;
 const BURST_CONCURRENCY: usize = 32;
 /// The freeze comes when the old leader has assigned this many Nodes: its other workers' PATCHes are on
-/// the wire then.
-const FREEZE_AFTER_ASSIGNED: usize = 1;
+/// the wire then. After the first one the burst had often not got going (in 4 of 5 rounds of one run
+/// none of its PATCHes reached the server late); after eight, 10 of 10 rounds had some land late.
+const FREEZE_AFTER_ASSIGNED: usize = 8;
 /// How long after the takeover the old leader's server is thawed: time for the new leader to list and
 /// allocate (so the late writes land on what it has done), well inside the old leader's lease duration.
 const THAW_AFTER_TAKEOVER: Duration = Duration::from_millis(1500);
@@ -52,13 +55,21 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
     ];
     let (frozen, live) = (Apiserver::One, Apiserver::Two);
 
-    let mut overlaps = 0;
+    let (mut overlaps, mut late_landed) = (0, 0);
     for round in 0..ROUNDS {
         if round > 0 {
             env.clean().await;
         }
-        let cidr = format!("--cluster-cidr=10.{}.0.0/20", 16 * (round + 1));
-        let mut args = vec!["--controllers=subnet-allocator", cidr.as_str(), MASK];
+        let cluster: IpNet = format!("10.{}.0.0/20", 16 * (round + 1))
+            .parse()
+            .expect("cluster CIDR");
+        let cidr = format!("--cluster-cidr={cluster}");
+        let mask = format!("--node-cidr-mask-size={NODE_MASK}");
+        let mut args = vec![
+            "--controllers=subnet-allocator",
+            cidr.as_str(),
+            mask.as_str(),
+        ];
         args.extend_from_slice(&ELECTION);
         let mut without_claims = args.clone();
         without_claims.push("--pod-cidr-claims=false");
@@ -110,27 +121,40 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
             "round {round}: the frozen-out leader must exit non-zero, got {status}"
         );
         let created = names;
+        // More Nodes than CIDRs: once the old leader's writes are over, the new leader must hand out every
+        // CIDR no Node holds. A leader that hands out nothing would leave the pool part empty and every
+        // Node told there is none, and share no CIDR: settling on Events alone proved nothing.
+        let pool = cluster
+            .subnets(NODE_MASK)
+            .expect("node CIDRs of the cluster CIDR")
+            .count();
 
-        // Settled: the old leader is gone (its writes answered or abandoned) and the new one has either
-        // given each burst Node a CIDR or said it has none for it.
+        // Settled: the old leader is gone (its writes answered or abandoned), every CIDR of the pool is
+        // held, and the new leader has said it has none for each burst Node left without one.
         let nodes = wait_for(
-            "every burst Node to hold a CIDR or to be told by the new leader there is none",
+            "every CIDR of the pool to be held and every other burst Node told by the new leader there is none",
             Duration::from_secs(120),
             || async {
                 let told = said_no_cidr(&clients[live.index()], &new_id).await;
                 let nodes = all_nodes(&clients[live.index()]).await;
+                let held: HashSet<String> = nodes.iter().flat_map(pod_cidrs).collect();
                 let settled = created.iter().all(|name| {
                     told.contains(name)
                         || nodes.iter().any(|n| {
                             n.metadata.name.as_ref() == Some(name) && !pod_cidrs(n).is_empty()
                         })
                 });
-                settled.then_some(nodes)
+                (settled && held.len() == pool.min(BURST)).then_some(nodes)
             },
         )
         .await;
         let (shared, holders) = shared_cidrs(&nodes);
         let allocated = nodes.iter().filter(|n| !pod_cidrs(n).is_empty()).count();
+        netcm_e2e::audit::wait_logged_until_now(
+            &clients[frozen.index()],
+            servers.audit_log(frozen),
+        )
+        .await;
         let (late, landed) = late_node_patches(
             [servers.audit_log(frozen)],
             &[Takeover {
@@ -144,12 +168,21 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
             created.len()
         );
         overlaps += shared;
+        late_landed += landed;
         drop(new);
         drop(old);
     }
-    eprintln!("[mixed-config] {ROUNDS} rounds: {overlaps} Nodes hold a CIDR another Node holds");
+    eprintln!(
+        "[mixed-config] {ROUNDS} rounds: {overlaps} Nodes hold a CIDR another Node holds; \
+         {late_landed} of the old leaders' PATCHes landed after the takeover"
+    );
     assert_eq!(
         overlaps, 0,
         "the new leader gave out CIDRs the old leader's late writes carried"
+    );
+    // Else no freeze caught a write in flight, and no round tested what the new leader does about one.
+    assert!(
+        late_landed > 0,
+        "in no round did a PATCH of the frozen-out leader land after the takeover"
     );
 }
