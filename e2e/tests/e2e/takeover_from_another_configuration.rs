@@ -37,13 +37,53 @@ const BURST_CONCURRENCY: usize = 32;
 /// the wire then. After the first one the burst had often not got going (in 4 of 5 rounds of one run
 /// none of its PATCHes reached the server late); after eight, 10 of 10 rounds had some land late.
 const FREEZE_AFTER_ASSIGNED: usize = 8;
-/// How long after the takeover the old leader's server is thawed: time for the new leader to list and
-/// allocate (so the late writes land on what it has done), well inside the old leader's lease duration.
+/// How long after the takeover the old leader's server is thawed, for [`Thaw::SoonAfterTheTakeover`]:
+/// inside the bound the new leader waits out, well inside the old leader's lease duration.
 const THAW_AFTER_TAKEOVER: Duration = Duration::from_millis(1500);
+
+/// When the frozen server handles the old leader's PATCHes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Thaw {
+    /// While the new leader still waits out the bound on the writes the old one could send: the late
+    /// writes land, on Nodes the new leader has not served yet, and it records them.
+    SoonAfterTheTakeover,
+    /// Once the new leader has allocated, so past that bound: only the touch of every waiting Node voids
+    /// the writes; not one may land.
+    AfterTheNewLeadersFirstAllocation,
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old_leaders_late_writes_carry(
 ) {
+    let (late, landed) = rounds(Thaw::SoonAfterTheTakeover).await;
+    // Else no freeze caught a write in flight, and no round tested what the new leader does about one.
+    assert!(
+        landed > 0,
+        "in no round did a PATCH of the frozen-out leader land after the takeover ({late} received)"
+    );
+}
+
+/// The wait bounds the writes the old leader could still send, not the ones already on the wire: a PATCH
+/// a frozen API server delivers after the new leader's first allocation is refused (the new leader
+/// touched the Node first), so none lands and no CIDR is held twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_of_a_leader_without_claims_delivered_after_the_new_leaders_first_allocation_is_void(
+) {
+    let (late, landed) = rounds(Thaw::AfterTheNewLeadersFirstAllocation).await;
+    assert!(
+        late > 0,
+        "in no round did the frozen-out leader's server receive a PATCH after the takeover: nothing was in flight"
+    );
+    assert_eq!(
+        landed, 0,
+        "{landed} of the old leader's {late} late PATCHes landed after the new leader's first allocation"
+    );
+}
+
+/// [`ROUNDS`] takeovers from a leader without claims whose PATCHes a frozen server holds, thawed at
+/// `thaw`; fails on any CIDR held twice. The old leaders' PATCHes received after the takeover, and how
+/// many of them succeeded.
+async fn rounds(thaw: Thaw) -> (usize, usize) {
     // Dropped in reverse: the replicas, the servers (thawed, the second stopped), the cluster lock.
     let env = TestEnv::new().await;
     let servers = tokio::task::spawn_blocking(ApiServers::start)
@@ -55,7 +95,7 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
     ];
     let (frozen, live) = (Apiserver::One, Apiserver::Two);
 
-    let (mut overlaps, mut late_landed) = (0, 0);
+    let (mut overlaps, mut late_received, mut late_landed) = (0, 0, 0);
     for round in 0..ROUNDS {
         if round > 0 {
             env.clean().await;
@@ -111,8 +151,22 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
         let acquired =
             wait_for_holder(&clients[live.index()], &new_id, Duration::from_secs(30)).await;
         let took_over_after = frozen_at.elapsed();
-        // The old leader's queued PATCHes land a moment after the takeover.
-        tokio::time::sleep(THAW_AFTER_TAKEOVER).await;
+        match thaw {
+            Thaw::SoonAfterTheTakeover => tokio::time::sleep(THAW_AFTER_TAKEOVER).await,
+            Thaw::AfterTheNewLeadersFirstAllocation => {
+                // The frozen server wrote nothing since the freeze: a burst Node with a CIDR beyond
+                // those the old leader's answered writes gave is the new leader's.
+                let before = with_cidrs(&clients[live.index()], &prefix).await;
+                wait_for(
+                    "the new leader's first allocation",
+                    Duration::from_secs(60),
+                    || async {
+                        (with_cidrs(&clients[live.index()], &prefix).await > before).then_some(())
+                    },
+                )
+                .await;
+            }
+        }
         servers.thaw(frozen);
         old.signal("CONT");
         let status = old.wait_exit(Duration::from_secs(30)).await;
@@ -168,21 +222,33 @@ async fn a_leader_with_claims_that_follows_one_without_gives_out_no_cidr_the_old
             created.len()
         );
         overlaps += shared;
+        late_received += late;
         late_landed += landed;
         drop(new);
         drop(old);
     }
     eprintln!(
-        "[mixed-config] {ROUNDS} rounds: {overlaps} Nodes hold a CIDR another Node holds; \
-         {late_landed} of the old leaders' PATCHes landed after the takeover"
+        "[mixed-config] {thaw:?}, {ROUNDS} rounds: {overlaps} Nodes hold a CIDR another Node holds; \
+         of the old leaders' PATCHes received after the takeover ({late_received}), {late_landed} landed"
     );
     assert_eq!(
         overlaps, 0,
         "the new leader gave out CIDRs the old leader's late writes carried"
     );
-    // Else no freeze caught a write in flight, and no round tested what the new leader does about one.
-    assert!(
-        late_landed > 0,
-        "in no round did a PATCH of the frozen-out leader land after the takeover"
-    );
+    (late_received, late_landed)
+}
+
+/// How many Nodes named `prefix…` hold pod CIDRs.
+async fn with_cidrs(client: &kube::Client, prefix: &str) -> usize {
+    all_nodes(client)
+        .await
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .name
+                .as_deref()
+                .is_some_and(|name| name.starts_with(prefix))
+                && !pod_cidrs(n).is_empty()
+        })
+        .count()
 }
