@@ -125,6 +125,7 @@ for kind in ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding Servi
 done
 lacks "$d" '^kind: (DaemonSet|ServiceMonitor)$' "DaemonSet or ServiceMonitor (off by default)"
 lacks "$d" '^kind: (PrometheusRule|ConfigMap)$' "PrometheusRule or dashboard ConfigMap (off by default)"
+lacks "$d" '^kind: ValidatingAdmissionPolicy' "ValidatingAdmissionPolicy (only for the DaemonSet, off by default)"
 contains "$d" '^  replicas: 2$' "2 replicas"
 contains "$d" 'priorityClassName: system-cluster-critical' "priorityClassName system-cluster-critical"
 contains "$d" 'key: node-role.kubernetes.io/control-plane' "a control-plane toleration"
@@ -163,6 +164,17 @@ contains "$a" 'add: \[NET_ADMIN\]' "NET_ADMIN for the route modes"
 contains "$a" '- --leader-elect=false' "the DaemonSet without leader election"
 contains "$a" 'fieldPath: spec.nodeName' "NODE_NAME from the downward API in the DaemonSet"
 contains "$a" 'resources: \[nodes/status\]' "nodes/status patch for the route controller"
+# Root on any Node reads the DaemonSet's token: it runs as an account of its own, held to its own Node's
+# NetworkUnavailable by a ValidatingAdmissionPolicy.
+count "$a" '^      serviceAccountName: netcm$' 1 "the controller's ServiceAccount (the Deployment only)"
+count "$a" '^      serviceAccountName: netcm-node$' 1 "the DaemonSet's own ServiceAccount"
+count "$a" '^    resources: \[nodes/status\]$' 2 "RBAC rules for nodes/status: the Deployment's (gateway mode) and the DaemonSet's"
+for kind in ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding; do contains "$a" "^kind: $kind\$" "a $kind"; done
+contains "$a" 'request.userInfo.username == "system:serviceaccount:netcm-verify-all-on:netcm-node"' "the policy matching the DaemonSet's account"
+contains "$a" "- --daemonset-as=system:serviceaccount:$ns_all_on:netcm-node\$" "helm test reviewing the DaemonSet's account"
+render daemonset-only "$ns_default" --set daemonSet.enabled=true
+o=$out/daemonset-only.yaml
+count "$o" '^    resources: \[nodes/status\]$' 1 "RBAC rule for nodes/status, the DaemonSet's only (the Deployment routes nothing)"
 count "$a" '- --route-mode=gateway$' 1 "--route-mode=gateway (the Deployment)"
 count "$a" '- --route-mode=node$' 1 "--route-mode=node (the DaemonSet)"
 count "$a" '- --cluster-cidr=10\.244\.0\.0/16,fd00:10:244::/56$' 2 "--cluster-cidr in the Deployment and the DaemonSet (the routes' boundary)"
@@ -184,6 +196,8 @@ refuses() { # WHAT REGEX [helm args…]: helm template fails, saying REGEX
 }
 refuses "two replicas without leader election" 'leaderElection.enabled=false with replicaCount=2' \
   --set leaderElection.enabled=false
+refuses "the DaemonSet on the controller's ServiceAccount" "is the controller's ServiceAccount" \
+  --set daemonSet.enabled=true --set daemonSet.serviceAccount.name=netcm
 lacks "$d" 'type: Recreate' "Recreate with leader election (a surge pod only stands by)"
 render unelected "$ns_default" --set leaderElection.enabled=false --set replicaCount=1
 u=$out/unelected.yaml

@@ -25,6 +25,32 @@
 {{- end }}
 {{- end }}
 
+{{/* The route DaemonSet's ServiceAccount. Root on any Node reads the tokens of the pods there, so it must
+never be the controller's, whose token may rewrite every Node, the PodCIDRClaims, the pools and the Lease. */}}
+{{- define "netcm.daemonSetServiceAccountName" -}}
+{{- $sa := .Values.daemonSet.serviceAccount }}
+{{- $name := "" }}
+{{- if $sa.create }}
+{{- $name = default (include "netcm.daemonSetName" .) $sa.name }}
+{{- else }}
+{{- $name = required "daemonSet.serviceAccount.name is required when daemonSet.serviceAccount.create is false" $sa.name }}
+{{- end }}
+{{- if eq $name (include "netcm.serviceAccountName" .) }}
+{{- fail (printf "daemonSet.serviceAccount.name %q is the controller's ServiceAccount: root on any Node could read its token and rewrite every Node's pod CIDR, the PodCIDRClaims and the Lease; give the DaemonSet an account of its own" $name) }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
+{{/* The route DaemonSet's ServiceAccount as the API server names its requests. */}}
+{{- define "netcm.daemonSetUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "netcm.daemonSetServiceAccountName" .) }}
+{{- end }}
+
+{{/* The name of the route DaemonSet's objects (ClusterRole, Roles, bindings): <fullname>-node. */}}
+{{- define "netcm.daemonSetName" -}}
+{{- printf "%s-node" (include "netcm.fullname" . | trunc 58 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "netcm.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "netcm.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -54,9 +80,15 @@ app.kubernetes.io/part-of: netcm
 {{- if and .Values.routeController.enabled (eq .Values.routeController.backend "netlink") }}true{{ end }}
 {{- end }}
 
-{{/* Whether any netcm pod writes the NetworkUnavailable condition (nodes/status). */}}
+{{/* Whether the Deployment writes the NetworkUnavailable condition (nodes/status): only in gateway mode;
+the DaemonSet writes it with its own account. */}}
 {{- define "netcm.writesNodeStatus" -}}
-{{- if and .Values.routeController.setNodeNetworkUnavailable (or .Values.routeController.enabled .Values.daemonSet.enabled) }}true{{ end }}
+{{- if and .Values.routeController.setNodeNetworkUnavailable .Values.routeController.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Whether the DaemonSet writes its own Node's NetworkUnavailable condition (nodes/status). */}}
+{{- define "netcm.daemonSetWritesNodeStatus" -}}
+{{- if and .Values.routeController.setNodeNetworkUnavailable .Values.daemonSet.enabled }}true{{ end }}
 {{- end }}
 
 {{/* The Deployment's --controllers: exactly the enabled ones, by canonical name. */}}

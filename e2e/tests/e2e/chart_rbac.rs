@@ -108,6 +108,7 @@ struct Case {
 }
 
 mod cases;
+mod daemonset;
 
 use cases::*;
 

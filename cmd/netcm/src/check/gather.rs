@@ -1,11 +1,13 @@
 //! Reading the cluster for `netcm check`: every call here is a GET/LIST, or a SelfSubjectReview /
-//! SelfSubjectAccessReview (which change nothing). The diagnosis is elsewhere and pure.
+//! SelfSubjectAccessReview / SubjectAccessReview (which change nothing). The diagnosis is elsewhere and
+//! pure.
 
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -32,6 +34,8 @@ pub struct Target {
     pub as_user: Option<String>,
     /// `--as-group`.
     pub as_groups: Vec<String>,
+    /// `--daemonset-as`: the route DaemonSet's account, reviewed too.
+    pub daemonset_as: Option<String>,
     /// The Lease's namespace.
     pub lease_namespace: String,
     /// The Lease's name.
@@ -79,7 +83,10 @@ pub async fn gather(t: &Target) -> Gathered {
         Ok(s) => s,
         Err(api) => return Gathered::unreachable(api),
     };
-    let rbac = review_rbac(t, &client, config, &snapshot).await;
+    let mut rbac = review_rbac(t, &client, config, &snapshot).await;
+    if let Some(who) = &t.daemonset_as {
+        rbac.extend(review_daemonset(&client, who, &snapshot).await);
+    }
     Gathered {
         api,
         snapshot: Some(snapshot),
@@ -382,4 +389,57 @@ async fn review_rbac(
         answers.push((req, answer));
     }
     rbac::check(&Subject::Reviewed(who), &answers, &s.lease_namespace)
+}
+
+/// The groups the API server gives a ServiceAccount's token (`system:serviceaccount:NS:NAME`), which
+/// RBAC may bind too; any other user: only `system:authenticated`.
+fn groups_of(user: &str) -> Vec<String> {
+    let mut groups = vec!["system:authenticated".to_string()];
+    if let Some(rest) = user.strip_prefix("system:serviceaccount:") {
+        if let Some((ns, _)) = rest.split_once(':') {
+            groups.push("system:serviceaccounts".into());
+            groups.push(format!("system:serviceaccounts:{ns}"));
+        }
+    }
+    groups
+}
+
+/// The route DaemonSet's account `who`, reviewed by SubjectAccessReview: it is not the user running the
+/// check (inside the chart's test pod, the controller's account, which may create them for secure
+/// metrics), and impersonating it would need a right the check's users seldom have.
+async fn review_daemonset(client: &kube::Client, who: &str, s: &Snapshot) -> Vec<Finding> {
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let mut answers = Vec::new();
+    for review in rbac::daemonset_requests(&s.lease_namespace, &s.lease_name) {
+        let req = &review.request;
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(who.to_string()),
+                groups: Some(groups_of(who)),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(req.verb.into()),
+                    group: Some(req.group.into()),
+                    resource: Some(req.resource.into()),
+                    subresource: (!req.subresource.is_empty()).then(|| req.subresource.into()),
+                    namespace: req.namespace.clone(),
+                    name: req.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = api
+            .create(&PostParams::default(), &sar)
+            .await
+            .map(|r| r.status.is_some_and(|s| s.allowed))
+            .map_err(|e| error_text(&e));
+        let failed = answer.is_err();
+        answers.push((review, answer));
+        // The same refusal for every review: the first says it.
+        if failed {
+            break;
+        }
+    }
+    rbac::check_daemonset(who, &answers, &s.lease_namespace)
 }

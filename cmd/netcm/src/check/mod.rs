@@ -43,6 +43,11 @@ pub struct CheckCli {
     /// Groups to impersonate with --as.
     #[arg(long = "as-group", value_delimiter = ',', global = true)]
     as_groups: Vec<String>,
+    /// Also review the route DaemonSet's account, e.g. system:serviceaccount:kube-system:netcm-node: that
+    /// it may do what node mode needs and none of the controller's writes (root on every Node reads its
+    /// token). Asked by SubjectAccessReview.
+    #[arg(long = "daemonset-as", global = true)]
+    daemonset_as: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text", global = true)]
     output: Output,
@@ -122,6 +127,7 @@ pub fn main(name: &str, args: impl IntoIterator<Item = String>) -> ExitCode {
         master: cli.master.clone(),
         as_user: cli.as_user.clone(),
         as_groups: cli.as_groups.clone(),
+        daemonset_as: cli.daemonset_as.clone(),
         lease_namespace: cli.leader_elect_resource_namespace.clone(),
         lease_name: cli.leader_elect_resource_name.clone(),
         given: GivenFlags {

@@ -59,7 +59,7 @@ pub(super) static CASES: [Case; 11] = [
         verbs: &["create", "list", "patch"],
         feature: "PodCIDRClaims (one claim per block of CIDRs handed out of; release holds recorded on them)",
         probe: Probe("list", "ipam.netcm.io", "podcidrclaims", None, None),
-        message: "listing PodCIDRClaims failed",
+        message: "a list this leader must read before its first allocation failed",
         error: "cannot list resource \"podcidrclaims\"",
     },
     Case {

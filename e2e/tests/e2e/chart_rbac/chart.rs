@@ -18,6 +18,16 @@ impl Rendering {
         Rendering { objects }
     }
 
+    /// The chart with `--set` of each of `values` over the defaults.
+    pub fn with_set(values: &[&str]) -> Rendering {
+        let args: Vec<String> = values
+            .iter()
+            .flat_map(|v| ["--set".to_string(), v.to_string()])
+            .collect();
+        let objects = render(&control_plane().kubeconfig, RELEASE, NAMESPACE, &args);
+        Rendering { objects }
+    }
+
     pub fn all(&self, kind: &str) -> Vec<&Value> {
         self.objects.iter().filter(|o| o["kind"] == kind).collect()
     }
@@ -35,6 +45,14 @@ impl Rendering {
     pub fn args(&self, kind: &str) -> Vec<String> {
         let args = &self.one(kind)["spec"]["template"]["spec"]["containers"][0]["args"];
         serde_json::from_value(args.clone()).expect("container args are strings")
+    }
+
+    /// The ServiceAccount the pods of the one `kind` (Deployment, DaemonSet) run as.
+    pub fn service_account_of(&self, kind: &str) -> String {
+        self.one(kind)["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string()
     }
 
     pub fn service_account(&self) -> String {
