@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use netcm_manager::leader::Takeover;
 use netcm_manager::supervision::ControllerHealth;
-use netcm_manager::{CachedNode, ControllerOptions, EventType, Prepared};
+use netcm_manager::{CachedNode, ControllerOptions, Prepared};
 use prometheus::{IntGauge, Registry};
 use tokio_util::sync::CancellationToken;
 
@@ -256,7 +256,7 @@ impl Allocator {
                         }
                         Touch::Refused(node, e) => {
                             pass.refused += 1;
-                            self.predecessor_touch_refused(name, &node, &e).await;
+                            self.say_touch_refused(name, &node, &e, "CIDRPredecessorTouchRefused", "no pod CIDR is handed out until it has pod CIDRs or is gone: a write of the earlier leader, which ran with a configuration claims cannot cover, may still land on it").await;
                         }
                     }
                 }
@@ -266,25 +266,6 @@ impl Allocator {
                 None => return Ok(pass),
             }
         }
-    }
-
-    /// The API refused for good to touch a Node the earlier leader may still be writing to.
-    async fn predecessor_touch_refused(&self, name: &str, node: &Node, e: &kube::Error) {
-        let message = match e {
-            kube::Error::Api(s) => s.message.clone(),
-            other => other.to_string(),
-        };
-        tracing::warn!(controller = NAME, node = name, error = %message, "the API refused to touch a node the earlier leader may still be writing to: no pod CIDR is handed out until it has pod CIDRs, is gone, or can be touched");
-        let note = format!("node {name} could not be touched ({message}); no pod CIDR is handed out until it has pod CIDRs or is gone: a write of the earlier leader, which ran with a configuration claims cannot cover, may still land on it");
-        self.recorder
-            .publish(
-                &CachedNode::from(node).object_ref(),
-                EventType::Warning,
-                "CIDRPredecessorTouchRefused",
-                "VoidLateWrites",
-                note,
-            )
-            .await;
     }
 }
 

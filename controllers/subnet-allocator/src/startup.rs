@@ -281,17 +281,37 @@ impl Allocator {
 
     /// The API refused a touch for good: the Node stays in the quarantine, and it says why.
     async fn touch_refused(&self, name: &str, node: &Node, e: &kube::Error) {
+        self.say_touch_refused(
+            name,
+            node,
+            e,
+            "CIDRQuarantineTouchRefused",
+            "earlier leaders' claimed blocks stay quarantined until it has pod CIDRs or is gone",
+        )
+        .await;
+    }
+
+    /// A touch of Node `name` refused for good (`e`): a warning and a Warning Event with `reason`, saying
+    /// what stays held meanwhile (`held`).
+    pub(crate) async fn say_touch_refused(
+        &self,
+        name: &str,
+        node: &Node,
+        e: &kube::Error,
+        reason: &str,
+        held: &str,
+    ) {
         let message = match e {
             kube::Error::Api(s) => s.message.clone(),
             other => other.to_string(),
         };
-        tracing::warn!(controller = NAME, node = name, error = %message, "the API refused to touch a node an earlier leader may still be writing to: its claimed blocks stay quarantined until the node has pod CIDRs or is gone");
-        let note = format!("node {name} could not be touched ({message}); earlier leaders' claimed blocks stay quarantined until it has pod CIDRs or is gone");
+        tracing::warn!(controller = NAME, node = name, error = %message, reason, "the API refused to touch a node an earlier leader may still be writing to: {held}");
+        let note = format!("node {name} could not be touched ({message}); {held}");
         self.recorder
             .publish(
                 &CachedNode::from(node).object_ref(),
                 EventType::Warning,
-                "CIDRQuarantineTouchRefused",
+                reason,
                 "VoidLateWrites",
                 note,
             )
