@@ -1,14 +1,28 @@
-//! What several fuzz targets check: that JSON handed to the informer decodes as the informer decodes
-//! it, and caches what a full Node would have, plus input shapes that make the fuzzer write addresses
-//! and CIDRs more often than random text would.
+//! The fuzz targets' checks, one module of [`targets`] per target (each `fuzz_targets/<name>.rs` only
+//! hands libFuzzer's input to its module), so that a stable `cargo test` replays the committed corpus
+//! through the same code (`tests/corpus_replay.rs`). Beside them, what several targets check: that JSON
+//! handed to the informer decodes as the informer decodes it, and caches what a full Node would have,
+//! plus input shapes that make the fuzzer write addresses and CIDRs more often than random text would.
 
 use std::net::IpAddr;
 
-use arbitrary::Arbitrary;
+use arbitrary::{Arbitrary, Unstructured};
 use k8s_openapi::api::core::v1::Node;
 use netcm_manager::node_fields::{NodeFields, WireNode};
 use netcm_node::{first_address, public_ip, CachedNode, Family, Unusable};
 use serde_json::Value;
+
+pub mod targets;
+
+/// `data` decoded as libfuzzer-sys 0.4's `fuzz_target!` decodes a typed input, `None` where it skips
+/// the input: fewer bytes than the type's least size, or bytes `arbitrary_take_rest` refuses. The
+/// replay must skip the same inputs, or it would check values the fuzzer never ran.
+pub fn arbitrary_input<'a, T: Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
+    if data.len() < T::size_hint(0).0 {
+        return None;
+    }
+    T::arbitrary_take_rest(Unstructured::new(data)).ok()
+}
 
 /// A declaration that keeps everything `node` has (every condition type it reports, every annotation
 /// and label).
