@@ -28,7 +28,7 @@ mod decision;
 pub mod flags;
 mod idle_marks;
 pub mod metrics;
-mod pod_cidr_patch;
+pub mod pod_cidr_patch;
 mod predecessor;
 mod release_hold;
 mod release_hold_record;

@@ -1,5 +1,7 @@
-//! The PATCH that gives a Node its pod CIDRs, and how its errors are told apart: pure, so it is tested
-//! without an API server. `assign.rs` sends it.
+//! The PATCH that gives a Node its pod CIDRs, the touch that voids one still on its way, and how the
+//! PATCH's errors are told apart: pure, so it is tested without an API server. `assign.rs` sends the
+//! PATCH, `startup.rs` and `predecessor.rs` the touch; the e2e tests send both as netcm builds them, so
+//! what the real API server decides about them is tested on today's shapes.
 
 use netcm_manager::CachedNode;
 
@@ -32,7 +34,7 @@ pub(crate) fn classify_patch_error(e: &kube::Error) -> PatchFailure {
 /// which is `LeaderGuard`'s): whether it has annotations at all, and the value of
 /// [`FENCED_AT_ANNOTATION`] (`None`: unset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FencePrecondition<'a> {
+pub struct FencePrecondition<'a> {
     /// `metadata.annotations` has entries.
     pub has_annotations: bool,
     /// The fence annotation's value.
@@ -41,7 +43,7 @@ pub(crate) struct FencePrecondition<'a> {
 
 impl<'a> FencePrecondition<'a> {
     /// The fence of a cached Node.
-    pub(crate) fn of(node: &'a CachedNode) -> FencePrecondition<'a> {
+    pub fn of(node: &'a CachedNode) -> FencePrecondition<'a> {
         FencePrecondition {
             has_annotations: node.has_annotations(),
             fenced_at: node.annotation(FENCED_AT_ANNOTATION),
@@ -55,7 +57,7 @@ impl<'a> FencePrecondition<'a> {
 /// holds past a takeover can be voided ([`crate::blocks`]). Other writers of the Node (kubelet's status,
 /// taints, labels) never make it fail. JSON Patch can only test a member of a map that exists: a Node
 /// without annotations is tested for having none.
-pub(crate) fn pod_cidr_patch(
+pub fn pod_cidr_patch(
     uid: &str,
     fence: FencePrecondition<'_>,
     cidrs: &[String],
@@ -75,6 +77,15 @@ pub(crate) fn pod_cidr_patch(
         { "op": "add", "path": "/spec/podCIDR", "value": cidrs.first() },
         { "op": "add", "path": "/spec/podCIDRs", "value": cidrs },
     ])
+}
+
+/// The touch: a strategic merge patch that sets the fence annotation to `stamp` and names the Node's UID
+/// (a Node re-created meanwhile is not touched), so every [`pod_cidr_patch`] built from a cache that saw
+/// the Node before it fails its fence test.
+pub fn fence_touch(uid: &str, stamp: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": { "uid": uid, "annotations": { FENCED_AT_ANNOTATION: stamp } }
+    })
 }
 
 #[cfg(test)]

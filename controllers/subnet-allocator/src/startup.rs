@@ -16,9 +16,9 @@ use netcm_manager::supervision::ControllerHealth;
 use netcm_manager::{CachedNode, EventType, Prepared};
 
 use crate::allocator::{Allocator, SyncError, NAME};
-use crate::blocks::{Blocks, ListedBlock, FENCED_AT_ANNOTATION, QUARANTINE_OWNER};
+use crate::blocks::{Blocks, ListedBlock, QUARANTINE_OWNER};
 use crate::claims::{ClaimError, Claims};
-use crate::pod_cidr_patch::{classify_patch_error, PatchFailure};
+use crate::pod_cidr_patch::{classify_patch_error, fence_touch, PatchFailure};
 use crate::start_lists::FailingList;
 
 /// How many Nodes of the quarantine are touched at once.
@@ -231,9 +231,7 @@ impl Allocator {
         uid: &str,
         stamp: &str,
     ) -> Result<Touch, SyncError> {
-        let patch = serde_json::json!({
-            "metadata": { "uid": uid, "annotations": { FENCED_AT_ANNOTATION: stamp } }
-        });
+        let patch = fence_touch(uid, stamp);
         let e = match self
             .api
             .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))

@@ -16,6 +16,7 @@ use netcm_e2e::nodes::{
 use netcm_e2e::{
     audit, claimed_cidrs, pod_cidr_claims, restart_apiserver, wait_for, Netcm, TestEnv,
 };
+use netcm_subnet_allocator::pod_cidr_patch::{fence_touch, pod_cidr_patch, FencePrecondition};
 
 mod idle_claims;
 mod late_write;
@@ -254,21 +255,19 @@ async fn a_late_pod_cidr_patch_of_an_earlier_leader_is_refused_once_a_new_leader
         .annotations
         .as_ref()
         .is_some_and(|a| !a.is_empty());
-    // What the earlier leader decided, from its cache: the fence annotation unset.
-    let fence_test = if had_annotations {
-        serde_json::json!({"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1fenced-at", "value": null})
-    } else {
-        serde_json::json!({"op": "test", "path": "/metadata/annotations", "value": null})
-    };
-    let late: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        fence_test,
-        {"op": "add", "path": "/spec/podCIDR", "value": "10.204.0.0/24"},
-        {"op": "add", "path": "/spec/podCIDRs", "value": ["10.204.0.0/24"]},
-    ]))
+    // netcm's own PATCH, as the earlier leader built it from a cache that saw the fence annotation
+    // unset, and netcm's own touch, as a new leader sends it before serving from that leader's blocks:
+    // a change to either shape is tested here against the real API server's JSON Patch.
+    let late: json_patch::Patch = serde_json::from_value(pod_cidr_patch(
+        &uid,
+        FencePrecondition {
+            has_annotations: had_annotations,
+            fenced_at: None,
+        },
+        &["10.204.0.0/24".to_string()],
+    ))
     .expect("patch");
-    // A new leader touches the Node, as netcm does before serving from the earlier leader's blocks.
-    let touch = serde_json::json!({"metadata": {"annotations": {"ipam.netcm.io/fenced-at": "2026-11-23T00:00:00Z"}}});
+    let touch = fence_touch(&uid, "2026-11-23T00:00:00Z");
     api.patch(
         "annotated",
         &PatchParams::default(),

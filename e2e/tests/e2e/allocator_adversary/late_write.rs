@@ -12,6 +12,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use netcm_e2e::nodes::{all_nodes, create_nodes, pod_cidrs, NodeFixture};
 use netcm_e2e::webhook::{SlowWebhook, SLOW_WRITES_LABEL};
 use netcm_e2e::{wait_for, TestEnv};
+use netcm_subnet_allocator::pod_cidr_patch::{pod_cidr_patch, FencePrecondition};
 
 use super::{start_after_an_earlier_leaders_block, wait_quarantine_ended, TIMEOUT};
 
@@ -38,12 +39,15 @@ async fn earlier_leaders_write(
     uid: &str,
     cidr: &str,
 ) -> Result<Node, kube::Error> {
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": "/metadata/annotations/ipam.netcm.io~1fenced-at", "value": null},
-        {"op": "add", "path": "/spec/podCIDR", "value": cidr},
-        {"op": "add", "path": "/spec/podCIDRs", "value": [cidr]},
-    ]))
+    // netcm's own builder, so a change to the PATCH's shape is what this test tries against the server.
+    let patch: json_patch::Patch = serde_json::from_value(pod_cidr_patch(
+        uid,
+        FencePrecondition {
+            has_annotations: true,
+            fenced_at: None,
+        },
+        &[cidr.to_string()],
+    ))
     .expect("patch");
     let as_earlier_leader = PatchParams {
         field_manager: Some(EARLIER_LEADER.into()),
