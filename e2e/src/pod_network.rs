@@ -206,13 +206,24 @@ where
     (remaining, still)
 }
 
+/// Echoes per stream, one every [`ECHO_INTERVAL_MS`]: 16 s of traffic, so the handover (sub-second once
+/// the leader steps down) falls well inside every stream, which the test checks.
+const ECHOES: &str = "400";
+const ECHO_INTERVAL_MS: &str = "40";
+
 /// Streams of echoes between pods on different nodes (IPv4 one way, IPv6 the other) while the leading
-/// netcm pod is deleted: every echo is answered, and another pod takes the lead.
+/// netcm pod is deleted: another pod takes the lead while every stream is still running, and every echo
+/// is answered.
 pub async fn leader_loss_drops_no_packet(
     cluster: &Cluster,
     pods: &BTreeMap<String, ProbePod>,
     timeout: Duration,
 ) {
+    // The Lease names a hostname, which every node of this one-machine cluster shares (hostNetwork pods
+    // have the host's UTS namespace): the leader is the pod whose metrics say it leads. Found before the
+    // traffic starts: the lookup may poll for as long as the streams last.
+    let holder = lease_holder(cluster).await;
+    let leader = leading_pod(cluster, timeout).await;
     let list: Vec<&ProbePod> = pods.values().collect();
     let mut streams = Vec::new();
     for (i, from) in list.iter().enumerate() {
@@ -220,16 +231,13 @@ pub async fn leader_loss_drops_no_packet(
         for ip in &to.ips {
             let (c, from, ip) = (cluster.clone(), from.name.clone(), ip.to_string());
             streams.push(tokio::spawn(async move {
-                let (ok, out) = probe::exec(&c, &from, &["stream", &ip, "150", "40"]).await;
+                let (ok, out) =
+                    probe::exec(&c, &from, &["stream", &ip, ECHOES, ECHO_INTERVAL_MS]).await;
                 (from, ip, ok, out)
             }));
         }
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // The Lease names a hostname, which every node of this one-machine cluster shares (hostNetwork pods
-    // have the host's UTS namespace): the leader is the pod whose metrics say it leads.
-    let holder = lease_holder(cluster).await;
-    let leader = leading_pod(cluster, timeout).await;
     cluster
         .kubectl(&[
             "delete",
@@ -240,19 +248,28 @@ pub async fn leader_loss_drops_no_packet(
             "--wait=false",
         ])
         .await;
-    for s in streams {
-        let (from, ip, ok, out) = s.await.expect("stream task");
-        assert!(ok, "{from} -> {ip}: {out}");
-        assert_eq!(
-            out, "sent 150 received 150",
-            "{from} -> {ip} lost echoes while the leader {leader} was deleted"
-        );
-    }
     eventually("a new netcm leader", timeout, || async {
         let h = lease_holder(cluster).await;
         (!h.is_empty() && h != holder).then_some(())
     })
     .await;
+    // Else the echoes proved nothing about the handover.
+    let ended = streams.iter().filter(|s| s.is_finished()).count();
+    assert_eq!(
+        ended,
+        0,
+        "{ended} of {} echo streams had ended before another pod took the lead from {leader}",
+        streams.len()
+    );
+    for s in streams {
+        let (from, ip, ok, out) = s.await.expect("stream task");
+        assert!(ok, "{from} -> {ip}: {out}");
+        assert_eq!(
+            out,
+            format!("sent {ECHOES} received {ECHOES}"),
+            "{from} -> {ip} lost echoes while the leader {leader} was deleted"
+        );
+    }
 }
 
 async fn lease_holder(cluster: &Cluster) -> String {
