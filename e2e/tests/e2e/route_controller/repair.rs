@@ -51,7 +51,11 @@ async fn a_route_deleted_or_changed_by_hand_is_repaired_from_the_kernels_notific
         (net("fd00:10:244:2::/64"), ip("2001:db8::20")),
     ]);
     lab.wait_routes(&want, Duration::from_secs(30)).await;
-    let syncs_before = netcm.metric("route_controller_route_sync_total").await;
+    // A missing series on both sides would compare equal: read it as a number or fail.
+    let syncs_before = netcm
+        .metric("route_controller_route_sync_total")
+        .await
+        .expect("route_controller_route_sync_total is exported");
 
     let mut measured = Vec::new();
     for (what, args) in [
@@ -115,7 +119,10 @@ async fn a_route_deleted_or_changed_by_hand_is_repaired_from_the_kernels_notific
     }
     // The repairs came from the notifications, not from a full reconcile.
     assert_eq!(
-        netcm.metric("route_controller_route_sync_total").await,
+        netcm
+            .metric("route_controller_route_sync_total")
+            .await
+            .expect("route_controller_route_sync_total is exported"),
         syncs_before
     );
 }
