@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pod network benchmark (issue 27 item 5) on the multi-node cluster of hack/cluster.sh, for flannel
+# Pod network benchmark on the multi-node cluster of hack/cluster.sh, for flannel
 # host-gw, flannel vxlan (both beside netcm) and netcm alone: the time from a new node's kubelet start to
 # its first pod reachable from every other node, and TCP throughput and HTTP round trips pod to pod vs
 # node to node over the same bridge (e2e/src/bin/bench-pod-network.rs says how). Prints a markdown table.

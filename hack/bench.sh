@@ -67,7 +67,7 @@
 #                     NETCM_CONTROLPLANE_DIR=/tmp/mine hack/bench.sh memory-limit
 #                     NODES=2000 MEMORY_LIMIT=64M hack/bench.sh memory-limit
 #   outside         the outside harness (hack/outside_bench/, Python, no code shared with the Rust bench), set
-#                   up as issue 28's independent run: ceiling, netcm (the chart's controllers), KCM's nodeipam,
+#                   up as the outside benchmark of docs/performance.md: ceiling, netcm (the chart's controllers), KCM's nodeipam,
 #                   each on its own backlog, a watch counting Nodes with a CIDR, etcd compacted between them.
 #                     hack/bench.sh outside                             NODES=50000, CLIENTS=16
 #                     NODES=2000 CONTENDERS=netcm,kcm hack/bench.sh outside

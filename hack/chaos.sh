@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault campaign (issue 26): netcm replicas split across two kube-apiservers on one etcd, Nodes and
+# Fault campaign: netcm replicas split across two kube-apiservers on one etcd, Nodes and
 # ClusterCIDRs churning, and a seeded random fault every few seconds; prints a table (leader changes,
 # faults by kind, overlapping pod CIDRs, late landed and stale writes, Nodes left without CIDRs) and exits
 # 1 on any finding: an overlap, a stale write, an early takeover, a Node left without CIDRs, a fault that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flannel's node-side binaries for the pod network of hack/cluster.sh (issue 27), built from source and
+# flannel's node-side binaries for the pod network of hack/cluster.sh, built from source and
 # cached by version like hack/controlplane.sh's (flanneld itself is `hack/controlplane.sh bin flanneld`):
 #
 #   hack/flannel.sh bin flannel-cni      flannel's CNI plugin (hack/tools/flannel-cni, FLANNEL_CNI_VERSION),

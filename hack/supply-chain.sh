@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Supply-chain checks and artefacts for netcm's binary and image (issue 30):
+# Supply-chain checks and artefacts for netcm's binary and image:
 #
 #   hack/supply-chain.sh deny          cargo deny check licenses bans sources with deny.toml, then the same
 #                                      policy against a crate it must refuse (a test of the policy itself)

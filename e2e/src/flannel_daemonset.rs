@@ -1,4 +1,4 @@
-//! flannel as a user installs it beside netcm on the multi-node cluster of `hack/cluster.sh` (issue 27):
+//! flannel as a user installs it beside netcm on the multi-node cluster of `hack/cluster.sh`:
 //! `e2e/testdata/flannel/kube-flannel.yaml` (flanneld v0.28 in kube-subnet-manager mode as a DaemonSet,
 //! flannel's CNI plugin installed by its init container, RBAC) rendered with the image of
 //! `hack/image.sh flanneld`, the cluster CIDRs netcm allocates from and a backend, then applied with

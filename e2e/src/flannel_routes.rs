@@ -1,6 +1,6 @@
 //! What flanneld programs into a node of `hack/cluster.sh` for each peer's lease, read back from the
-//! node's network namespace, and what it must program, computed from the leases on the Nodes in the API
-//! (issue 27): host-gw, a route per peer pod CIDR via the peer's public address on `eth0`; vxlan, per
+//! node's network namespace, and what it must program, computed from the leases on the Nodes in the API:
+//! host-gw, a route per peer pod CIDR via the peer's public address on `eth0`; vxlan, per
 //! peer and family a route via the peer's VTEP address (its CIDR's network address) on `flannel.1` /
 //! `flannel-v6.1`, a permanent neighbour entry giving that address the peer's VTEP MAC, and an FDB entry
 //! sending that MAC to the peer's public address. One line per kernel entry, so a set difference names

@@ -1,5 +1,5 @@
 //! What a surviving node of `hack/cluster.sh` still holds about a deleted Node, read back from its network
-//! namespace (`hack/bench.sh forget`, issue 29: how long `--cidr-release-hold` must keep the deleted Node's
+//! namespace (`hack/bench.sh forget`: how long `--cidr-release-hold` must keep the deleted Node's
 //! pod CIDRs from the next Node): the kernel routes to its CIDRs of whoever routes pods (netcm's route
 //! controller, flanneld host-gw or vxlan, with vxlan's VTEP neighbour and FDB entries), the UDP conntrack
 //! entries of flows to its pod (through a Service, where kube-proxy DNATs, and pod IP to pod IP), and the

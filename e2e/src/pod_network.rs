@@ -1,4 +1,4 @@
-//! The checks both pod network tests run on the multi-node cluster of `hack/cluster.sh` (issue 27 item 4),
+//! The checks both pod network tests run on the multi-node cluster of `hack/cluster.sh`,
 //! whoever routes the pods — netcm's route-controller DaemonSet or flanneld beside netcm: every pod IP
 //! inside its Node's CIDRs, the reachability matrix, a ClusterIP Service across nodes, a Node's removal
 //! (its routes leave every other node, nothing else moves) and the loss of netcm's leader during traffic.

@@ -1,5 +1,5 @@
 """The outside harness: netcm against kube-controller-manager's nodeipam and the API server's ceiling, set up
-as the independent run of issue 28 was, with none of the Rust bench's code.
+as an independent run is, with none of the Rust bench's code.
 
 Each contender starts on its own backlog of NODES Nodes of ~8 KB; a watch counts the Nodes holding a pod
 CIDR and the time runs from the contender's start (the ceiling's first PATCH) to the last one. Between

@@ -1,4 +1,4 @@
-//! The leader before this one, when claims cannot cover what it may still be writing (issue 26, item 2).
+//! The leader before this one, when claims cannot cover what it may still be writing.
 //!
 //! Claims and the quarantine (`blocks.rs`, `startup.rs`) keep an earlier leader's late writes safe only if
 //! that leader claimed what it handed out, from blocks this leader computes the same way: it ran with

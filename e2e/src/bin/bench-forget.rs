@@ -1,5 +1,5 @@
-//! How long what a surviving node holds about a deleted Node keeps pointing at it (`hack/bench.sh forget`,
-//! issue 29): the measurement `--cidr-release-hold`'s default is chosen from, since a CIDR handed to the
+//! How long what a surviving node holds about a deleted Node keeps pointing at it (`hack/bench.sh forget`):
+//! the measurement `--cidr-release-hold`'s default is chosen from, since a CIDR handed to the
 //! next Node while a holder still routes, DNATs or resolves towards the old owner sends the new owner's
 //! traffic to a dead machine, or the old owner's flows to the new one.
 //!

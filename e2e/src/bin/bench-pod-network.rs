@@ -1,5 +1,5 @@
 //! Pod network benchmark on the multi-node cluster of `hack/cluster.sh` (run through
-//! `hack/bench-pod-network.sh`; issue 27 item 5). For each configuration — flannel host-gw, flannel
+//! `hack/bench-pod-network.sh`). For each configuration — flannel host-gw, flannel
 //! vxlan (both beside netcm, which hands out the CIDRs) and netcm alone (route-controller DaemonSet,
 //! bridge + host-local) — a fresh cluster of two nodes with probe pods, then:
 //!

@@ -1,4 +1,4 @@
-//! A pod keeps working past its ServiceAccount token's lifetime (`hack/bench.sh token-expiry`, issue 25):
+//! A pod keeps working past its ServiceAccount token's lifetime (`hack/bench.sh token-expiry`):
 //! bound tokens expire, the kubelet writes a new one into the pod before they do, and netcm must read it —
 //! a client that keeps the token it started with is refused (401) once it expires. The API server refuses
 //! lifetimes under 10 minutes, so this is a campaign of about 15 minutes, not a test.

@@ -1,6 +1,6 @@
 //! Faults that do not come through the API server, on the real binary against the real control plane:
 //! the log reader going away, a full disk, a wall clock that steps, a CPU quota, a slow and lossy network
-//! path to the API server (issue 25: `netcm_e2e::api_path`), and a replica that cannot work (a sync that
+//! path to the API server (`netcm_e2e::api_path`), and a replica that cannot work (a sync that
 //! panics, a worker loop that dies, a queue that stops moving). The last three are injected with netcm's
 //! test-only fault hook (`NETCM_TEST_FAULTS`), since nothing outside the process can cause them. The
 //! lossy path has a file of its own (`lossy_path.rs`).

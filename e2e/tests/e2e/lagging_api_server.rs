@@ -1,5 +1,5 @@
-//! A replica that takes over through an API server whose view of Nodes lags behind etcd (issue 26, item
-//! 3). A list "at any version" (`resourceVersion=0`) is served from that server's watch cache, older than
+//! A replica that takes over through an API server whose view of Nodes lags behind etcd. A
+//! list "at any version" (`resourceVersion=0`) is served from that server's watch cache, older than
 //! what the previous leader already wrote; a new leader that starts from it does not know a CIDR is held
 //! and gives it out again. netcm's first list must be a consistent read.
 //!

@@ -1,4 +1,4 @@
-//! Never a duplicate, against an adversary (issue 15): leader election under a saturated client, a Lease
+//! Never a duplicate, against an adversary: leader election under a saturated client, a Lease
 //! deleted by hand, writes the API server holds, shutdown with a write in flight, and an API server that
 //! stops answering (lease durations the Lease cannot carry are refused on the command line:
 //! `cmd/netcm/tests/cmd/manager.md`). Everything runs against the real control

@@ -1,4 +1,4 @@
-//! A pod network that runs on netcm alone, from an empty cluster (issue 27): the multi-node cluster of
+//! A pod network that runs on netcm alone, from an empty cluster: the multi-node cluster of
 //! `hack/cluster.sh` (a real kubelet, containerd and kube-proxy per node, each in its own network
 //! namespace on one bridge, dual-stack), netcm installed by `helm install` with the values a user gives
 //! when netcm is the source of the pod network, containerd rendering each node's bridge + host-local CNI

@@ -1,4 +1,4 @@
-//! A pod network of flannel beside netcm, from an empty cluster (issue 27 items 2 and 4, "flannel"): the
+//! A pod network of flannel beside netcm, from an empty cluster: the
 //! multi-node cluster of `hack/cluster.sh` with `CNI=flannel` (no CNI config until flannel installs one),
 //! netcm installed by `helm install` to hand out the Nodes' dual-stack pod CIDRs (and publish leases for
 //! Nodes without an agent), and real flanneld v0.28 in kube-subnet-manager mode as the DaemonSet of

@@ -1,4 +1,4 @@
-//! Per-Node size from capacity (issue 29) on the real control plane: Nodes registering with 16, 30, 64
+//! Per-Node size from capacity on the real control plane: Nodes registering with 16, 30, 64
 //! and 110 pods get a /27, /26, /25 and /24 from one sized pool, none overlapping, while a fixed-size
 //! pool beside it hands out its one size whatever the capacity — both for a sized flag pool
 //! (`--node-cidr-size-from-pods`) beside a fixed ClusterCIDR, and for a ClusterCIDR sized by the

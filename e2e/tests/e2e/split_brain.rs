@@ -1,4 +1,4 @@
-//! Split brain (issue 15): two replicas, each talking to its own kube-apiserver over one etcd. The leader's
+//! Split brain: two replicas, each talking to its own kube-apiserver over one etcd. The leader's
 //! API server is frozen (SIGSTOP) while the leader's Node PATCHes are in flight, for longer than the lease;
 //! the standby takes over through the other server; then the frozen server is thawed and handles the old
 //! leader's PATCHes late. netcm promises that no two Nodes ever hold overlapping pod CIDRs, even so.

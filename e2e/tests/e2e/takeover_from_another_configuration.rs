@@ -1,4 +1,4 @@
-//! A leader that takes over from one that ran with another configuration (issue 26, item 2): the old
+//! A leader that takes over from one that ran with another configuration: the old
 //! leader runs with `--pod-cidr-claims=false`, as during a rolling upgrade that turns claims on. It and its
 //! API server are frozen (SIGSTOP) while its Node PATCHes are in flight, the new leader — claims on — takes
 //! over through the other API server, and the frozen server is thawed and handles the old leader's PATCHes

@@ -1,4 +1,4 @@
-//! What bad data costs the pools, with the pools lock as the allocator holds it (issue 25): run by hand,
+//! What bad data costs the pools, with the pools lock as the allocator holds it: run by hand,
 //! `cargo bench -p netcm-ipam --bench hostile_data`. No cluster needed; prints a markdown table.
 //!
 //! - a pass of `sync_objects` + `reports` (what the allocator's once-a-second pool reconcile does under

@@ -1,4 +1,4 @@
-//! Per-Node size from capacity (issue 29): the rule that turns a Node's pod capacity into the prefix
+//! Per-Node size from capacity: the rule that turns a Node's pod capacity into the prefix
 //! length of its pod CIDR, and the bounds an operator sets on it.
 //!
 //! The rule is GKE's: at least two addresses per pod (so a Node replacing every pod still has an

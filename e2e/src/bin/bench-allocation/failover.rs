@@ -1,4 +1,4 @@
-//! Failover at scale, as a user feels it (issue 28): with N Nodes allocated, the leader is ended and a
+//! Failover at scale, as a user feels it: with N Nodes allocated, the leader is ended and a
 //! Node registers at that moment; how long until it holds a pod CIDR and its lease annotations.
 //!
 //! Method. One backlog of N Nodes is allocated by replica A (the chart's default controllers without

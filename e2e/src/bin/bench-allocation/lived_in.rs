@@ -1,4 +1,4 @@
-//! A new leader on a lived-in cluster (issue 28): the claims earlier leaders left cover most of the
+//! A new leader on a lived-in cluster: the claims earlier leaders left cover most of the
 //! cluster CIDR, and a backlog of N Nodes waits.
 //!
 //! Method, once per way the earlier leader goes (SIGTERM, as in a rolling update; kill -9): with nothing

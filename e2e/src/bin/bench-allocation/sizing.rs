@@ -1,4 +1,4 @@
-//! `MODE=sizing`: what per-Node size from capacity (`--node-cidr-size-from-pods`, issue 29) saves in
+//! `MODE=sizing`: what per-Node size from capacity (`--node-cidr-size-from-pods`) saves in
 //! address space and what it costs in allocation time, on a realistic mix of max-pods.
 //!
 //! Two contenders, each on a fresh backlog of the same N Nodes (the same seeded mix of pod capacities,

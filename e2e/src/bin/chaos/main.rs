@@ -1,4 +1,4 @@
-//! A fault campaign (issue 26), run through `hack/chaos.sh`: a benchmark-style program that prints
+//! A fault campaign, run through `hack/chaos.sh`: a benchmark-style program that prints
 //! numbers, not a test.
 //!
 //! Three netcm replicas (the subnet-allocator, a 4 s lease) each in a network namespace of its own, split

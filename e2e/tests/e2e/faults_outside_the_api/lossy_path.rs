@@ -1,4 +1,4 @@
-//! A leader behind a slow and lossy network path to the API server (issue 25): `netcm_e2e::api_path`
+//! A leader behind a slow and lossy network path to the API server: `netcm_e2e::api_path`
 //! builds the path, since this kernel has no `tc netem`.
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! A Node without flanneld (issue 27 item 2: netcm publishes leases for Nodes without an agent): a Node
+//! A Node without flanneld (netcm publishes leases for Nodes without an agent): a Node
 //! object with no kubelet behind it, dual-stack `InternalIP`s set through the status subresource as a
 //! kubelet would, and a `NoExecute` taint no DaemonSet tolerates, so no flanneld ever runs for it. netcm
 //! gives it CIDRs and publishes its host-gw lease; the real flanneld on every other node must accept that

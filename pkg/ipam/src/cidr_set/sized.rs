@@ -1,4 +1,4 @@
-//! Blocks of several sizes from one [`CidrSet`] (per-Node size from capacity, issue 29): the set's node
+//! Blocks of several sizes from one [`CidrSet`] (per-Node size from capacity): the set's node
 //! mask is the *smallest* size a pool hands out, and a larger block is an aligned run of `2^k` of its
 //! bits. One bitmap for every size keeps the guarantee the fixed-size set gives — a bit is in use
 //! exactly when some holding covers it, so no two blocks ever overlap — with nothing new to keep in

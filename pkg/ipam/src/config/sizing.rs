@@ -1,4 +1,4 @@
-//! Per-Node size from capacity for the flag pool (issue 29): netcm's flags, off by default, and how
+//! Per-Node size from capacity for the flag pool: netcm's flags, off by default, and how
 //! they turn a family's fixed node mask into a [`NodeSizing`].
 //!
 //! Only IPv4 is sized. IPv6 node CIDRs keep the fixed `--node-cidr-mask-size-ipv6`: addresses are not

@@ -10,7 +10,7 @@
 //! an older copy from the API server's watch cache. "Any version" (`resourceVersion=0`, what kube-runtime's
 //! watcher sends with streaming lists) lets a lagging API server answer with a past that an earlier leader
 //! had already changed: its Nodes without the pod CIDRs it gave them, or without Nodes it saw created; a
-//! relist of that past reports every Node missing from it as deleted (issue 26). A paged list without
+//! relist of that past reports every Node missing from it as deleted. A paged list without
 //! `resourceVersion` is consistent; a streaming list is consistent with `resourceVersion` empty (and
 //! `resourceVersionMatch=NotOlderThan`, which `sendInitialEvents` requires): the API server waits until its
 //! cache has caught up with etcd, and answers 504 "Too large resource version" when that takes more than a
