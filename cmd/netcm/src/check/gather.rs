@@ -362,15 +362,7 @@ async fn review_rbac(
     for req in rbac::requests(&s.settings, &s.lease_namespace, &s.lease_name) {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(req.verb.into()),
-                    group: Some(req.group.into()),
-                    resource: Some(req.resource.into()),
-                    subresource: (!req.subresource.is_empty()).then(|| req.subresource.into()),
-                    namespace: req.namespace.clone(),
-                    name: req.name.clone(),
-                    ..Default::default()
-                }),
+                resource_attributes: Some(attributes(&req)),
                 ..Default::default()
             },
             ..Default::default()
@@ -389,6 +381,19 @@ async fn review_rbac(
         answers.push((req, answer));
     }
     rbac::check(&Subject::Reviewed(who), &answers, &s.lease_namespace)
+}
+
+/// What a review asks about `req`, for either kind of review.
+fn attributes(req: &Request) -> ResourceAttributes {
+    ResourceAttributes {
+        verb: Some(req.verb.into()),
+        group: Some(req.group.into()),
+        resource: Some(req.resource.into()),
+        subresource: (!req.subresource.is_empty()).then(|| req.subresource.into()),
+        namespace: req.namespace.clone(),
+        name: req.name.clone(),
+        ..Default::default()
+    }
 }
 
 /// The groups the API server gives a ServiceAccount's token (`system:serviceaccount:NS:NAME`), which
@@ -416,15 +421,7 @@ async fn review_daemonset(client: &kube::Client, who: &str, s: &Snapshot) -> Vec
             spec: SubjectAccessReviewSpec {
                 user: Some(who.to_string()),
                 groups: Some(groups_of(who)),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(req.verb.into()),
-                    group: Some(req.group.into()),
-                    resource: Some(req.resource.into()),
-                    subresource: (!req.subresource.is_empty()).then(|| req.subresource.into()),
-                    namespace: req.namespace.clone(),
-                    name: req.name.clone(),
-                    ..Default::default()
-                }),
+                resource_attributes: Some(attributes(req)),
                 ..Default::default()
             },
             ..Default::default()
