@@ -18,6 +18,7 @@ pub mod flannel_daemonset;
 pub mod flannel_routes;
 pub mod flanneld;
 pub mod forget;
+pub mod hostile_node;
 pub mod jwt;
 pub mod multinode;
 pub mod netcm;

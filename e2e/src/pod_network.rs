@@ -223,7 +223,7 @@ pub async fn leader_loss_drops_no_packet(
     // have the host's UTS namespace): the leader is the pod whose metrics say it leads. Found before the
     // traffic starts: the lookup may poll for as long as the streams last.
     let holder = lease_holder(cluster).await;
-    let leader = leading_pod(cluster, timeout).await;
+    let (leader, _) = leading_pod(cluster, timeout).await;
     let list: Vec<&ProbePod> = pods.values().collect();
     let mut streams = Vec::new();
     for (i, from) in list.iter().enumerate() {
@@ -288,8 +288,8 @@ async fn lease_holder(cluster: &Cluster) -> String {
 }
 
 /// The netcm Deployment pod whose `leader_election_master_status` is 1 (scraped from the host, which is
-/// on the node bridge; the pods run on their node's network).
-async fn leading_pod(cluster: &Cluster, timeout: Duration) -> String {
+/// on the node bridge; the pods run on their node's network): its name and address.
+pub async fn leading_pod(cluster: &Cluster, timeout: Duration) -> (String, String) {
     eventually("a netcm pod that reports leading", timeout, || async {
         let pods = cluster
             .get_json(&[
@@ -303,7 +303,9 @@ async fn leading_pod(cluster: &Cluster, timeout: Duration) -> String {
         for p in pods["items"].as_array().into_iter().flatten() {
             let ip = p["status"]["podIP"].as_str().unwrap_or_default();
             if master_status(ip).await == Some(1.0) {
-                return p["metadata"]["name"].as_str().map(String::from);
+                return p["metadata"]["name"]
+                    .as_str()
+                    .map(|name| (name.to_string(), ip.to_string()));
             }
         }
         None

@@ -37,6 +37,10 @@ Logs: <state>/*.log (control plane side) and S/*.log.
   hack/cluster.sh env           the cluster's facts as shell assignments
   hack/cluster.sh load TAR IMAGE   import an OCI archive into every node's containerd (and later nodes')
   hack/cluster.sh add-node      one more node (the next free ncm-nX)
+  hack/cluster.sh node-credentials NAME   a kubelet's client certificate for the Node NAME (group
+                                system:nodes), as a bootstrap token's holder can have one signed for any
+                                name; last line: KUBECONFIG=<path> (the hostile-node tests register Nodes
+                                with it; no kubelet runs)
   hack/cluster.sh remove-node NAME   stop the node, delete its namespace and its Node object, clear its
                                      directory but the logs
 
@@ -44,6 +48,7 @@ Environment: NETCM_CLUSTER_DIR (state; default <checkout>/_out/cluster), NODES, 
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -427,11 +432,13 @@ def cni_of(state, env):
 def clear_state_dir(state):
     """What `up` wrote under the state dir outside the control plane's own (hack/controlplane.sh down
     clears that): every node's directory (see clear_node_dir), the host components' certificates and
-    kubeconfigs, the list of loaded images, the CNI choice. Logs stay, and images.d (the pause image, a build cache)."""
+    kubeconfigs, node-credentials' certificates (signed by a CA the next `up` replaces), the list of loaded
+    images, the CNI choice. Logs stay, and images.d (the pause image, a build cache)."""
     nodes_dir = f"{state}/nodes"
     for name in os.listdir(nodes_dir) if os.path.isdir(nodes_dir) else []:
         clear_node_dir(f"{nodes_dir}/{name}")
     shutil.rmtree(f"{state}/pki", ignore_errors=True)
+    shutil.rmtree(f"{state}/credentials", ignore_errors=True)
     for f in os.listdir(state) if os.path.isdir(state) else []:
         if f.endswith(".kubeconfig") or f in ("images", "cni"):
             os.remove(f"{state}/{f}")
@@ -475,6 +482,13 @@ def main(argv):
             add_node(node)
             wait(f"the Node {node.name}", 120, lambda: kubectl("get", "node", node.name))
         print(f"NODE={node.name}")
+    elif cmd == "node-credentials" and len(argv) == 3:
+        name = argv[2]
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise RuntimeError(f"node-credentials: {name!r} is not a valid Node name")
+        pki = f"{STATE}/credentials/{name}"
+        client(pki, "kubelet", f"/O=system:nodes/CN=system:node:{name}", f"{pki}/kubeconfig")
+        print(f"KUBECONFIG={pki}/kubeconfig")
     elif cmd == "remove-node" and len(argv) == 3:
         with m.Lock():
             stop_node(Node.named(argv[2]), delete_node=True)

@@ -40,6 +40,7 @@ class DownTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as state:
             for rel in ["nodes/ncm-n1/flannel/subnet.env", "nodes/ncm-n1/kubelet.log", "nodes/ncm-n7/cni/template.json",
                         "pki/kube-proxy.crt", "kube-proxy.kubeconfig", "kube-scheduler.kubeconfig", "images", "cni",
+                        "credentials/hostile-1/kubelet.crt", "credentials/hostile-1/kubeconfig",
                         "kube-scheduler.log", "images.d/pause.tar", "controlplane/pki/ca.crt"]:
                 write(state, rel)
             cluster.clear_state_dir(state)

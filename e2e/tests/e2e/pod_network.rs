@@ -5,7 +5,8 @@
 //! config from the pod CIDRs netcm put on its Node, and netcm's route-controller DaemonSet routing every
 //! node to its peers. Everything is asserted on packets and API state: probe pods on every node reach each
 //! other by ICMP and TCP over IPv4 and IPv6, through a ClusterIP Service, across Node removal and addition
-//! and across the loss of netcm's leader.
+//! and across the loss of netcm's leader; Nodes a compromised node registers to take the others' traffic
+//! take none (`netcm_e2e::hostile_node`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use netcm_e2e::pod_network::{
     print_cluster, probe_pods_on, removing_a_node_removes_only_its_routes,
     service_reaches_backends_on_other_nodes,
 };
-use netcm_e2e::probe;
+use netcm_e2e::{hostile_node, probe};
 use serde_json::Value;
 
 mod routes;
@@ -132,6 +133,10 @@ async fn netcm_alone_brings_up_a_dual_stack_pod_network_that_survives_node_churn
     // A ClusterIP Service reaches the backends on the other nodes; netcm's leader goes during traffic.
     service_reaches_backends_on_other_nodes(&cluster, &pods).await;
     leader_loss_drops_no_packet(&cluster, &pods, TIMEOUT).await;
+
+    // A node's root registers Nodes built to take the others' traffic or stall allocation: no honest
+    // pod's traffic moves, no honest Node's CIDRs change, new Nodes are still allocated.
+    hostile_node::campaign(&cluster, &pods, &names[NODES - 1], TIMEOUT).await;
 
     // Delete a Node: its routes leave every other node; nothing else moves.
     let gone = names[NODES - 1].clone();
