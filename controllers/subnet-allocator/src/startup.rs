@@ -95,17 +95,7 @@ impl Allocator {
             );
         }
         let idle = listed.iter().filter(|b| b.idle).count();
-        // Only with open claims to protect: at a first start with a backlog every Node is waiting.
-        let waiting: HashMap<Box<str>, Box<str>> = if idle == listed.len() {
-            HashMap::new()
-        } else {
-            self.nodes
-                .list()
-                .iter()
-                .filter(|n| n.raw_pod_cidrs().next().is_none())
-                .map(|n| (n.name().into(), n.uid().into()))
-                .collect()
-        };
+        let waiting = self.record_and_find_waiting(idle < listed.len()).await;
         let blocks = Blocks::start(listed, waiting);
         let waiting_nodes = blocks.waiting_nodes();
         {
@@ -140,6 +130,33 @@ impl Allocator {
             );
         }
         Prepared::Ready
+    }
+
+    /// One snapshot of the cache decides both what the ledger holds and which Nodes the quarantine waits
+    /// for (`quarantine`: only with open claims to protect; at a first start with a backlog every Node
+    /// is waiting). The ledger was filled from an earlier snapshot, before the claims list, which may
+    /// retry for seconds: an earlier leader's write the watch brought in between would be in neither —
+    /// its Node not waiting, its CIDR free once the quarantine ends, until that Node's own key syncs. So
+    /// every Node of this snapshot with pod CIDRs not recorded yet is recorded now, and a write landing
+    /// after it finds its Node waiting.
+    async fn record_and_find_waiting(&self, quarantine: bool) -> HashMap<Box<str>, Box<str>> {
+        let mut waiting = HashMap::new();
+        for node in self.nodes.list() {
+            let (name, uid) = (node.name(), node.uid());
+            if node.raw_pod_cidrs().next().is_none() {
+                if quarantine {
+                    waiting.insert(name.into(), uid.into());
+                }
+                continue;
+            }
+            let recorded = self.state.lock().tracking.recorded(name).uid;
+            if recorded.as_deref() != Some(uid) {
+                let raw: Vec<String> = node.raw_pod_cidrs().map(str::to_string).collect();
+                tracing::info!(controller = NAME, node = name, cidrs = %raw.join(","), "a node got pod CIDRs after the first record and before the quarantine started; recorded");
+                self.record_existing(&node, name, uid, &raw).await;
+            }
+        }
+        waiting
     }
 
     /// Settles Node `name` in the quarantine from what the cache shows; ends the quarantine with the last.

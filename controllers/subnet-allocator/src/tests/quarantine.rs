@@ -201,3 +201,45 @@ async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late
         "no second node gets it: {outcome:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_leaders_write_the_watch_brings_while_the_claims_are_listed_is_recorded_before_the_quarantine_starts(
+) {
+    // A /26 of /28s, one block an earlier leader claimed. "late" had no pod CIDRs when the new leader
+    // recorded the cache; that leader's PATCH for it lands, and the watch brings it, while the claims are
+    // listed: the quarantine must not start with its CIDR free and "late" not waiting.
+    let (late, other) = (node("late", &[], &[]), node("other", &[], &[]));
+    let mut t = Allocating::start(
+        &["--cluster-cidr=10.209.0.0/26", "--node-cidr-mask-size=28"],
+        vec![cached(&late), cached(&other)],
+    );
+    let nodes = t.ctx.nodes.clone();
+    let written = node("late", &["10.209.0.0/28"], &[]);
+    t.api.expect(
+        Step::get(CLAIMS)
+            .check(move |_| nodes.apply(cached(&written)))
+            .reply(200, claim_list(vec![claim("10.209.0.0/26", Some(EARLIER))])),
+    );
+    t.prepare().await;
+    assert_eq!(
+        t.holder_of("10.209.0.0/28").as_deref(),
+        Some("uid-late"),
+        "recorded for the node it landed on"
+    );
+    assert_eq!(quarantined_nodes(&t), Some(1.0), "only \"other\" waits");
+    // No free CIDR outside the block: "other" is touched, which ends the quarantine ...
+    t.api.expect(touch("other").reply(200, body(&other)));
+    let outcome = t.sync("other").await;
+    assert!(
+        matches!(outcome, Ok(SyncOutcome::RetryAfter(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(quarantined_nodes(&t), Some(0.0));
+    // ... and what it frees does not include the CIDR "late" holds.
+    let other = touched(&t, &other);
+    t.watch_shows(&other);
+    t.api
+        .expect(Step::patch(&claim_path("10.209.0.0/26")).content_type(JSON_PATCH));
+    t.api.expect(cidr_patch(&other, &["10.209.0.16/28"]));
+    t.synced("other").await;
+}
