@@ -191,7 +191,9 @@ impl Allocator {
     /// and its pod CIDRs are recorded before the Node counts as voided — else the last touch would free
     /// the quarantine's ranges with that CIDR in them, for another worker to hand out. A Node whose touch
     /// the API refuses for good (an admission policy, the annotation size limit) and which still has no
-    /// pod CIDRs is not voided: the quarantine keeps waiting for it (it gets CIDRs or goes).
+    /// pod CIDRs is not voided: the quarantine keeps waiting for it until it has CIDRs or is gone — and,
+    /// once it is the last Node waiting, its own sync gives it CIDRs of the quarantine
+    /// ([`crate::blocks::Blocks::is_last_and_untouchable`]), so it cannot hold the quarantine for others.
     pub(crate) async fn void_late_writes(&self) -> Result<(), SyncError> {
         let _one_pass = self.voiding.lock().await;
         let waiting = self.state.lock().blocks.waiting();
@@ -294,14 +296,24 @@ impl Allocator {
         self.queue.add(name.to_string().into());
     }
 
-    /// The API refused a touch for good: the Node stays in the quarantine, and it says why.
+    /// The API refused a touch for good: the Node stays in the quarantine, and it says why. Its key is
+    /// queued: once it is the last Node the quarantine waits for, its own sync gives it CIDRs of the
+    /// quarantine, which voids what the touch could not ([`crate::blocks::Blocks::is_last_and_untouchable`]).
     async fn touch_refused(&self, name: &str, node: &Node, e: &kube::Error) {
+        {
+            let mut state = self.state.lock();
+            state.blocks.touch_refused(name);
+            self.metrics
+                .quarantine_touch_refused
+                .set(state.blocks.touch_refused_nodes() as i64);
+        }
+        self.queue.add(name.to_string().into());
         self.say_touch_refused(
             name,
             node,
             e,
             "CIDRQuarantineTouchRefused",
-            "earlier leaders' claimed blocks stay quarantined until it has pod CIDRs or is gone",
+            "it is given pod CIDRs of earlier leaders' claimed blocks before any other node once it is the last node they wait for; until then they stay quarantined",
         )
         .await;
     }
@@ -335,9 +347,15 @@ impl Allocator {
 
     /// Publishes how many Nodes the quarantine waits for; when it has `ended`, frees its ranges.
     fn after_settling(&self, ended: Option<Vec<IpNet>>) {
-        self.metrics
-            .quarantine_nodes
-            .set(self.state.lock().blocks.waiting_nodes() as i64);
+        {
+            let state = self.state.lock();
+            self.metrics
+                .quarantine_nodes
+                .set(state.blocks.waiting_nodes() as i64);
+            self.metrics
+                .quarantine_touch_refused
+                .set(state.blocks.touch_refused_nodes() as i64);
+        }
         let Some(ranges) = ended else {
             return;
         };
