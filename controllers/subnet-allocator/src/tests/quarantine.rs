@@ -344,3 +344,42 @@ async fn a_node_whose_touch_an_admission_policy_forbids_is_served_first_from_the
     )
     .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn two_nodes_whose_touch_is_refused_are_not_given_cidrs_of_the_quarantine_since_one_may_be_on_its_way_to_the_other(
+) {
+    let held = [
+        node("held-0", &["10.212.0.0/28"], &[]),
+        node("held-1", &["10.212.0.16/28"], &[]),
+    ];
+    let (a, b) = (
+        node("untouchable-a", &[], &[("example.com/agent", "present")]),
+        node("untouchable-b", &[], &[("example.com/agent", "present")]),
+    );
+    let mut t = Allocating::start(
+        &["--cluster-cidr=10.212.0.0/26", "--node-cidr-mask-size=28"],
+        held.iter().chain([&a, &b]).map(cached).collect(),
+    );
+    t.prepare_with_claims(vec![claim("10.212.0.0/26", Some(EARLIER))])
+        .await;
+    let policy = "admission webhook \"fence.example.com\" denied the request";
+    t.api.expect_in_any_order([
+        touch("untouchable-a").reply_status(403, "Forbidden", policy),
+        touch("untouchable-b").reply_status(403, "Forbidden", policy),
+        Step::get("/api/v1/nodes/untouchable-a").reply(200, body(&a)),
+        Step::get("/api/v1/nodes/untouchable-b").reply(200, body(&b)),
+    ]);
+    let outcome = t.sync("untouchable-a").await;
+    assert!(
+        matches!(outcome, Err(SyncError::NoCidrAvailable(_))),
+        "no PATCH: {outcome:?}"
+    );
+    assert_eq!(
+        t.metric("netcm_pod_cidr_quarantine_touch_refused_nodes", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        t.holder_of("10.212.0.32/28").as_deref(),
+        Some("claim:quarantine")
+    );
+}
