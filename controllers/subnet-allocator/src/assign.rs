@@ -71,9 +71,11 @@ impl Allocator {
         };
         let no_labels = BTreeMap::new();
         let mut voided = false;
+        let mut from_quarantine;
         let cidrs = loop {
             let allocation = {
-                let mut state = self.state.lock();
+                let mut guard = self.state.lock();
+                let state = &mut *guard;
                 let pools = &mut state.pools;
                 let view = netcm_ipam::NodeView {
                     name,
@@ -82,7 +84,18 @@ impl Allocator {
                 };
                 // Read only here: pod CIDRs never change once set, so a later capacity change is moot.
                 let pods = node.capacity_pods().map(u64::from);
-                let a = pools.allocate_sized_for(uid, &view, pods);
+                let mut a = pools.allocate_sized_for(uid, &view, pods);
+                from_quarantine = false;
+                if is_full(&a) && state.blocks.is_last_and_untouchable(name) {
+                    // Its own allocation voids what its refused touch could not: the bound on how long
+                    // one Node holds the quarantine for everyone (`Blocks::is_last_and_untouchable`).
+                    // Released and held again under the one lock: no other Node sees the free CIDRs.
+                    let ranges = state.blocks.quarantined_ranges().to_vec();
+                    pools.release_node(QUARANTINE_OWNER);
+                    a = pools.allocate_sized_for(uid, &view, pods);
+                    pools.hold(QUARANTINE_OWNER, &ranges);
+                    from_quarantine = a.is_ok();
+                }
                 if let Ok(a) = &a {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(pools);
@@ -137,7 +150,10 @@ impl Allocator {
             let Some(claims) = &self.claims else {
                 break allocation.cidrs;
             };
-            match self.claim_blocks(claims, &allocation.cidrs).await? {
+            match self
+                .claim_blocks(claims, &allocation.cidrs, from_quarantine)
+                .await?
+            {
                 None => {
                     self.request_claim_ahead(&allocation.cidrs);
                     break allocation.cidrs;
@@ -158,14 +174,24 @@ impl Allocator {
 
     /// Makes sure every CIDR lies in a block this leader may use, claiming blocks it has not yet; returns
     /// a block found claimed while earlier leaders' blocks are quarantined (now quarantined too).
+    /// `from_quarantine`: the CIDRs were taken from the quarantine for the last Node it waits for, whose
+    /// touch was refused, and their quarantined blocks are adopted.
     async fn claim_blocks(
         &self,
         claims: &Claims,
         cidrs: &[IpNet],
+        from_quarantine: bool,
     ) -> Result<Option<IpNet>, SyncError> {
         for cidr in cidrs {
-            let block = block_in(&self.state.lock().pools, *cidr);
-            if let Some(quarantined) = self.claim_block(claims, block).await? {
+            let block = {
+                let mut state = self.state.lock();
+                let block = block_in(&state.pools, *cidr);
+                if from_quarantine {
+                    state.blocks.open_for_last_untouchable(&block);
+                }
+                block
+            };
+            if let Some(quarantined) = self.claim_block(claims, block, from_quarantine).await? {
                 return Ok(Some(quarantined));
             }
         }
@@ -175,11 +201,13 @@ impl Allocator {
     /// Makes `block` usable by this leader unless it is already: adopts its claim when it was listed and no
     /// earlier write can land in it, else creates it, or finds it existing (then, while earlier leaders'
     /// blocks are quarantined, it joins the quarantine and is returned; else it is adopted). Workers and
-    /// the claim-ahead task both come through here.
+    /// the claim-ahead task both come through here. `from_quarantine`: see [`Allocator::claim_blocks`]; a
+    /// block found claimed is adopted then, not quarantined.
     pub(crate) async fn claim_block(
         &self,
         claims: &Claims,
         block: IpNet,
+        from_quarantine: bool,
     ) -> Result<Option<IpNet>, SyncError> {
         if self.state.lock().blocks.is_usable(&block) {
             return Ok(None);
@@ -209,7 +237,12 @@ impl Allocator {
                 {
                     let mut guard = self.state.lock();
                     let state = &mut *guard;
-                    if let Some(quarantined) = state.blocks.found_existing(block) {
+                    let quarantined = if from_quarantine {
+                        None
+                    } else {
+                        state.blocks.found_existing(block)
+                    };
+                    if let Some(quarantined) = quarantined {
                         state.pools.hold(QUARANTINE_OWNER, quarantined);
                         self.publish_usage(&state.pools);
                         return Ok(Some(block));
@@ -465,6 +498,16 @@ impl Allocator {
         };
         Ok(SyncOutcome::RetryAfter(retry))
     }
+}
+
+/// Whether an allocation failed only because no free CIDR is left for the Node.
+fn is_full<T>(allocation: &Result<T, netcm_ipam::Error>) -> bool {
+    matches!(
+        allocation,
+        Err(netcm_ipam::Error::Full { .. }
+            | netcm_ipam::Error::NoBlockOfSize { .. }
+            | netcm_ipam::Error::PoolsFull { .. })
+    )
 }
 
 /// An allocation PATCH on its way. Dropped unanswered — a timeout, a 5xx, or the drain cutting its sync

@@ -236,6 +236,8 @@ struct Quarantine {
     listed: HashMap<IpNet, Adoptable>,
     /// Nodes (name → UID) without pod CIDRs in the first list: an earlier leader's PATCH may be on its way.
     nodes: HashMap<Box<str>, Box<str>>,
+    /// Those of `nodes` whose touch the API refused for good: no touch voids a PATCH on its way to them.
+    touch_refused: HashSet<Box<str>>,
 }
 
 impl Blocks {
@@ -260,6 +262,7 @@ impl Blocks {
                 ranges,
                 listed: open.into_iter().map(|b| (b.range, b.into())).collect(),
                 nodes: waiting,
+                touch_refused: HashSet::new(),
             }),
             ..Blocks::default()
         }
@@ -348,17 +351,60 @@ impl Blocks {
     pub(crate) fn voided(&mut self, name: &str) -> Option<Vec<IpNet>> {
         let q = self.quarantine.as_mut()?;
         q.nodes.remove(name);
+        q.touch_refused.remove(name);
         if !q.nodes.is_empty() {
             return None;
         }
         let mut q = self.quarantine.take()?;
         for range in &q.ranges {
-            if !self.usable.contains(range) {
+            // Opened for the last untouchable Node, a range may be adoptable already, or refused.
+            if !self.usable.contains(range) && !self.refused.contains(range) {
                 let listed = q.listed.remove(range).unwrap_or_default();
-                self.adoptable.insert(*range, listed);
+                self.adoptable.entry(*range).or_insert(listed);
             }
         }
         Some(q.ranges)
+    }
+
+    /// The API refused for good to touch Node `name`, which the quarantine waits for.
+    pub(crate) fn touch_refused(&mut self, name: &str) {
+        if let Some(q) = self.quarantine.as_mut() {
+            if q.nodes.contains_key(name) {
+                q.touch_refused.insert(name.into());
+            }
+        }
+    }
+
+    /// How many Nodes the quarantine waits for whose touch the API refused for good.
+    pub(crate) fn touch_refused_nodes(&self) -> usize {
+        self.quarantine
+            .as_ref()
+            .map_or(0, |q| q.touch_refused.len())
+    }
+
+    /// Whether Node `name` may be given CIDRs of the quarantine: it is the last Node the quarantine waits
+    /// for, and its touch was refused. Safe because every other Node an earlier leader may have been
+    /// writing to is voided or settled, so an earlier write can land only on this one, and the API server
+    /// sets a Node's pod CIDRs once: of this leader's PATCH and any earlier one, exactly one lands, and the
+    /// other is refused. Without it the Node could never be settled while the quarantine holds every free
+    /// CIDR, and every Node after it would wait. With two such Nodes it is not safe: a CIDR given to one
+    /// may be on its way to the other.
+    pub(crate) fn is_last_and_untouchable(&self, name: &str) -> bool {
+        self.quarantine.as_ref().is_some_and(|q| {
+            q.nodes.len() == 1 && q.nodes.contains_key(name) && q.touch_refused.contains(name)
+        })
+    }
+
+    /// The quarantined claim of `block` may be adopted now, for the Node [`Blocks::is_last_and_untouchable`]
+    /// lets take CIDRs of the quarantine: the adoption tests it as listed. Its other free CIDRs stay held.
+    pub(crate) fn open_for_last_untouchable(&mut self, block: &IpNet) {
+        if let Some(listed) = self
+            .quarantine
+            .as_mut()
+            .and_then(|q| q.listed.remove(block))
+        {
+            self.adoptable.insert(*block, listed);
+        }
     }
 
     /// The Nodes (name, UID) the quarantine still waits for.

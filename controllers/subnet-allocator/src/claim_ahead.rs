@@ -65,7 +65,7 @@ pub(crate) async fn run(
                 None => return,
             },
         };
-        if let Err(e) = allocator.claim_block(claims, block).await {
+        if let Err(e) = allocator.claim_block(claims, block, false).await {
             tracing::debug!(controller = NAME, block = %block, error = %e, "could not claim a block ahead of need; a worker claims it when it gets there");
         }
     }

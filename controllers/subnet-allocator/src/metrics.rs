@@ -1,6 +1,6 @@
 //! The allocator's metrics: kube-controller-manager's `cidrset_*` (label `clusterCIDR`) for the flag pool,
 //! node-ipam-controller's `multicidrset_*` (labels `clusterCIDR`, `clusterCIDRName`) for every pool, plus
-//! `netcm_node_cidr_conflicts`, `netcm_node_cidr_oversized`, `netcm_pod_cidr_quarantine_nodes`, and per pool
+//! `netcm_node_cidr_conflicts`, `netcm_node_cidr_oversized`, `netcm_pod_cidr_quarantine_nodes`, `netcm_pod_cidr_quarantine_touch_refused_nodes`, and per pool
 //! and family what it can still hand out (`netcm_pool_*`, from netcm-ipam's `PoolSpace`, as `netcm check`
 //! prints it).
 
@@ -34,6 +34,8 @@ pub struct AllocatorMetrics {
     pub oversized: IntGauge,
     /// Nodes the quarantine of earlier leaders' blocks waits for.
     pub quarantine_nodes: IntGauge,
+    /// Nodes the quarantine waits for whose touch the API refused for good.
+    pub quarantine_touch_refused: IntGauge,
     /// CIDRs handed out before their release hold ended, per pool.
     release_hold_cut_short: IntCounterVec,
     /// Failed lists before the first allocation, per list.
@@ -124,6 +126,10 @@ impl AllocatorMetrics {
             "netcm_pod_cidr_quarantine_nodes",
             "Nodes without pod CIDRs that an earlier leader may still be writing to; while above 0, the free CIDRs of earlier leaders' claimed blocks are not handed out.",
         ))?;
+        let quarantine_touch_refused = IntGauge::with_opts(Opts::new(
+            "netcm_pod_cidr_quarantine_touch_refused_nodes",
+            "Nodes the quarantine waits for whose touch the API refused for good (CIDRQuarantineTouchRefused): one alone is given pod CIDRs from the quarantine once it is the last one waiting; while two or more are, the quarantine stays until they have pod CIDRs or are gone.",
+        ))?;
         let release_hold_cut_short = IntCounterVec::new(
             Opts::new(
                 "netcm_pool_release_hold_cut_short_total",
@@ -141,6 +147,7 @@ impl AllocatorMetrics {
         )?;
         registry.register(Box::new(start_list_failures.clone()))?;
         registry.register(Box::new(quarantine_nodes.clone()))?;
+        registry.register(Box::new(quarantine_touch_refused.clone()))?;
         registry.register(Box::new(allocations.clone()))?;
         registry.register(Box::new(releases.clone()))?;
         registry.register(Box::new(usage.clone()))?;
@@ -169,6 +176,7 @@ impl AllocatorMetrics {
             conflicts,
             oversized,
             quarantine_nodes,
+            quarantine_touch_refused,
             release_hold_cut_short,
             start_list_failures,
         })

@@ -95,17 +95,7 @@ impl Allocator {
             );
         }
         let idle = listed.iter().filter(|b| b.idle).count();
-        // Only with open claims to protect: at a first start with a backlog every Node is waiting.
-        let waiting: HashMap<Box<str>, Box<str>> = if idle == listed.len() {
-            HashMap::new()
-        } else {
-            self.nodes
-                .list()
-                .iter()
-                .filter(|n| n.raw_pod_cidrs().next().is_none())
-                .map(|n| (n.name().into(), n.uid().into()))
-                .collect()
-        };
+        let waiting = self.record_and_find_waiting(idle < listed.len()).await;
         let blocks = Blocks::start(listed, waiting);
         let waiting_nodes = blocks.waiting_nodes();
         {
@@ -142,6 +132,33 @@ impl Allocator {
         Prepared::Ready
     }
 
+    /// One snapshot of the cache decides both what the ledger holds and which Nodes the quarantine waits
+    /// for (`quarantine`: only with open claims to protect; at a first start with a backlog every Node
+    /// is waiting). The ledger was filled from an earlier snapshot, before the claims list, which may
+    /// retry for seconds: an earlier leader's write the watch brought in between would be in neither —
+    /// its Node not waiting, its CIDR free once the quarantine ends, until that Node's own key syncs. So
+    /// every Node of this snapshot with pod CIDRs not recorded yet is recorded now, and a write landing
+    /// after it finds its Node waiting.
+    async fn record_and_find_waiting(&self, quarantine: bool) -> HashMap<Box<str>, Box<str>> {
+        let mut waiting = HashMap::new();
+        for node in self.nodes.list() {
+            let (name, uid) = (node.name(), node.uid());
+            if node.raw_pod_cidrs().next().is_none() {
+                if quarantine {
+                    waiting.insert(name.into(), uid.into());
+                }
+                continue;
+            }
+            let recorded = self.state.lock().tracking.recorded(name).uid;
+            if recorded.as_deref() != Some(uid) {
+                let raw: Vec<String> = node.raw_pod_cidrs().map(str::to_string).collect();
+                tracing::info!(controller = NAME, node = name, cidrs = %raw.join(","), "a node got pod CIDRs after the first record and before the quarantine started; recorded");
+                self.record_existing(&node, name, uid, &raw).await;
+            }
+        }
+        waiting
+    }
+
     /// Settles Node `name` in the quarantine from what the cache shows; ends the quarantine with the last.
     /// Every sync calls it: without a quarantine it only takes the lock.
     pub(crate) fn settle_quarantine(&self, name: &str, uid: Option<&str>, has_cidrs: bool) {
@@ -174,7 +191,9 @@ impl Allocator {
     /// and its pod CIDRs are recorded before the Node counts as voided — else the last touch would free
     /// the quarantine's ranges with that CIDR in them, for another worker to hand out. A Node whose touch
     /// the API refuses for good (an admission policy, the annotation size limit) and which still has no
-    /// pod CIDRs is not voided: the quarantine keeps waiting for it (it gets CIDRs or goes).
+    /// pod CIDRs is not voided: the quarantine keeps waiting for it until it has CIDRs or is gone — and,
+    /// once it is the last Node waiting, its own sync gives it CIDRs of the quarantine
+    /// ([`crate::blocks::Blocks::is_last_and_untouchable`]), so it cannot hold the quarantine for others.
     pub(crate) async fn void_late_writes(&self) -> Result<(), SyncError> {
         let _one_pass = self.voiding.lock().await;
         let waiting = self.state.lock().blocks.waiting();
@@ -277,14 +296,24 @@ impl Allocator {
         self.queue.add(name.to_string().into());
     }
 
-    /// The API refused a touch for good: the Node stays in the quarantine, and it says why.
+    /// The API refused a touch for good: the Node stays in the quarantine, and it says why. Its key is
+    /// queued: once it is the last Node the quarantine waits for, its own sync gives it CIDRs of the
+    /// quarantine, which voids what the touch could not ([`crate::blocks::Blocks::is_last_and_untouchable`]).
     async fn touch_refused(&self, name: &str, node: &Node, e: &kube::Error) {
+        {
+            let mut state = self.state.lock();
+            state.blocks.touch_refused(name);
+            self.metrics
+                .quarantine_touch_refused
+                .set(state.blocks.touch_refused_nodes() as i64);
+        }
+        self.queue.add(name.to_string().into());
         self.say_touch_refused(
             name,
             node,
             e,
             "CIDRQuarantineTouchRefused",
-            "earlier leaders' claimed blocks stay quarantined until it has pod CIDRs or is gone",
+            "it is given pod CIDRs of earlier leaders' claimed blocks before any other node once it is the last node they wait for; until then they stay quarantined",
         )
         .await;
     }
@@ -318,9 +347,15 @@ impl Allocator {
 
     /// Publishes how many Nodes the quarantine waits for; when it has `ended`, frees its ranges.
     fn after_settling(&self, ended: Option<Vec<IpNet>>) {
-        self.metrics
-            .quarantine_nodes
-            .set(self.state.lock().blocks.waiting_nodes() as i64);
+        {
+            let state = self.state.lock();
+            self.metrics
+                .quarantine_nodes
+                .set(state.blocks.waiting_nodes() as i64);
+            self.metrics
+                .quarantine_touch_refused
+                .set(state.blocks.touch_refused_nodes() as i64);
+        }
         let Some(ranges) = ended else {
             return;
         };

@@ -201,3 +201,185 @@ async fn a_node_whose_touch_the_api_refuses_keeps_the_quarantine_on_until_a_late
         "no second node gets it: {outcome:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_leaders_write_the_watch_brings_while_the_claims_are_listed_is_recorded_before_the_quarantine_starts(
+) {
+    // A /26 of /28s, one block an earlier leader claimed. "late" had no pod CIDRs when the new leader
+    // recorded the cache; that leader's PATCH for it lands, and the watch brings it, while the claims are
+    // listed: the quarantine must not start with its CIDR free and "late" not waiting.
+    let (late, other) = (node("late", &[], &[]), node("other", &[], &[]));
+    let mut t = Allocating::start(
+        &["--cluster-cidr=10.209.0.0/26", "--node-cidr-mask-size=28"],
+        vec![cached(&late), cached(&other)],
+    );
+    let nodes = t.ctx.nodes.clone();
+    let written = node("late", &["10.209.0.0/28"], &[]);
+    t.api.expect(
+        Step::get(CLAIMS)
+            .check(move |_| nodes.apply(cached(&written)))
+            .reply(200, claim_list(vec![claim("10.209.0.0/26", Some(EARLIER))])),
+    );
+    t.prepare().await;
+    assert_eq!(
+        t.holder_of("10.209.0.0/28").as_deref(),
+        Some("uid-late"),
+        "recorded for the node it landed on"
+    );
+    assert_eq!(quarantined_nodes(&t), Some(1.0), "only \"other\" waits");
+    // No free CIDR outside the block: "other" is touched, which ends the quarantine ...
+    t.api.expect(touch("other").reply(200, body(&other)));
+    let outcome = t.sync("other").await;
+    assert!(
+        matches!(outcome, Ok(SyncOutcome::RetryAfter(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(quarantined_nodes(&t), Some(0.0));
+    // ... and what it frees does not include the CIDR "late" holds.
+    let other = touched(&t, &other);
+    t.watch_shows(&other);
+    t.api
+        .expect(Step::patch(&claim_path("10.209.0.0/26")).content_type(JSON_PATCH));
+    t.api.expect(cidr_patch(&other, &["10.209.0.16/28"]));
+    t.synced("other").await;
+}
+
+/// A takeover where the API refuses for good (`code`, `message`) to touch "untouchable", a Node waiting
+/// for pod CIDRs, while the only free CIDRs lie in an earlier leader's open block: "untouchable" is given
+/// one of them first — its own PATCH voids the earlier leader's, since pod CIDRs are set once — and the
+/// quarantine ends with it, so "waiting" is served from the rest.
+async fn the_last_untouchable_node_is_served_first_from_the_quarantine(
+    code: u16,
+    reason: &str,
+    message: &str,
+) {
+    // A /26 of /28s, one block an earlier leader claimed: two Nodes hold CIDRs, two wait.
+    let held = [
+        node("held-0", &["10.211.0.0/28"], &[]),
+        node("held-1", &["10.211.0.16/28"], &[]),
+    ];
+    let untouchable = node("untouchable", &[], &[("example.com/agent", "present")]);
+    let waiting = node("waiting", &[], &[]);
+    let mut t = Allocating::start(
+        &["--cluster-cidr=10.211.0.0/26", "--node-cidr-mask-size=28"],
+        held.iter()
+            .chain([&untouchable, &waiting])
+            .map(cached)
+            .collect(),
+    );
+    t.prepare_with_claims(vec![claim("10.211.0.0/26", Some(EARLIER))])
+        .await;
+    t.api.expect_in_any_order([
+        touch("untouchable").reply_status(code, reason, message),
+        touch("waiting").reply(200, body(&waiting)),
+    ]);
+    t.api
+        .expect(Step::get("/api/v1/nodes/untouchable").reply(200, body(&untouchable)));
+    let outcome = t.sync("waiting").await;
+    assert!(
+        matches!(outcome, Ok(SyncOutcome::RetryAfter(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(quarantined_nodes(&t), Some(1.0));
+    assert_eq!(
+        t.metric("netcm_pod_cidr_quarantine_touch_refused_nodes", &[]),
+        Some(1.0)
+    );
+    let refused = t.events_on("untouchable");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, "CIDRQuarantineTouchRefused");
+    assert!(refused[0].1.contains(message), "{refused:?}");
+    // Its own sync takes a CIDR of the quarantine: the earlier leader's claim is adopted as listed, and the
+    // PATCH tests the fence the touch could not move.
+    t.api.expect(
+        Step::patch(&claim_path("10.211.0.0/26"))
+            .content_type(JSON_PATCH)
+            .json(json!([
+                { "op": "test", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": EARLIER },
+                { "op": "add", "path": "/metadata/annotations/ipam.netcm.io~1term", "value": IDENTITY },
+                { "op": "add", "path": "/metadata/annotations/ipam.netcm.io~1idle-since", "value": "" },
+                { "op": "remove", "path": "/metadata/annotations/ipam.netcm.io~1idle-since" },
+            ])),
+    );
+    t.api.expect(cidr_patch(&untouchable, &["10.211.0.32/28"]));
+    t.synced("untouchable").await;
+    assert_eq!(
+        quarantined_nodes(&t),
+        Some(0.0),
+        "its CIDRs end the quarantine"
+    );
+    assert_eq!(
+        t.metric("netcm_pod_cidr_quarantine_touch_refused_nodes", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        t.holder_of("10.211.0.32/28").as_deref(),
+        Some("uid-untouchable")
+    );
+    // The other Node is served from what the quarantine held.
+    let waiting = touched(&t, &waiting);
+    t.watch_shows(&waiting);
+    t.api.expect(cidr_patch(&waiting, &["10.211.0.48/28"]));
+    t.synced("waiting").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_whose_touch_the_annotation_size_limit_refuses_is_served_first_from_the_quarantine_and_then_everyone_else(
+) {
+    the_last_untouchable_node_is_served_first_from_the_quarantine(
+        422,
+        "Invalid",
+        "Node \"untouchable\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_whose_touch_an_admission_policy_forbids_is_served_first_from_the_quarantine_and_then_everyone_else(
+) {
+    the_last_untouchable_node_is_served_first_from_the_quarantine(
+        403,
+        "Forbidden",
+        "admission webhook \"fence.example.com\" denied the request: netcm may not annotate this node",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_nodes_whose_touch_is_refused_are_not_given_cidrs_of_the_quarantine_since_one_may_be_on_its_way_to_the_other(
+) {
+    let held = [
+        node("held-0", &["10.212.0.0/28"], &[]),
+        node("held-1", &["10.212.0.16/28"], &[]),
+    ];
+    let (a, b) = (
+        node("untouchable-a", &[], &[("example.com/agent", "present")]),
+        node("untouchable-b", &[], &[("example.com/agent", "present")]),
+    );
+    let mut t = Allocating::start(
+        &["--cluster-cidr=10.212.0.0/26", "--node-cidr-mask-size=28"],
+        held.iter().chain([&a, &b]).map(cached).collect(),
+    );
+    t.prepare_with_claims(vec![claim("10.212.0.0/26", Some(EARLIER))])
+        .await;
+    let policy = "admission webhook \"fence.example.com\" denied the request";
+    t.api.expect_in_any_order([
+        touch("untouchable-a").reply_status(403, "Forbidden", policy),
+        touch("untouchable-b").reply_status(403, "Forbidden", policy),
+        Step::get("/api/v1/nodes/untouchable-a").reply(200, body(&a)),
+        Step::get("/api/v1/nodes/untouchable-b").reply(200, body(&b)),
+    ]);
+    let outcome = t.sync("untouchable-a").await;
+    assert!(
+        matches!(outcome, Err(SyncError::NoCidrAvailable(_))),
+        "no PATCH: {outcome:?}"
+    );
+    assert_eq!(
+        t.metric("netcm_pod_cidr_quarantine_touch_refused_nodes", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        t.holder_of("10.212.0.32/28").as_deref(),
+        Some("claim:quarantine")
+    );
+}
