@@ -143,7 +143,7 @@ wait_for_background() {
   log "waited $((SECONDS - started)) s for the supply-chain builds ($background_log)"
 }
 
-step "multi-node cluster: a dual-stack pod network on netcm alone (hack/cluster.sh, e2e/tests/e2e/pod_network.rs)"
+step "multi-node cluster: a dual-stack pod network on netcm alone, one round of the hostile-node campaign (e2e/tests/e2e/pod_network.rs; ROUNDS=N hack/hostile-node.sh)"
 python3 -m unittest discover -s hack/cluster
 # The test boots its own cluster from zero (down, then up): nodes without pod CIDRs, then helm install.
 cargo_test_telling_why --locked -p netcm-e2e --test e2e -- --test-threads=1 pod_network::
