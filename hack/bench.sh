@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # netcm's benchmarks, one entry point: hack/bench.sh NAME [ARGS]. Each prints its numbers (mostly markdown
 # tables); the e2e tests assert what netcm does, never how fast (docs/performance.md has the numbers).
-# hack/bench-NAME.sh is the same command under its old name.
 #
 #   allocation      netcm vs kube-controller-manager's nodeipam vs the API server's ceiling, side by side in
 #                   one run on the real control plane (e2e/src/bin/bench-allocation/; the README's
