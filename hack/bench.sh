@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # netcm's benchmarks, one entry point: hack/bench.sh NAME [ARGS]. Each prints its numbers (mostly markdown
 # tables); the e2e tests assert what netcm does, never how fast (docs/performance.md has the numbers).
-# hack/bench-NAME.sh is the same command under its old name.
 #
 #   allocation      netcm vs kube-controller-manager's nodeipam vs the API server's ceiling, side by side in
-#                   one run on the real control plane (e2e/src/bin/bench-allocation/; the README's
-#                   "Benchmarks" says what each column means):
+#                   one run on the real control plane (e2e/src/bin/bench-allocation/;
+#                   docs/performance.md says what each column means):
 #                     hack/bench.sh allocation                          MODE=default: 5,000-Node backlog, every contender
 #                     NODES=1000 SKIP_KCM_DEFAULT=1 hack/bench.sh allocation   (ONLY_NETCM=1: ceiling and netcm only)
 #                     MODE=scale NODES=50000 hack/bench.sh allocation   ceiling, netcm and KCM at QPS=1000 (BURST=2×QPS)

@@ -9,7 +9,7 @@
 # kills (memory.oom_control). Exits 1 if netcm was OOM-killed or did not allocate every Node. Needs root
 # and cgroup v1's memory controller.
 #
-#   NETCM_CONTROLPLANE_DIR=/tmp/mine hack/bench.sh memory-limit     (or hack/bench-memory-limit.sh)
+#   NETCM_CONTROLPLANE_DIR=/tmp/mine hack/bench.sh memory-limit
 #   NODES=2000 MEMORY_LIMIT=64M hack/bench.sh memory-limit
 #
 # Knobs: NODES (50000), MEMORY_LIMIT (256M), TIMEOUT_SECONDS (1800), IDLE_SECONDS (120: the annotation

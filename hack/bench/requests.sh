@@ -7,7 +7,6 @@
 #
 #   hack/bench.sh requests                                   # NODES=2000, this checkout's release build
 #   CONTENDERS="before=/tmp/netcm-main after=target/release/netcm" NODES=50000 hack/bench.sh requests
-#   (hack/bench-requests.sh is the same command under its old name)
 #
 # Knobs: NODES (2000), CONTROLLERS (*,-route-controller), CONTENDERS (label=binary …; default: now=<release build>), CLUSTER_CIDR
 # (10.0.0.0/8), SETTLE_SECONDS (5: requests after the last lease still count), TIMEOUT_SECONDS (1800),

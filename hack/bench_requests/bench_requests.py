@@ -1,4 +1,4 @@
-"""hack/bench-requests.sh's logic: the Nodes it creates, the wait for their leases, and the API requests
+"""hack/bench.sh requests's logic: the Nodes it creates, the wait for their leases, and the API requests
 per Node counted from kube-apiserver's audit log, by verb and resource, printed side by side.
 
   bench_requests.py nodes FIRST COUNT            a kubectl List of Nodes bench-FIRST … (address, no CIDR)

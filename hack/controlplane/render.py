@@ -99,7 +99,7 @@ rules:
       - group: "ipam.netcm.io"
         resources: ["podcidrclaims"]
   # How informers list Nodes: paged LISTs or one streaming watch (sendInitialEvents=true); and single
-  # GETs, which a controller deciding from its cache should not need (hack/bench-requests.sh counts them).
+  # GETs, which a controller deciding from its cache should not need (hack/bench.sh requests counts them).
   - level: Metadata
     verbs: ["get", "list", "watch"]
     resources:

@@ -67,8 +67,9 @@ struct State {
     /// Invalid overwrite values already reported, per Node: key → value.
     reported: HashMap<String, BTreeMap<String, String>>,
     /// Why a Node has nothing published, for the gauge, by [`name_key`]: while a backlog waits for its
-    /// pod CIDRs every Node has an entry, and a copy of each name cost ~5 MiB at 50,000 (two names of one
-    /// hash would only share one count of the gauge).
+    /// pod CIDRs every Node has an entry, so a hash keeps the map small where a copy of each name would
+    /// not (`hack/bench.sh allocation` measures the peak; two names of one hash would only share one count
+    /// of the gauge).
     waiting: HashMap<u64, &'static str>,
     /// Nodes whose lease differs from netcm's and is left to their node agent (who owns what), for the
     /// gauge and to log a verdict once.
@@ -306,8 +307,9 @@ impl Syncer {
             ..Default::default()
         };
         self.metrics.writes.inc();
-        // The answer (the whole Node, ~8 KB) is not read: decoding it into a `Node` only to drop it cost
-        // ~300 short-lived allocations per lease during a backlog, between the cache's long-lived ones.
+        // The answer (the whole Node) is not read: decoding it into a `Node` only to drop it would make
+        // hundreds of short-lived allocations per lease during a backlog, between the cache's long-lived
+        // ones.
         let written = patch_unread(&self.api, name, &params, &Patch::Merge(&patch)).await;
         match written {
             Ok(_) => {

@@ -1,4 +1,4 @@
-//! Leader hand-over benchmark on the real control plane (run through `hack/bench-handover.sh`).
+//! Leader hand-over benchmark on the real control plane (run through `hack/bench.sh handover`).
 //!
 //! Each round starts two replicas (the allocator only), waits until one leads and the other stands by,
 //! then ends the leader and times how long until the standby holds the Lease, as a client of the API

@@ -1,4 +1,4 @@
-//! Pools benchmark on the real control plane (run through `hack/bench-pools.sh`): what ClusterCIDR pools
+//! Pools benchmark on the real control plane (run through `hack/bench.sh pools`): what ClusterCIDR pools
 //! cost the allocator. N Nodes exist without pod CIDRs (a backlog), spread over ten label values; then
 //! netcm starts, and the figure is the time from its process start until the last Node has a CIDR,
 //! watched through one Node watch. Two modes on the same Node set, alternated `REPEATS` times:

@@ -1,4 +1,4 @@
-//! Route-controller benchmark on the real control plane (run through `hack/bench-routes.sh`, as root:
+//! Route-controller benchmark on the real control plane (run through `hack/bench.sh routes`, as root:
 //! it creates a network namespace). N Nodes (`NODES`, default 5000) with lease annotations exist before
 //! netcm's route controller starts in the route lab's namespace; prints the time from process start to
 //! every route programmed (and, from netcm's log, from informer synced to the last route), to every

@@ -33,7 +33,7 @@ const DEPLOYMENT_PODS: &str =
 const DAEMONSET_PODS: &str =
     "app.kubernetes.io/instance=netcm,app.kubernetes.io/component=node-routes";
 const TIMEOUT: Duration = Duration::from_secs(120);
-/// The graceful-release bound of the issue: the standby leads within this after `kubectl delete pod`.
+/// The graceful-release bound: the standby leads within this after `kubectl delete pod`.
 const FAILOVER_BOUND: Duration = Duration::from_secs(3);
 
 mod daemonset;

@@ -221,7 +221,7 @@ async fn nodes_waiting_on_a_full_pool_are_allocated_as_soon_as_a_new_cluster_cid
     let start = Instant::now();
     kubectl(&env, &["apply", "-f", &file.display().to_string()]);
     let got = wait_allocated(&env.client, &all, Duration::from_secs(30)).await;
-    // For people (no wall-clock assertion): the target is within a second.
+    // For people (no wall-clock assertion): the target is within a second.
     eprintln!(
         "[bench] waiting nodes allocated {:?} after kubectl apply",
         start.elapsed()

@@ -33,7 +33,7 @@ async fn wait_all_allocated(env: &TestEnv, names: &[String], n: &Netcm) {
     .await;
 }
 
-/// The scenario: stderr is a pipe whose reader exits after the first 512 bytes (a `| head`, a log
+/// The scenario: stderr is a pipe whose reader exits after the first 512 bytes (a `| head`, a log
 /// shipper that dies). Every later line fails to write; netcm must drop and count those lines and go
 /// on: allocate every Node, and drain and release the Lease on SIGTERM.
 #[tokio::test]

@@ -128,7 +128,7 @@ async fn two_replicas_elect_exactly_one_leader_and_the_standby_reports_ready() {
     );
 }
 
-/// The hand-over's speed is a benchmark (`hack/bench-handover.sh`); this proves what it does: the old
+/// The hand-over's speed is a benchmark (`hack/bench.sh handover`); this proves what it does: the old
 /// leader releases the Lease (the standby takes it within the term the old leader held, not after it
 /// expired), exits 0, and never do both lead at once.
 #[tokio::test]
@@ -158,7 +158,7 @@ async fn sigterm_on_the_leader_releases_the_lease_to_the_standby_and_never_two_l
     }
 }
 
-/// How fast the standby takes over is a benchmark (`hack/bench-handover.sh`); this proves the rule:
+/// How fast the standby takes over is a benchmark (`hack/bench.sh handover`); this proves the rule:
 /// it takes over, and never before the dead leader's lease expired (last renewal + lease duration).
 #[tokio::test]
 async fn after_kill_9_the_standby_leads_but_only_once_the_dead_leaders_lease_expired() {

@@ -8,7 +8,7 @@
 //! fd00::/8. Beside this file: `modes.rs` (`--route-mode`), `ownership.rs` (what is netcm's to route
 //! and delete, the standby's sweep) and `repair.rs` (repair from the kernel's notifications); the lab
 //! itself is `netcm_e2e::route_lab`. How fast thousands of Nodes are routed is a benchmark:
-//! `hack/bench-routes.sh` (`e2e/src/bin/bench-routes.rs`).
+//! `hack/bench.sh routes` (`e2e/src/bin/bench-routes.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

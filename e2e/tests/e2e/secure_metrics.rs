@@ -158,7 +158,7 @@ async fn a_thousand_bogus_tokens_cost_the_shared_client_nothing_and_leave_the_le
 
     // While the allocator works through its backlog, in waves: each wave's first requests hold every
     // review slot and the rest of it are refused at once, so on a slow machine a single wave of 1,000 got
-    // only the 16 slots reviewed (CI, 2026-11-26) — too few to tell the clients apart.
+    // only the 16 slots reviewed — too few to tell the clients apart.
     let tokens: Vec<String> = (0..1000).map(|i| format!("bogus-token-{i:04}")).collect();
     let mut codes = BTreeMap::new();
     for wave in tokens.chunks(100) {

@@ -1,4 +1,4 @@
-//! What the allocator's ledger holds per allocated Node (run through `hack/bench-ledger.sh`).
+//! What the allocator's ledger holds per allocated Node (run through `hack/bench.sh ledger`).
 //!
 //! N Nodes, named by 36-character UIDs as the subnet-allocator keys them, are allocated from a fresh
 //! [`Pools`]: an IPv4 /8 of /24s, and dual-stack with an IPv6 /48 of /64s. A counting global allocator

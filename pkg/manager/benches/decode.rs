@@ -1,4 +1,4 @@
-//! How much decoding and caching a Node costs the informer (run through `hack/bench-decode.sh`).
+//! How much decoding and caching a Node costs the informer (run through `hack/bench.sh decode`).
 //!
 //! N realistic Nodes (a kubelet's: ~9 KB of JSON with managedFields, 20 images, nodeInfo, capacity,
 //! conditions, flannel's lease annotations) are decoded from watch-event lines, the way a watch or a

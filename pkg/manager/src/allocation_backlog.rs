@@ -2,10 +2,11 @@
 //!
 //! On a server-bound cluster the controllers share one API server's writes. While a backlog of Nodes
 //! waits for pod CIDRs, every lease PATCH the node-annotation-syncer sends is one allocation fewer per
-//! second, and a Node's lease is worth nothing before its CIDR (measured at 50,000 Nodes: the chart's
-//! controllers wrote 101 CIDRs and 51 leases a second, docs/performance.md). A Node needs both before its network works and the second write comes either way (from
-//! netcm, or from flanneld on the node after kube-controller-manager's CIDR), so allocating first moves
-//! the CIDRs earlier and the leases no later in total. The allocator says when it has more ready Nodes
+//! second, and a Node's lease is worth nothing before its CIDR (see `NETCM_CONTROLLERS=subnet-allocator,
+//! node-annotation-syncer hack/bench.sh allocation`). A Node needs both before its network works and
+//! the second write comes either way (from netcm, or from flanneld on the node after
+//! kube-controller-manager's CIDR), so allocating first moves the CIDRs earlier and the leases no later
+//! in total. The allocator says when it has more ready Nodes
 //! than workers ([`AllocationBacklog::set_busy`]); a writer waits for that to end, up to a bound
 //! ([`AllocationBacklog::give_way`]), so it is slowed during a backlog and never stopped.
 

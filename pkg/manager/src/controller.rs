@@ -51,8 +51,9 @@ pub struct InitContext {
 }
 
 /// A workqueue key: an object's name, one allocation shared by the queue's FIFO and its dirty and
-/// processing maps, and by every controller's Node queue ([`crate::informer::NameKeys`]): copies of a
-/// `String` per queued key cost 6 MiB at a 50,000-Node backlog.
+/// processing maps, and by every controller's Node queue ([`crate::informer::NameKeys`]): a backlog
+/// queues every Node, and a `String` per queued key would copy every name once per map (see
+/// `hack/bench.sh memory-limit`).
 pub type Key = Arc<str>;
 
 impl InitContext {

@@ -1,8 +1,8 @@
 //! The API server's protobuf, read for netcm's informer.
 //!
 //! kube-apiserver encodes a Node in protobuf for about a third of the CPU JSON costs it, and the encoding
-//! is smaller (measured on this machine: a streaming list of 10,000 ~8 KB Nodes took 0.6 s of its CPU
-//! in protobuf, 1.5–1.8 s in JSON). kube-rs reads only JSON, so netcm's informer asks for protobuf and
+//! is smaller (see `WATCH_JSON=1` and `--kube-api-content-type` in `hack/bench.sh allocation`). kube-rs
+//! reads only JSON, so netcm's informer asks for protobuf and
 //! this crate turns each answer into the JSON of just the fields the informer's wire type decodes
 //! (`WireNode` in netcm-manager): name, uid, resourceVersion, deletion, labels, annotations, pod CIDRs,
 //! taints, unschedulable, providerID, addresses and conditions, and of `managedFields` which manager

@@ -2,8 +2,8 @@
 //!
 //! A `HashMap` that holds ~50,000 Nodes sits at 87 % of its buckets, and the tombstones its deletes
 //! leave use up the free slots it has left; the next insert then doubles the table though it holds no
-//! more Nodes than before (measured: after ~23,000 creates and deletes, 57,344 → 114,688 slots; at 100
-//! Nodes/s a step of ~5 MiB in netcm's RSS four minutes into churn). [`make_room_for_one`] rebuilds
+//! more Nodes than before, a step up in netcm's RSS minutes into churn (see `MODE=churn hack/bench.sh
+//! allocation`; the tests below double a table of 50,000 this way). [`make_room_for_one`] rebuilds
 //! such a table at the size its entries need instead, clearing the tombstones. Every per-Node table of
 //! the long-lived process calls it before an insert: the ledger, the allocator's tracking, the
 //! informer's cache and the annotation syncer's record of its writes.

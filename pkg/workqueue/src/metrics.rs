@@ -166,7 +166,7 @@ pub(crate) struct QueueMetrics {
 
 /// Records a queue's events; does nothing for a queue without metrics. The times it measures from (when a
 /// key was added, when it was handed out) are kept by the queue's own maps beside each key, not in a second
-/// map per key here: at a 50,000-Node backlog that second map held 2 MiB per queue.
+/// map per key here, which would hold every key of a backlog once more per queue.
 pub(crate) struct Recorder {
     /// The series and bookkeeping, if the queue has metrics.
     active: Option<ActiveRecorder>,

@@ -3,8 +3,8 @@
 //! netlink-packet-route has no nexthop messages, so this module encodes them itself.
 //!
 //! Why netcm uses them: IPv4 finds an existing `fib_info` through a hash that leaves the gateway out, so
-//! when every route has its own gateway each insert walks every earlier route (quadratic: 49–73 s for
-//! 50,000 routes). A route that names a nexthop object by id is hashed by that id instead.
+//! when every route has its own gateway each insert walks every earlier route (quadratic; see
+//! `hack/bench.sh kernel-routes`). A route that names a nexthop object by id is hashed by that id instead.
 
 use std::fmt;
 use std::future::Future;

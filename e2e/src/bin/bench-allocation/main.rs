@@ -1,4 +1,4 @@
-//! Allocation benchmark on the real control plane (run through `hack/bench-allocation.sh`); prints
+//! Allocation benchmark on the real control plane (run through `hack/bench.sh allocation`); prints
 //! markdown tables, asserts nothing about speed.
 //!
 //! Modes (`MODE=`):

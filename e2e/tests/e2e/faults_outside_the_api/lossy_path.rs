@@ -39,7 +39,7 @@ fn family_sum(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// Issue 25: the leader's network path to the API server has 150 ms of delay each way and drops 5 % of
+/// The leader's network path to the API server has 150 ms of delay each way and drops 5 % of
 /// its packets, for the whole test — from before the process starts, so its first list, its Lease and
 /// every write cross it. `tc netem` is used where the kernel has it; elsewhere the delay is the relay's
 /// and the loss an iptables `statistic` DROP rule on the namespace's loopback (`netcm_e2e::api_path`), so

@@ -4,8 +4,9 @@
 //! (token bucket, fence, deadline, metrics: the layer judges by method) and skip the body unbuilt.
 //!
 //! They also ask the API server to answer with the object's metadata only ([`METADATA_ANSWER`]):
-//! encoding the whole Node in JSON for every write was 4 % of kube-apiserver's CPU in a 50,000-Node
-//! backlog, spent on bytes nobody reads. An error is still a JSON `Status`, so it keeps its code.
+//! encoding the whole Node in JSON for every write costs kube-apiserver CPU on bytes nobody reads, and
+//! netcm CPU to receive them (see `CEILING_METADATA_ANSWER=1 hack/bench.sh allocation`). An error is
+//! still a JSON `Status`, so it keeps its code.
 
 use http::header::{HeaderValue, ACCEPT};
 use kube::api::{Api, Patch, PatchParams, PostParams};
