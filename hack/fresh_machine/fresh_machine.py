@@ -117,6 +117,13 @@ def node_has_cidr(checkout, env):
     return got.returncode == 0 and got.stdout.strip() not in ("", "[]")
 
 
+def forget_the_control_plane(checkout, env, run=subprocess.run):
+    """Stops the clone's control plane and removes its state (etcd's data, certificates): warm means warm
+    caches, not a cluster whose sample Nodes already hold pod CIDRs from the run before."""
+    run(["bash", "hack/controlplane.sh", "down"], cwd=checkout, env=env, check=False, capture_output=True)
+    shutil.rmtree(os.path.join(checkout, "_out", "controlplane"), ignore_errors=True)
+
+
 def run_test_command(checkout, env, log_path):
     """hack/test.sh to its end: (exit code, seconds, its step table)."""
     started = time.monotonic()
@@ -153,9 +160,7 @@ def main(argv):
             rows.append((f"hack/local-up.sh {state}, to the first allocation", seconds,
                          log if seconds is None else ""))
             print(format_table(rows[-1:]).splitlines()[-1], flush=True)
-            # Warm means warm caches, not a control plane left running: each run starts its own.
-            subprocess.run(["bash", "hack/controlplane.sh", "down"], cwd=checkout, env=env, check=False,
-                           capture_output=True)
+            forget_the_control_plane(checkout, env)
         if args.test:
             for state in ("cold", "warm"):
                 log = os.path.join(scratch, f"test-{state}.log")

@@ -1,6 +1,7 @@
 """Tests of fresh_machine.py's pure parts: the step table it reads and the environment it makes."""
 
 import os
+import tempfile
 import unittest
 
 import fresh_machine
@@ -29,6 +30,18 @@ class FreshEnv(unittest.TestCase):
         self.assertNotIn("CARGO_TARGET_DIR", env)
         self.assertEqual(env["PATH"].split(os.pathsep)[0], "/s/cargo-tools/bin")
         self.assertEqual(base["NETCM_BIN"], "/x/netcm", "the caller's environment is not changed")
+
+
+class ForgetTheControlPlane(unittest.TestCase):
+    def test_the_next_run_finds_no_state_of_the_control_plane_before_it(self):
+        with tempfile.TemporaryDirectory() as checkout:
+            etcd = os.path.join(checkout, "_out", "controlplane", "etcd-data", "member")
+            os.makedirs(etcd)
+            calls = []
+            fresh_machine.forget_the_control_plane(checkout, {}, run=lambda args, **kw: calls.append(args))
+            self.assertEqual(calls, [["bash", "hack/controlplane.sh", "down"]])
+            self.assertFalse(os.path.exists(os.path.join(checkout, "_out", "controlplane")))
+            self.assertTrue(os.path.isdir(os.path.join(checkout, "_out")))
 
 
 class FormatTable(unittest.TestCase):
