@@ -64,6 +64,7 @@ cleanup() {
   if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
     bash hack/cluster.sh down >&2 || true
     bash hack/controlplane.sh down >/dev/null 2>&1 || true
+    NETCM_CONTROLPLANE_DIR=$root/_out/controlplane-2 bash hack/controlplane.sh down >/dev/null 2>&1 || true
   fi
 }
 trap cleanup EXIT
@@ -153,18 +154,36 @@ step "multi-node cluster: flannel host-gw and vxlan beside netcm (e2e/tests/e2e/
 cargo_test_telling_why --locked -p netcm-e2e --test e2e -- --test-threads=1 pod_network_flannel::
 [ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
 
-step "e2e tests (real kube-apiserver + etcd; the chart on real nodes of hack/cluster.sh)"
+step "e2e tests (real kube-apiserver + etcd, two control planes at once: hack/e2e_workers/run.py; the chart on real nodes of hack/cluster.sh)"
 # The e2e suite's netcm has the test-only fault hooks; the release build above has none.
 cargo build --locked -p netcm --features test-faults
-case "$(target/debug/netcm --version)" in
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+case "$("$target_dir/debug/netcm" --version)" in
   *test-faults*) ;;
-  *) die "target/debug/netcm --version does not name test-faults: the fault tests would test nothing" ;;
+  *) die "$target_dir/debug/netcm --version does not name test-faults: the fault tests would test nothing" ;;
 esac
+# The e2e crate's own unit tests (its helpers, the chaos campaign's verdict) and its binaries' tests.
+cargo_test_telling_why --locked -p netcm-e2e --lib --bins
+python3 -m unittest discover -s hack/e2e_workers
+e2e_binary=$(cargo test --locked -p netcm-e2e --test e2e --no-run --message-format=json |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "e2e" and m.get("executable"):
+        print(m["executable"])')
+[ -x "$e2e_binary" ] || die "cargo test --no-run named no e2e test binary"
+second_controlplane=$root/_out/controlplane-2
+NETCM_CONTROLPLANE_DIR=$second_controlplane bash hack/controlplane.sh up >/dev/null
 # pod_network and pod_network_flannel ran in the multi-node steps (they need no shared control plane).
-# The chart tests boot their own clusters (NODES=2, then NODES=1) and leave the last one up.
-cargo_test_telling_why --locked -p netcm-e2e --no-fail-fast -- --test-threads=1 --skip pod_network:: \
-  --skip pod_network_flannel::
-[ "${NETCM_KEEP_CONTROLPLANE:-0}" = 1 ] || bash hack/cluster.sh down
+# The chart tests boot their own clusters (NODES=2, then NODES=1) and leave the last one up. NETCM_BIN is
+# the build just made and checked above: without it each test process would run cargo build again.
+NETCM_BIN=$target_dir/debug/netcm python3 hack/e2e_workers/run.py --binary "$e2e_binary" \
+  --controlplane "$root/_out/controlplane" --controlplane "$second_controlplane" \
+  --skip pod_network:: --skip pod_network_flannel::
+if [ "${NETCM_KEEP_CONTROLPLANE:-0}" != 1 ]; then
+  bash hack/cluster.sh down
+  NETCM_CONTROLPLANE_DIR=$second_controlplane bash hack/controlplane.sh down >/dev/null
+fi
 
 step "chaos: a short fault campaign of every fault kind (hack/chaos.sh; CHAOS_MINUTES=60 by hand)"
 # A fixed seed; every finding the campaign reports fails it (e2e/src/bin/chaos/verdict.rs). A late write

@@ -1,0 +1,53 @@
+"""Tests of run.py's pure parts: the test list, the skips, the order, the summary."""
+
+import os
+import tempfile
+import unittest
+
+import run
+
+
+class ParseList(unittest.TestCase):
+    def test_only_tests_are_listed_not_benches_or_the_count(self):
+        out = "a::one: test\nb::two: test\nb::bench: bench\n\n2 tests, 1 benchmark\n"
+        self.assertEqual(run.parse_list(out), ["a::one", "b::two"])
+
+
+class Selected(unittest.TestCase):
+    def test_a_skip_drops_every_test_whose_name_contains_it_as_libtest_does(self):
+        names = ["pod_network::x", "pod_network_flannel::y", "manager::z"]
+        self.assertEqual(run.selected(names, ["pod_network::", "pod_network_flannel::"]), ["manager::z"])
+
+
+class Ordered(unittest.TestCase):
+    def test_untimed_tests_come_first_then_the_longest(self):
+        got = run.ordered(["a", "b", "c", "d"], {"a": 5.0, "b": 50.0, "d": 20.0})
+        self.assertEqual(got, ["c", "b", "d", "a"])
+
+
+class Summary(unittest.TestCase):
+    def test_the_closing_line_is_the_plain_count_ci_reads(self):
+        self.assertEqual(run.summary_line(120, 3), "120 passed, 3 failed")
+
+    def test_the_slowest_come_first(self):
+        results = [{"name": "a", "seconds": 1.0, "worker": 1}, {"name": "b", "seconds": 9.5, "worker": 2}]
+        self.assertEqual(run.slowest(results, 1), ["    9.5s  w2  b"])
+
+
+class Durations(unittest.TestCase):
+    def test_durations_of_passed_tests_are_kept_for_the_next_run_and_a_bad_file_is_ignored(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "sub", "durations.json")
+            self.assertEqual(run.load_durations(path), {})
+            run.save_durations(path, {"old": 3.0}, [
+                {"name": "a", "ok": True, "seconds": 12.34},
+                {"name": "b", "ok": False, "seconds": 99.0},
+            ])
+            self.assertEqual(run.load_durations(path), {"old": 3.0, "a": 12.3})
+            with open(path, "w") as f:
+                f.write("[not a map")
+            self.assertEqual(run.load_durations(path), {})
+
+
+if __name__ == "__main__":
+    unittest.main()
