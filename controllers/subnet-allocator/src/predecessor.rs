@@ -225,11 +225,11 @@ impl Allocator {
                             return WaitedOut::Over;
                         }
                         // Every other Node the earlier leader could have been writing to is touched, recorded
-                        // or gone, so a write of its still on its way can land only on this one, and the API
-                        // server sets a Node's pod CIDRs once: of that PATCH and ours exactly one takes effect
-                        // (a second with other CIDRs is refused as an update of pod CIDRs). No worker starts
-                        // until this Node's own state, read back, is recorded, so whichever CIDRs landed are
-                        // in the ledger before any other Node is given one.
+                        // or gone, so a write of its still on its way can land only on this one, whose pod
+                        // CIDRs the API server sets once: of that PATCH and ours exactly one takes effect (a
+                        // second with other CIDRs is refused as a change of pod CIDRs). No worker starts until
+                        // this Node is read back and what it holds recorded (`serve_untouchable_first`), so no
+                        // other Node is given a CIDR that write carried.
                         1 => {
                             if let Some(untouchable) = pass.refused.pop() {
                                 tracing::warn!(controller = NAME, node = %untouchable.name, nodes_with_cidrs = pass.recorded, nodes_touched = voided.len(), "every node the earlier leader may still be writing to is voided but one whose touch the API refuses: it is given pod CIDRs before any other node");
