@@ -310,3 +310,57 @@ async fn after_a_leader_without_claims_two_nodes_whose_touch_is_refused_hold_all
         assert_eq!(events[0].0, "CIDRPredecessorTouchRefused");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_patch_to_the_untouchable_node_keeps_every_other_node_waiting_until_it_is_sent_again_and_lands(
+) {
+    let untouchable = node("untouchable", &[], &[("example.com/agent", "present")]);
+    let waiting = node("waiting", &[], &[]);
+    let mut t = Allocating::taking_over(
+        &FLAGS,
+        [&untouchable, &waiting].map(cached).into(),
+        Some(without_claims()),
+    );
+    t.api.expect(
+        Step::get("/api/v1/nodes")
+            .query("limit=500")
+            .reply(200, node_list(&[untouchable.clone(), waiting.clone()])),
+    );
+    let policy = "admission webhook \"fence.example.com\" denied the request";
+    t.api.expect_in_any_order([
+        touch("untouchable").reply_status(403, "Forbidden", policy),
+        touch("waiting").reply(200, body(&waiting)),
+    ]);
+    t.api
+        .expect(Step::get("/api/v1/nodes/untouchable").reply(200, body(&untouchable)));
+    t.api
+        .expect(Step::get(CLAIMS).reply(200, claim_list(vec![])));
+    t.api
+        .expect(claim_create("10.244.0.0/22", IDENTITY).reply(201, json!({})));
+    // Unanswered, it may still land: the Node shows nothing yet, so the same CIDR is sent again.
+    t.api
+        .expect(cidr_patch(&untouchable, &["10.244.0.0/28"]).reply_status(
+            503,
+            "ServiceUnavailable",
+            "etcdserver: request timed out",
+        ));
+    t.api
+        .expect(Step::get("/api/v1/nodes/untouchable").reply(200, body(&untouchable)));
+    t.api.expect(cidr_patch(&untouchable, &["10.244.0.0/28"]));
+    t.prepare().await;
+    assert_eq!(
+        t.holder_of("10.244.0.0/28").as_deref(),
+        Some("uid-untouchable")
+    );
+    let mut touched = waiting.clone();
+    touched.metadata.annotations = Some(
+        [(
+            FENCED_AT_ANNOTATION.to_string(),
+            fence_set(&t.api, "/api/v1/nodes/waiting"),
+        )]
+        .into(),
+    );
+    t.watch_shows(&touched);
+    t.api.expect(cidr_patch(&touched, &["10.244.0.16/28"]));
+    t.synced("waiting").await;
+}
