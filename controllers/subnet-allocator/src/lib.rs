@@ -78,7 +78,7 @@ fn build(
     let pools = Pools::new(&config).map_err(InitError::new)?;
     let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
     metrics.publish(&pools.stats());
-    let predecessor_gauge = predecessor::register_gauge(&ctx.registry).map_err(InitError::new)?;
+    let predecessor_gauges = predecessor::register_gauges(&ctx.registry).map_err(InitError::new)?;
     let queue = ctx.node_queue(NAME)?;
     let (claim_ahead, claim_ahead_requests) = if flags.pod_cidr_claims {
         let (tx, rx) = tokio::sync::mpsc::channel(claim_ahead::PENDING_REQUESTS);
@@ -169,17 +169,29 @@ fn build(
                 // The leader before this one, from the Lease this one took (init may run before it, on a
                 // warm standby): waited out if claims cannot cover it.
                 let predecessor = predecessor::judge(prepare.guard.takeover().as_deref(), &flags);
-                match prepare
-                    .wait_out_predecessor(&predecessor, &predecessor_gauge, &readiness, &shutdown)
+                let untouchable = match prepare
+                    .wait_out_predecessor(&predecessor, &predecessor_gauges, &readiness, &shutdown)
                     .await
                 {
-                    Prepared::Ready => {}
-                    stopped => return stopped,
+                    predecessor::WaitedOut::Over => None,
+                    predecessor::WaitedOut::AllBut(untouchable) => Some(untouchable),
+                    predecessor::WaitedOut::Stopped(stopped) => return stopped,
+                };
+                if let Some(claims) = &prepare.claims {
+                    match prepare
+                        .reconcile_claims(claims, &readiness, &shutdown)
+                        .await
+                    {
+                        Prepared::Ready => {}
+                        stopped => return stopped,
+                    }
                 }
-                match &prepare.claims {
-                    Some(claims) => {
+                // After the claims, so its CIDRs come from a block this leader claimed; before the
+                // workers, so no other Node is given a CIDR until what landed on it is recorded.
+                match untouchable {
+                    Some(untouchable) => {
                         prepare
-                            .reconcile_claims(claims, &readiness, &shutdown)
+                            .serve_untouchable_first(untouchable, &predecessor_gauges, &shutdown)
                             .await
                     }
                     None => Prepared::Ready,

@@ -19,10 +19,12 @@
 //!
 //! The simplest safe rule: nothing at all is handed out after such a takeover until both are done, rare by
 //! nature (a configuration change). A Node whose touch the API refuses for good (an admission policy, the
-//! annotation size limit) keeps it so, with a Warning Event on that Node, until the Node has pod CIDRs or
-//! is gone, or a touch goes through: handing out a CIDR before then could give the CIDR of its unvoided
-//! write to a second Node. A leader that itself runs without claims relies on the fence alone, by its
-//! configuration, and does not wait.
+//! annotation size limit) gets a Warning Event, and `netcm_pod_cidr_predecessor_touch_refused_nodes`
+//! counts such Nodes. One alone is allocated first, before any worker starts, once every other Node is
+//! touched, recorded or gone ([`Allocator::serve_untouchable_first`]): its own PATCH stands in for the
+//! touch. Two or more keep allocation held until all but one have pod CIDRs, are gone, or can be touched:
+//! a CIDR given to one may be on its way to another. A leader that itself runs without claims relies on
+//! the fence alone, by its configuration, and does not wait.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -123,28 +125,66 @@ pub(crate) fn judge(takeover: Option<&Takeover>, ours: &Flags) -> Verdict {
     Verdict::Covered("the earlier leader ran with claims and the same cluster CIDRs and masks")
 }
 
-/// Registers `netcm_pod_cidr_predecessor_quarantine`.
-pub(crate) fn register_gauge(registry: &Registry) -> Result<IntGauge, prometheus::Error> {
-    let gauge = IntGauge::new(
+/// The gauges of waiting out an earlier leader.
+#[derive(Clone)]
+pub(crate) struct Gauges {
+    /// `netcm_pod_cidr_predecessor_quarantine`: 1 while nothing is handed out.
+    pub(crate) quarantine: IntGauge,
+    /// `netcm_pod_cidr_predecessor_touch_refused_nodes`: Nodes without pod CIDRs whose touch the API
+    /// refused for good in the last pass.
+    pub(crate) touch_refused: IntGauge,
+}
+
+/// Registers [`Gauges`].
+pub(crate) fn register_gauges(registry: &Registry) -> Result<Gauges, prometheus::Error> {
+    let quarantine = IntGauge::new(
         "netcm_pod_cidr_predecessor_quarantine",
         "1 while no pod CIDR is handed out because the leader before ran with a configuration claims cannot cover (claims off, other cluster CIDRs or masks, or unknown) and one of its writes may still land.",
     )?;
-    registry.register(Box::new(gauge.clone()))?;
-    Ok(gauge)
+    let touch_refused = IntGauge::new(
+        "netcm_pod_cidr_predecessor_touch_refused_nodes",
+        "Nodes without pod CIDRs whose touch the API refused for good (CIDRPredecessorTouchRefused) while no pod CIDR is handed out after a leader claims cannot cover: one alone is allocated first, then everyone else; two or more keep allocation held until all but one have pod CIDRs, are gone, or can be touched.",
+    )?;
+    registry.register(Box::new(quarantine.clone()))?;
+    registry.register(Box::new(touch_refused.clone()))?;
+    Ok(Gauges {
+        quarantine,
+        touch_refused,
+    })
+}
+
+/// How waiting out an earlier leader ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum WaitedOut {
+    /// None of its writes can land on a Node without recorded pod CIDRs any more: allocate as usual.
+    Over,
+    /// Every Node without pod CIDRs is touched or gone but this one, whose touch the API refuses for
+    /// good: it is allocated before any other ([`Allocator::serve_untouchable_first`]).
+    AllBut(Untouchable),
+    /// Shut down, or a list kept failing.
+    Stopped(Prepared),
+}
+
+/// A Node without pod CIDRs whose touch the API refuses for good, as the list showed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Untouchable {
+    name: String,
+    uid: String,
 }
 
 impl Allocator {
     /// Before the first allocation: when `verdict` says so, waits until the earlier leader can send no
     /// more writes, then records every CIDR the Nodes hold from a consistent list and voids the writes it
-    /// may have in flight (retried until every Node is recorded, voided or gone; a list that keeps
-    /// failing fails the replica: [`crate::start_lists`]).
+    /// may have in flight (retried until every Node is recorded, voided or gone — or all but one whose
+    /// touch the API refuses for good, returned for [`Allocator::serve_untouchable_first`]; a list that
+    /// keeps failing fails the replica: [`crate::start_lists`]).
     pub(crate) async fn wait_out_predecessor(
         &self,
         verdict: &Verdict,
-        gauge: &IntGauge,
+        gauges: &Gauges,
         readiness: &ControllerHealth,
         shutdown: &CancellationToken,
-    ) -> Prepared {
+    ) -> WaitedOut {
         let (why, until) = match verdict {
             Verdict::Covered(why) => {
                 tracing::info!(
@@ -152,14 +192,14 @@ impl Allocator {
                     reason = why,
                     "the earlier leader's writes are covered by claims, or there was none"
                 );
-                return Prepared::Ready;
+                return WaitedOut::Over;
             }
             Verdict::WaitOut { why, until } => (why, *until),
         };
-        gauge.set(1);
+        gauges.quarantine.set(1);
         tracing::warn!(controller = NAME, reason = %why, wait = ?until.saturating_duration_since(Instant::now()), "claims cannot cover what the earlier leader may still be writing: handing out no pod CIDR until none of its writes can land");
         tokio::select! {
-            _ = shutdown.cancelled() => return Prepared::ShutDown,
+            _ = shutdown.cancelled() => return WaitedOut::Stopped(Prepared::ShutDown),
             _ = tokio::time::sleep_until(until.into()) => {}
         }
         let mut failing = FailingList::new(
@@ -175,20 +215,76 @@ impl Allocator {
         let mut voided = HashSet::new();
         loop {
             match self.record_and_void(&stamp, &mut voided).await {
-                Ok(pass) if pass.refused == 0 => {
+                Ok(mut pass) => {
                     failing.succeeded();
-                    tracing::info!(controller = NAME, nodes_with_cidrs = pass.recorded, nodes_touched = voided.len(), "the earlier leader's writes are over: recorded the pod CIDRs the nodes hold now and voided any write still on its way");
-                    gauge.set(0);
-                    return Prepared::Ready;
-                }
-                Ok(pass) => {
-                    failing.succeeded();
-                    tracing::warn!(controller = NAME, nodes_refused = pass.refused, "the API refused to touch nodes the earlier leader may still be writing to: handing out no pod CIDR until they have pod CIDRs, are gone, or can be touched; retrying")
+                    gauges.touch_refused.set(pass.refused.len() as i64);
+                    match pass.refused.len() {
+                        0 => {
+                            tracing::info!(controller = NAME, nodes_with_cidrs = pass.recorded, nodes_touched = voided.len(), "the earlier leader's writes are over: recorded the pod CIDRs the nodes hold now and voided any write still on its way");
+                            gauges.quarantine.set(0);
+                            return WaitedOut::Over;
+                        }
+                        // Every other Node the earlier leader could have been writing to is touched, recorded
+                        // or gone, so a write of its still on its way can land only on this one, whose pod
+                        // CIDRs the API server sets once: of that PATCH and ours exactly one takes effect (a
+                        // second with other CIDRs is refused as a change of pod CIDRs). No worker starts until
+                        // this Node is read back and what it holds recorded (`serve_untouchable_first`), so no
+                        // other Node is given a CIDR that write carried.
+                        1 => {
+                            if let Some(untouchable) = pass.refused.pop() {
+                                tracing::warn!(controller = NAME, node = %untouchable.name, nodes_with_cidrs = pass.recorded, nodes_touched = voided.len(), "every node the earlier leader may still be writing to is voided but one whose touch the API refuses: it is given pod CIDRs before any other node");
+                                return WaitedOut::AllBut(untouchable);
+                            }
+                        }
+                        refused => tracing::warn!(controller = NAME, nodes_refused = refused, "the API refused to touch nodes the earlier leader may still be writing to: handing out no pod CIDR until all but one have pod CIDRs, are gone, or can be touched; retrying"),
+                    }
                 }
                 Err(e) => {
                     if let Err(reason) = failing.failed(&e) {
-                        return Prepared::Failed(reason);
+                        return WaitedOut::Stopped(Prepared::Failed(reason));
                     }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return WaitedOut::Stopped(Prepared::ShutDown),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Gives the one Node [`Allocator::wait_out_predecessor`] could not touch its pod CIDRs, before any
+    /// worker starts, and returns once what landed on it is recorded (or it is gone): only then may other
+    /// Nodes be allocated. Retried with backoff while it still has no pod CIDRs — our PATCH unanswered, or
+    /// refused for another reason. Why this is safe: at [`WaitedOut::AllBut`]'s decision.
+    pub(crate) async fn serve_untouchable_first(
+        &self,
+        untouchable: Untouchable,
+        gauges: &Gauges,
+        shutdown: &CancellationToken,
+    ) -> Prepared {
+        let Untouchable { name, uid } = untouchable;
+        let mut delay = Duration::from_millis(500);
+        loop {
+            if let Err(e) = self.sync_node(&name).await {
+                tracing::warn!(controller = NAME, node = %name, error = %e, "could not give pod CIDRs to the node the earlier leader may still be writing to; no other node is allocated meanwhile");
+            }
+            let written = self.state.lock().tracking.recorded(&name).written_uid;
+            if written.as_deref() == Some(uid.as_str()) {
+                break;
+            }
+            // Our PATCH failed or is unanswered: the Node itself says whether either write landed.
+            match self.api.get_opt(&name).await {
+                Ok(Some(live)) if live.metadata.uid.as_deref() == Some(uid.as_str()) => {
+                    if !netcm_node::raw_pod_cidrs(&live).is_empty() {
+                        self.record_touched(&name, &uid, &live).await;
+                        break;
+                    }
+                }
+                // Gone or re-created: a write tests the UID it was meant for and cannot land.
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(controller = NAME, node = %name, error = %e, "could not read the node the earlier leader may still be writing to; retrying")
                 }
             }
             tokio::select! {
@@ -197,6 +293,10 @@ impl Allocator {
             }
             delay = (delay * 2).min(Duration::from_secs(10));
         }
+        tracing::info!(controller = NAME, node = %name, "the node the earlier leader may have been writing to holds pod CIDRs, recorded, or is gone: its writes are over");
+        gauges.touch_refused.set(0);
+        gauges.quarantine.set(0);
+        Prepared::Ready
     }
 
     /// One pass over every Node, read page by page with a consistent list (no resourceVersion: etcd's
@@ -255,8 +355,11 @@ impl Allocator {
                             voided.insert(uid.clone());
                         }
                         Touch::Refused(node, e) => {
-                            pass.refused += 1;
-                            self.say_touch_refused(name, &node, &e, "CIDRPredecessorTouchRefused", "no pod CIDR is handed out until it has pod CIDRs or is gone: a write of the earlier leader, which ran with a configuration claims cannot cover, may still land on it").await;
+                            pass.refused.push(Untouchable {
+                                name: name.clone(),
+                                uid: uid.clone(),
+                            });
+                            self.say_touch_refused(name, &node, &e, "CIDRPredecessorTouchRefused", "a write of the earlier leader, which ran with a configuration claims cannot cover, may still land on it: no pod CIDR is handed out until it is the only such node, which is then given pod CIDRs before any other node").await;
                         }
                     }
                 }
@@ -275,7 +378,7 @@ struct Pass {
     /// Nodes whose pod CIDRs were recorded.
     recorded: usize,
     /// Nodes without pod CIDRs whose touch the API refused for good.
-    refused: usize,
+    refused: Vec<Untouchable>,
 }
 
 /// A listed Node with pod CIDRs, as the cache would hold it for recording; `None` without pod CIDRs
