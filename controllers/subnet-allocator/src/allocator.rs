@@ -6,13 +6,14 @@
 //! `--cidr-release-hold` it is held for the name, and given back only if it is still a valid allocation
 //! for the new Node ([`crate::release_hold`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use netcm_ipam::{Error as IpamError, Pools};
+use netcm_ipam::{Error as IpamError, NodeView, Pools};
 use netcm_manager::sync_metrics::{api_reason, REASON_ERROR, REASON_FENCED};
 use netcm_manager::CachedNode;
 use netcm_manager::Key;
@@ -186,25 +187,26 @@ impl Allocator {
     }
 
     /// Releases what the Node `name` with UID `uid` held or had pending, `why` (for the log), and wakes the
-    /// Nodes waiting for a CIDR. Its block stays claimed: the CIDRs go back to this leader's blocks.
+    /// waiting Nodes the CIDRs could serve. Its block stays claimed: the CIDRs go back to this leader's blocks.
     pub(crate) async fn release(
         &self,
         name: &str,
         uid: &str,
         why: ReleaseReason,
     ) -> Result<(), SyncError> {
-        self.release_until(name, uid, None, why).await
+        self.release_until(name, uid, None, why).await.map(drop)
     }
 
     /// [`Allocator::release`], or with `held_until` the release hold: the CIDRs stay out of allocation
     /// until then, except for a Node that comes back under `name` or a pool with nothing else free.
+    /// Returns the CIDRs put in release hold (whose waking is the caller's: not on a re-creation).
     pub(crate) async fn release_until(
         &self,
         name: &str,
         uid: &str,
         held_until: Option<Instant>,
         why: ReleaseReason,
-    ) -> Result<(), SyncError> {
+    ) -> Result<Vec<IpNet>, SyncError> {
         let mut held = Vec::new();
         let mut held_provider_id = None;
         let released = {
@@ -245,21 +247,72 @@ impl Allocator {
             }
         }
         if released.is_empty() {
-            return Ok(());
+            return Ok(held);
         }
         tracing::info!(controller = NAME, node = name, uid, cidrs = ?released.iter().map(ToString::to_string).collect::<Vec<_>>(), reason = why.as_str(), "released pod CIDRs");
-        self.wake_waiting();
+        self.wake_waiting_for(&released);
         // A draining ClusterCIDR may have lost its last holder: its finalizer can go now.
         if let Some(changed) = &self.pools_changed {
             changed.notify_one();
         }
-        Ok(())
+        Ok(held)
     }
 
-    /// Requeues every Node waiting for a CIDR.
+    /// Requeues every Node waiting for a CIDR: for what may serve any of them (a new pool, the end of the
+    /// quarantine).
     pub(crate) fn wake_waiting(&self) {
-        let waiting: Vec<String> = self.state.lock().waiting.iter().cloned().collect();
+        let waiting: Vec<String> = self
+            .state
+            .lock()
+            .waiting
+            .names()
+            .map(str::to_string)
+            .collect();
         for w in waiting {
+            self.queue.add(w.into());
+        }
+    }
+
+    /// Requeues the waiting Nodes that `freed` (CIDRs just released, or put in release hold) could serve
+    /// ([`netcm_ipam::Pools::could_serve`], by the labels each was last allocated with), the longest
+    /// waiting first, as many as `freed` holds node CIDRs. Each woken Node reads its labels from the API
+    /// (the cache keeps none), so waking every waiting Node would cost a read per Node for one CIDR; one
+    /// woken that no longer takes it (its labels changed) leaves the rest to the next release or their
+    /// backoff.
+    pub(crate) fn wake_waiting_for(&self, freed: &[IpNet]) {
+        if freed.is_empty() {
+            return;
+        }
+        let woken: Vec<String> = {
+            let state = self.state.lock();
+            let pools = &state.pools;
+            let room = usize::try_from(pools.node_cidrs_within(freed)).unwrap_or(usize::MAX);
+            // A Node that waited before a pool read labels has none kept: it may be served.
+            let unknown = pools.selects_by_label();
+            let no_labels = BTreeMap::new();
+            state
+                .waiting
+                .longest_first()
+                .into_iter()
+                .filter(|name| {
+                    let labels = state.waiting_labels.get(*name);
+                    if unknown && labels.is_none() {
+                        return true;
+                    }
+                    let node = self.nodes.get(name);
+                    let view = NodeView {
+                        name,
+                        labels: labels.unwrap_or(&no_labels),
+                        provider_id: None,
+                    };
+                    let pods = node.as_deref().and_then(CachedNode::capacity_pods);
+                    pools.could_serve(&view, pods.map(u64::from), freed)
+                })
+                .take(room)
+                .map(str::to_string)
+                .collect()
+        };
+        for w in woken {
             self.queue.add(w.into());
         }
     }
@@ -359,11 +412,11 @@ impl Allocator {
         match (decision.action, node, facts) {
             (Action::Release, _, _) => {
                 if let Some(uid) = &recorded.uid {
-                    self.release_deleted(name, uid).await?;
+                    let held = self.release_deleted(name, uid).await?;
                     // A Node waiting on a full pool may take CIDRs just put in release hold (its pool
                     // has nothing else); without this it waits out its backoff, up to the queue's
                     // longest. Not on a re-creation: the new Node under the name takes them back first.
-                    self.wake_waiting();
+                    self.wake_waiting_for(&held);
                 }
                 Ok(SyncOutcome::Done)
             }
@@ -435,7 +488,7 @@ impl Allocator {
         name: &str,
         e: IpamError,
     ) -> SyncError {
-        self.state.lock().waiting.insert(name.to_string());
+        self.state.lock().waiting.insert(name);
         tracing::warn!(controller = NAME, node = name, error = %e, "no pod CIDR available");
         // A pool may be full because a Node holds a pod CIDR wider than a node CIDR: name it here too.
         let blocking = {

@@ -369,7 +369,7 @@ impl Allocator {
     fn waiting_per_pool(&self) -> HashMap<String, usize> {
         let mut guard = self.state.lock();
         let state = &mut *guard;
-        let names: Vec<String> = state.waiting.iter().cloned().collect();
+        let names: Vec<String> = state.waiting.names().map(str::to_string).collect();
         // Drop the labels of Nodes no longer waiting.
         let labels = &mut state.waiting_labels;
         {

@@ -37,6 +37,7 @@ mod startup;
 mod state;
 mod stepping_down;
 mod tracking;
+mod waiting;
 
 #[cfg(test)]
 mod tests;

@@ -23,7 +23,11 @@ use crate::release_hold_record::{self as record, ReleaseHoldRecord};
 
 impl Allocator {
     /// Releases what a deleted (or re-created) Node held: into the release hold when one is configured.
-    pub(crate) async fn release_deleted(&self, name: &str, uid: &str) -> Result<(), SyncError> {
+    pub(crate) async fn release_deleted(
+        &self,
+        name: &str,
+        uid: &str,
+    ) -> Result<Vec<IpNet>, SyncError> {
         let held_until = (!self.release_hold.is_zero()).then(|| Instant::now() + self.release_hold);
         self.release_until(name, uid, held_until, ReleaseReason::NodeDeleted)
             .await
@@ -189,7 +193,8 @@ impl Allocator {
         for (node, cidrs) in &ended {
             tracing::info!(controller = NAME, node = %node, cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "the release hold of a deleted node's pod CIDRs ended; they can be handed out again");
         }
-        self.wake_waiting();
+        let freed: Vec<IpNet> = ended.iter().flat_map(|(_, c)| c.iter().copied()).collect();
+        self.wake_waiting_for(&freed);
         if let Some(changed) = &self.pools_changed {
             changed.notify_one();
         }

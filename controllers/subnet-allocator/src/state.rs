@@ -1,13 +1,14 @@
 //! [`State`]: everything of the allocator that changes, in one place behind one lock
 //! ([`crate::allocator::Allocator`] states the locking rule).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use netcm_ipam::Pools;
 
 use crate::bad_data::BadData;
 use crate::blocks::Blocks;
 use crate::tracking::Tracking;
+use crate::waiting::Waiting;
 
 /// The allocator's mutable data. Plain data with no lock of its own: the allocator keeps all of it
 /// behind its one `state` mutex, so its parts have no lock order — code that needs two of them borrows
@@ -19,8 +20,8 @@ pub(crate) struct State {
     pub(crate) blocks: Blocks,
     /// Which Node name each ledger record belongs to.
     pub(crate) tracking: Tracking,
-    /// Nodes waiting for a CIDR to be released; requeued at once when one is.
-    pub(crate) waiting: BTreeSet<String>,
+    /// Nodes waiting for a CIDR to be released; those a released CIDR could serve are requeued at once.
+    pub(crate) waiting: Waiting,
     /// The labels of waiting Nodes, as read when they were allocated, while a pool selects by label
     /// (for the ClusterCIDR status's count of waiting Nodes per pool).
     pub(crate) waiting_labels: HashMap<String, BTreeMap<String, String>>,
@@ -39,7 +40,7 @@ impl State {
             pools,
             blocks: Blocks::default(),
             tracking: Tracking::default(),
-            waiting: BTreeSet::new(),
+            waiting: Waiting::default(),
             waiting_labels: HashMap::new(),
             bad_data: BadData::default(),
             provider_ids: HashMap::new(),

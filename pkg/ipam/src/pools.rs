@@ -75,6 +75,8 @@ pub struct Pools {
     pub(crate) object_scans: u64,
     /// When each deleted Node's release hold ends ([`Pools::release_node_with_hold`]).
     pub(crate) release_holds: ReleaseHolds,
+    /// Which ClusterCIDR pool handed out what each owner holds.
+    pub(crate) credits: Credits,
 }
 
 impl Pools {
@@ -121,6 +123,7 @@ impl Pools {
             epochs: Epochs::default(),
             object_scans: 0,
             release_holds: ReleaseHolds::default(),
+            credits: Credits::default(),
         })
     }
 
@@ -231,6 +234,7 @@ impl Pools {
     ) -> NodeAllocation {
         let cidrs: Vec<IpNet> = fresh.iter().map(|t| t.cidr).collect();
         self.ledger.insert(owner, cidrs.clone());
+        self.credit(owner, p);
         NodeAllocation {
             cidrs,
             fresh,
@@ -372,6 +376,7 @@ impl Pools {
         let Some(held) = self.ledger.remove(node) else {
             return Vec::new();
         };
+        self.uncredit(node);
         for c in &held {
             let span = Span::of(c);
             if !self.sets.iter().any(|s| s.span().contains(&span)) {
@@ -448,12 +453,14 @@ pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], 
     }
 }
 
+mod credit;
 mod hold;
 mod lookup;
 mod objects;
 mod release_hold;
 mod stats;
 
+use credit::Credits;
 pub use release_hold::ReleaseHoldUse;
 use release_hold::ReleaseHolds;
 

@@ -317,6 +317,7 @@ fn sentence(f: &Finding, what: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::report::Report;
     use super::super::snapshot::fixtures::*;
     use super::*;
 
@@ -394,6 +395,25 @@ mod tests {
                 && f.message
                     .contains("inside Node hostile's pod CIDR 10.0.0.0/8")),
             "{f:#?}"
+        );
+    }
+
+    #[test]
+    fn terminal_escape_sequences_in_a_nodes_annotations_are_printed_escaped() {
+        // A kubelet writes its own annotations: one that clears the screen and retitles the terminal.
+        let hostile = "192.0.2.1\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}31m";
+        let n = with_subnet_lease(node("a", "192.0.2.1", &["10.244.0.0/24"]), hostile);
+        let s = snapshot("10.244.0.0/16", vec![n]);
+        let a = pools::analyse(&s);
+        let (f, verdict) = check(&s, a.as_ref(), "a");
+        let text = Report::new(f, Some(verdict)).text();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r"192.0.2.1\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}31m"),
+            "{text}"
         );
     }
 

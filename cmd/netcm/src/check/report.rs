@@ -1,6 +1,8 @@
 //! What `netcm check` prints: one line per finding (✓ / ! / ✗ / -), what is wrong, and the one command
 //! or change that fixes it; or the same as JSON for scripts. Exit 1 when any finding failed.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 /// How a finding ended.
@@ -120,18 +122,25 @@ impl Report {
         }
     }
 
-    /// The human form: one line per finding, the fix after an arrow, then the verdict.
+    /// The human form: one line per finding, the fix after an arrow, then the verdict. Messages quote
+    /// what the API holds (annotations a kubelet wrote, Event notes, names), so control characters are
+    /// printed escaped ([`printable`]).
     pub fn text(&self) -> String {
         let mut out = String::new();
         for c in &self.checks {
-            out.push_str(&format!("{} {}: {}", c.status.symbol(), c.check, c.message));
+            out.push_str(&format!(
+                "{} {}: {}",
+                c.status.symbol(),
+                c.check,
+                printable(&c.message)
+            ));
             if let Some(fix) = &c.fix {
-                out.push_str(&format!(" → {fix}"));
+                out.push_str(&format!(" → {}", printable(fix)));
             }
             out.push('\n');
         }
         if let Some(v) = &self.verdict {
-            out.push_str(&format!("verdict: {v}\n"));
+            out.push_str(&format!("verdict: {}\n", printable(v)));
         }
         out
     }
@@ -140,6 +149,29 @@ impl Report {
     pub fn json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+}
+
+/// `text` with every character a terminal would act on written as its escape (`\u{1b}`, `\n`): control
+/// characters (C0, DEL, C1 — ESC and CSI start the sequences that move the cursor, retitle the window or
+/// clear the screen; a line break would forge a finding line) and the bidirectional overrides that make
+/// text read other than it is.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let acts = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(acts) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if acts(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -158,6 +190,22 @@ mod tests {
         assert!(warn.ok);
         let fail = Report::new(vec![Finding::fail("leader", "none", "start netcm")], None);
         assert!(!fail.ok);
+    }
+
+    #[test]
+    fn control_characters_from_the_api_are_printed_escaped_and_cannot_break_a_line() {
+        let r = Report::new(
+            vec![Finding::fail(
+                "node",
+                "Node a\u{1b}[31m has\r\nfake ✓ line",
+                "kubectl\u{7} \u{202e}fix",
+            )],
+            Some("bad\u{9b}2J".into()),
+        );
+        assert_eq!(
+            r.text(),
+            "✗ node: Node a\\u{1b}[31m has\\r\\nfake ✓ line → kubectl\\u{7} \\u{202e}fix\nverdict: bad\\u{9b}2J\n"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ impl Pools {
                 mark(&mut self.sets, &Span::of(c));
             }
             self.ledger.insert(node, wanted);
+            self.credit_by_fit(node);
         }
         change
     }

@@ -1,5 +1,6 @@
-//! Which pool a node CIDR belongs to, and whether CIDRs another leader claimed are ones this leader's
-//! pools could have handed out: the lookups that ask each set whether it [`crate::CidrSet::hands_out`] a size.
+//! Which pool a node CIDR belongs to, whether CIDRs another leader claimed are ones this leader's
+//! pools could have handed out, and whether CIDRs just freed could serve a waiting Node: the lookups that
+//! ask each set whether it [`crate::CidrSet::hands_out`] a size.
 
 use ipnet::IpNet;
 
@@ -7,6 +8,7 @@ use super::{Pool, Pools};
 use crate::addr::{Family, Span};
 use crate::cidr_set::CidrSet;
 use crate::pool::PoolState;
+use crate::selector::NodeView;
 
 impl Pools {
     /// The pool `cidrs` (one per family) were allocated from: the first pool with a set containing
@@ -42,6 +44,41 @@ impl Pools {
             })
         };
         owner_of(true).or_else(|| owner_of(false))
+    }
+
+    /// Whether one of `freed` (CIDRs just released or put in release hold) could give `node` (reporting
+    /// `pods` capacity) a CIDR: it overlaps a set of a pool that selects the Node and is no smaller than
+    /// the node CIDR that set would hand it. Waking only such Nodes spares a release the syncs (and label
+    /// reads) of every other waiting Node.
+    pub fn could_serve(&self, node: &NodeView<'_>, pods: Option<u64>, freed: &[IpNet]) -> bool {
+        self.candidates(node).into_iter().any(|p| {
+            self.pools[p].families.iter().any(|(family, r)| {
+                self.sets[r.clone()].iter().any(|s| {
+                    let wanted = s
+                        .sizing()
+                        .map_or(s.node_mask(), |z| z.prefix_for(*family, pods));
+                    freed
+                        .iter()
+                        .any(|c| s.overlaps(*c) && c.prefix_len() <= wanted)
+                })
+            })
+        })
+    }
+
+    /// How many node CIDRs `freed` holds at most: each counted at the smallest node CIDR of the sets
+    /// it overlaps (one for a CIDR of a set's own size, and for one outside every set).
+    pub fn node_cidrs_within(&self, freed: &[IpNet]) -> u64 {
+        freed
+            .iter()
+            .map(|c| {
+                self.sets
+                    .iter()
+                    .filter(|s| s.overlaps(*c))
+                    .map(|s| 1u64 << s.node_mask().saturating_sub(c.prefix_len()).min(63))
+                    .max()
+                    .unwrap_or(1)
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Whether `cidrs` is exactly what [`Pools::allocate_for`] could give `owner` from some active pool:

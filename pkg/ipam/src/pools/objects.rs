@@ -187,7 +187,8 @@ impl Pools {
     }
 
     /// Adds one set per range for the pool at `at`, marking what the ledger and the service ranges
-    /// already use; returns the families as the pool records them.
+    /// already use, and credits it the owners of what it hands out that no pool has yet; returns the
+    /// families as the pool records them.
     fn install(
         &mut self,
         ranges: &[PoolRange],
@@ -209,15 +210,20 @@ impl Pools {
                     let _ = set.occupy(part.to_net());
                 }
             }
+            let mut handed_out = Vec::new();
             for h in self.ledger.overlapping(&span) {
                 if let Some(part) = span.intersect(&Span::of(&h.cidr)) {
                     let _ = set.occupy(part.to_net());
+                }
+                if set.contains(h.cidr) && set.hands_out(h.cidr.prefix_len()) {
+                    handed_out.extend(self.ledger.owner(h.node));
                 }
             }
             let k = self.sets.len();
             self.sets.push(set);
             self.set_owner.push(at);
             families.push((r.family, k..k + 1));
+            self.credit_uncredited(at, handed_out);
         }
         if !families.is_empty() {
             self.epochs.shape += 1;
@@ -237,14 +243,17 @@ impl Pools {
             .collect();
         self.set_owner.clear();
         let mut removed = Vec::new();
+        let mut moved = Vec::with_capacity(self.pools.len());
         for mut pool in std::mem::take(&mut self.pools) {
             if pool.is_object && gone(&pool) {
                 if !pool.families.is_empty() {
                     self.epochs.shape += 1;
                 }
                 removed.push(pool.name);
+                moved.push(None);
                 continue;
             }
+            moved.push(Some(self.pools.len()));
             for (_, r) in &mut pool.families {
                 let start = self.sets.len();
                 self.sets
@@ -262,22 +271,13 @@ impl Pools {
             .filter(|(_, p)| p.is_object)
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
+        self.renumber_credits(&moved);
         removed
     }
 
-    /// Owners holding a CIDR from pool `i`: inside one of its sets at a size that set hands out.
+    /// Owners holding CIDRs pool `i` handed out (see [`super::credit`]).
     fn holders(&self, i: usize) -> usize {
-        let mut owners: HashSet<&str> = HashSet::new();
-        for (_, r) in &self.pools[i].families {
-            for s in &self.sets[r.clone()] {
-                for h in self.ledger.overlapping(s.span()) {
-                    if s.contains(h.cidr) && s.hands_out(h.cidr.prefix_len()) {
-                        owners.insert(h.node);
-                    }
-                }
-            }
-        }
-        owners.len()
+        self.credits.holders(i)
     }
 
     /// Whether the ClusterCIDR pool `name` is draining and no owner holds a CIDR from it any more:
@@ -325,8 +325,7 @@ impl Pools {
             },
             node_masks: sets.iter().map(|s| s.default_mask()).collect(),
             selector: p.selector.summary(),
-            // A scan of the pool's holdings: only ClusterCIDR objects show it (status), and
-            // this runs every second, so the flag pool of a 50,000-Node cluster is not scanned.
+            // Only ClusterCIDR objects show it (status); the flag pool's owners are not counted.
             holders: if p.is_object { self.holders(i) } else { 0 },
             capacity: self.capacity(i),
         }

@@ -57,8 +57,12 @@ impl Pools {
             return Vec::new();
         };
         self.end_release_hold(name);
+        let pool = self.credited_pool(owner);
         self.release_node(owner);
         self.start_release_hold(name, provider_id, &held, until);
+        if let Some(p) = pool {
+            self.credit(&release_hold_owner(name), p);
+        }
         held
     }
 
@@ -192,45 +196,28 @@ impl Pools {
         let held = self.ledger.held_by(&hold_owner)?.to_vec();
         let pool = candidates
             .iter()
-            .find(|&&p| self.fits_pool(&self.pools[p], &hold_owner, &held))
-            .map(|&p| self.pools[p].name.clone());
+            .copied()
+            .find(|&p| self.fits_pool(&self.pools[p], &hold_owner, &held));
         // Given back or no longer valid, the hold ends either way.
         self.end_release_hold(name);
         let pool = pool?;
         self.record(owner, &held);
-        Some((held, pool))
+        self.credit(owner, pool);
+        Some((held, self.pools[pool].name.clone()))
     }
 
-    /// Ends the oldest release hold with CIDRs in pool `p`, for a pool that has nothing else free;
-    /// returns the Node that released them.
+    /// Ends the oldest release hold credited to pool `p` (its Node's pool), for a pool that has nothing
+    /// else free; returns the Node that released them.
     pub(crate) fn end_oldest_release_hold_in(&mut self, p: usize) -> Option<String> {
-        let pool_name = &self.pools[p].name;
         let oldest = self
             .release_holds
             .ends
             .iter()
-            .filter(|(name, _)| {
-                self.ledger
-                    .held_by(&release_hold_owner(name))
-                    .and_then(|cidrs| self.pool_of_cidrs(cidrs))
-                    .is_some_and(|pool| &pool == pool_name)
-            })
+            .filter(|(name, _)| self.credited_pool(&release_hold_owner(name)) == Some(p))
             .min_by_key(|(name, end)| (**end, name.as_str()))
             .map(|(name, _)| name.clone())?;
         self.end_release_hold(&oldest);
         Some(oldest)
-    }
-
-    /// CIDRs in release hold inside the cluster CIDR of set `s`.
-    pub(crate) fn release_hold_count(&self, s: usize) -> u64 {
-        if self.release_holds.ends.is_empty() {
-            return 0;
-        }
-        let set = &self.sets[s];
-        self.release_holds()
-            .flat_map(|(_, cidrs)| cidrs.iter())
-            .filter(|c| set.contains(**c))
-            .count() as u64
     }
 }
 

@@ -339,4 +339,30 @@ fn a_claimed_cidr_is_adoptable_only_if_it_fits_todays_configuration_and_overlaps
     assert!(p.is_valid_allocation("other", &nets(&["10.244.7.0/24", "fd00:10:0:7::/64"])));
 }
 
+#[test]
+fn a_freed_cidr_could_serve_a_waiting_node_only_inside_its_pools_and_no_smaller_than_its_node_cidr()
+{
+    let p = pools("10.0.0.0/16", "");
+    let labels = std::collections::BTreeMap::new();
+    let view = crate::NodeView {
+        name: "w",
+        labels: &labels,
+        provider_id: None,
+    };
+    assert!(p.could_serve(&view, None, &nets(&["10.0.3.0/24"])));
+    assert!(p.could_serve(&view, None, &nets(&["10.0.2.0/23"])));
+    assert!(
+        !p.could_serve(&view, None, &nets(&["10.0.3.0/26"])),
+        "smaller than a /24"
+    );
+    assert!(
+        !p.could_serve(&view, None, &nets(&["10.1.0.0/24"])),
+        "outside every pool"
+    );
+    assert_eq!(
+        p.node_cidrs_within(&nets(&["10.0.2.0/23", "10.0.5.0/24"])),
+        3
+    );
+}
+
 mod sizing;
