@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use serde_json::{json, Value};
 
-use crate::multinode::{assignments, curl, eventually, in_node, script, Cluster};
+use crate::multinode::{assignments, eventually, in_node, script, Cluster};
 use crate::pod_network::{addresses, leading_pod, pod_cidrs};
 use crate::probe::{self, ProbePod};
+use crate::proc_stats::proc_stats;
 
 /// Rounds of the campaign: `NETCM_HOSTILE_ROUNDS` (`hack/hostile-node.sh` sets it), else 1.
 pub fn rounds() -> usize {
@@ -239,7 +240,13 @@ async fn one_round(
         .map(String::from);
     let (leader, leader_ip) = leading_pod(cluster, timeout).await;
     let restarts_before = netcm_restarts(cluster).await;
-    let cpu_before = cpu_seconds(&leader_ip).await;
+    let leader_node = addrs
+        .iter()
+        .find(|(_, (v4, v6))| *v4 == leader_ip || *v6 == leader_ip)
+        .map(|(n, _)| n.clone())
+        .unwrap_or_else(|| panic!("no node has the leader's address {leader_ip}: {addrs:?}"));
+    let leader_pid = netcm_pid(&leader_node).await;
+    let cpu_before = proc_stats(leader_pid).cpu_seconds;
 
     // Honest traffic through the whole round: every honest pod to the next, both families.
     let list: Vec<&ProbePod> = pods.values().collect();
@@ -377,7 +384,12 @@ async fn one_round(
         "a netcm container restarted during the hostile round"
     );
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = (cpu_seconds(&leader_ip).await - cpu_before) / seconds;
+    let cpu_after = proc_stats(leader_pid).cpu_seconds;
+    assert!(
+        cpu_after > 0.0,
+        "the leader's process {leader_pid} is gone or reads no CPU time"
+    );
+    let cpu = (cpu_after - cpu_before) / seconds;
     assert!(
         cpu < CPU_SHARE_BOUND,
         "netcm's leader used {cpu:.2} of a core through the hostile round (bound {CPU_SHARE_BOUND})"
@@ -474,16 +486,16 @@ async fn netcm_restarts(cluster: &Cluster) -> i64 {
         .sum()
 }
 
-/// `process_cpu_seconds_total` of the netcm process at `ip` (its plain metrics port).
-async fn cpu_seconds(ip: &str) -> f64 {
-    let (code, body) = curl(&format!("http://{ip}:10271/metrics"), None, None).await;
-    assert_eq!(code, 200, "metrics of netcm at {ip}: {body}");
-    body.lines()
-        .find_map(|l| {
-            l.strip_prefix("process_cpu_seconds_total ")
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or_else(|| panic!("netcm at {ip} exports no process_cpu_seconds_total"))
+/// The host's pid of the netcm process serving metrics on `node`'s network (port 10271: the host
+/// network's pods are in the node's namespace, in the host's pid namespace).
+async fn netcm_pid(node: &str) -> u32 {
+    let (ok, out) = in_node(node, &["ss", "-ltnpH", "sport = :10271"]).await;
+    assert!(ok, "ss in {node}: {out}");
+    out.split("pid=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no process listens on port 10271 in {node}: {out:?}"))
 }
 
 #[cfg(test)]
