@@ -137,6 +137,7 @@ numbers from values files as floats and would print 1000000 as 1e+06. */}}
 - --cluster-cidr-objects={{ .Values.allocator.clusterCIDRObjects }}
 - --concurrent-node-cidr-syncs={{ .Values.allocator.concurrentSyncs | int64 }}
 - --cidr-release-hold={{ .Values.allocator.cidrReleaseHold }}
+- --cidr-release-hold-rejoin-by-provider-id={{ .Values.allocator.cidrReleaseHoldRejoinByProviderID }}
 {{- end }}
 
 {{/* --annotation-prefix: the syncer writes lease annotations under it, the route controller reads

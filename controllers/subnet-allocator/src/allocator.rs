@@ -121,6 +121,9 @@ pub struct Allocator {
     pub(crate) pools_changed: Option<Arc<tokio::sync::Notify>>,
     /// `--cidr-release-hold`: how long a deleted Node's CIDRs stay out of allocation (zero: not at all).
     pub(crate) release_hold: std::time::Duration,
+    /// `--cidr-release-hold-rejoin-by-provider-id` (with a hold): a Node under another name with a held
+    /// Node's `spec.providerID` re-joins as it. Off, providerIDs are neither cached nor kept.
+    pub(crate) rejoin_by_provider_id: bool,
     /// Wakes the task that ends release holds ([`crate::release_hold`]) when one starts.
     pub(crate) release_hold_started: tokio::sync::Notify,
     /// Set once the CIDRs every cached Node held at the start are in the ledger: until then an empty
@@ -209,6 +212,7 @@ impl Allocator {
     ) -> Result<Vec<IpNet>, SyncError> {
         let mut held = Vec::new();
         let mut held_provider_id = None;
+        let mut ended_holds = Vec::new();
         let released = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
@@ -218,6 +222,7 @@ impl Allocator {
                     let provider_id = state.provider_ids.get(name).map(|id| &**id);
                     held = pools.release_node_with_hold(uid, name, provider_id, until);
                     held_provider_id = provider_id.map(str::to_string);
+                    ended_holds = self.take_ended_holds(pools);
                     self.publish_usage(pools);
                     if !held.is_empty() {
                         self.release_hold_started.notify_one();
@@ -232,6 +237,7 @@ impl Allocator {
             }
             released
         };
+        self.report_ended_holds(ended_holds, None).await;
         if !held.is_empty() {
             self.record_release_hold(name, held_provider_id, &held)
                 .await;
@@ -330,10 +336,11 @@ impl Allocator {
             unparsable,
         } = PodCidrs::parse(raw);
         let subject = Subject { name, uid };
-        let assessed = {
+        let (assessed, ended_holds) = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             state.pools.record_node(uid, &parsed);
+            let ended_holds = self.take_ended_holds(&mut state.pools);
             self.publish_usage(&state.pools);
             let owner = state.pools.owner(uid).unwrap_or_else(|| uid.into());
             state.tracking.track(name, owner);
@@ -346,8 +353,9 @@ impl Allocator {
                 Instant::now(),
             );
             self.publish_bad_data(&state.bad_data);
-            assessed
+            (assessed, ended_holds)
         };
+        self.report_ended_holds(ended_holds, Some(name)).await;
         // A turn of its own: when Events are due, naming the Nodes scans every tracked one.
         let plan = {
             let mut state = self.state.lock();
@@ -433,9 +441,9 @@ impl Allocator {
         }
     }
 
-    /// Keeps the Node's `spec.providerID` for its release hold, when there is one to keep.
+    /// Keeps the Node's `spec.providerID` for its release hold, when holds go back by providerID.
     fn remember_provider_id(&self, name: &str, provider_id: Option<&str>) {
-        if self.release_hold.is_zero() {
+        if !self.rejoin_by_provider_id {
             return;
         }
         let mut state = self.state.lock();
@@ -531,17 +539,17 @@ impl Reconciler for Allocator {
     /// ([`Allocator::labels_for_pools`]). The pod capacity, for pools sized from it: declared whatever
     /// the flags, because a ClusterCIDR can ask for sizing at any time, and it costs no memory (it fills
     /// the cached Node's padding).
-    /// With a release hold, `spec.providerID` too: a Node re-created under another name on the same
-    /// machine gets back what its machine held.
+    /// With a release hold that goes back by providerID, `spec.providerID` too: a Node re-created under
+    /// another name on the same machine gets back what its machine held.
     fn node_fields(&self) -> NodeFields {
         let fields = NodeFields::none()
             .pod_cidrs()
             .annotations(crate::blocks::FENCED_AT_ANNOTATION)
             .capacity_pods();
-        if self.release_hold.is_zero() {
-            fields
-        } else {
+        if self.rejoin_by_provider_id {
             fields.provider_id()
+        } else {
+            fields
         }
     }
 

@@ -31,6 +31,21 @@ pub(crate) enum PoolLabels {
     NodeGone,
 }
 
+/// Whether the quarantine of earlier leaders' blocks may be what `e` waits on, so voiding their late
+/// writes (which ends it) may let the allocation through: a full pool, or CIDRs held for the Node that
+/// the quarantine reserves.
+fn quarantine_may_hold_back(e: &netcm_ipam::Error) -> bool {
+    match e {
+        netcm_ipam::Error::Full { .. }
+        | netcm_ipam::Error::NoBlockOfSize { .. }
+        | netcm_ipam::Error::PoolsFull { .. } => true,
+        netcm_ipam::Error::ReleaseHoldReserved { by, .. } => {
+            by.iter().any(|owner| owner == QUARANTINE_OWNER)
+        }
+        _ => false,
+    }
+}
+
 impl Allocator {
     /// The Node's labels, read from the API (metadata only) when a ClusterCIDR pool selects by label.
     /// The cache keeps no labels: at 50,000 Nodes every Node's labels would cost more than the rest of
@@ -71,9 +86,12 @@ impl Allocator {
         };
         let no_labels = BTreeMap::new();
         let mut voided = false;
+        // Set once the CIDRs held for this Node (it re-joins as a deleted one) turn out reserved past
+        // what voiding the quarantine ends: it gets new ones, and its hold runs on.
+        let mut past_hold = false;
         let mut from_quarantine;
         let cidrs = loop {
-            let allocation = {
+            let (allocation, ended_holds) = {
                 let mut guard = self.state.lock();
                 let state = &mut *guard;
                 let pools = &mut state.pools;
@@ -84,7 +102,14 @@ impl Allocator {
                 };
                 // Read only here: pod CIDRs never change once set, so a later capacity change is moot.
                 let pods = node.capacity_pods().map(u64::from);
-                let mut a = pools.allocate_sized_for(uid, &view, pods);
+                let allocate = |pools: &mut netcm_ipam::Pools| {
+                    if past_hold {
+                        pools.allocate_sized_past_hold(uid, &view, pods)
+                    } else {
+                        pools.allocate_sized_for(uid, &view, pods)
+                    }
+                };
+                let mut a = allocate(pools);
                 from_quarantine = false;
                 if is_full(&a) && state.blocks.is_last_and_untouchable(name) {
                     // Its own allocation voids what its refused touch could not: the bound on how long
@@ -92,7 +117,7 @@ impl Allocator {
                     // Released and held again under the one lock: no other Node sees the free CIDRs.
                     let ranges = state.blocks.quarantined_ranges().to_vec();
                     pools.release_node(QUARANTINE_OWNER);
-                    a = pools.allocate_sized_for(uid, &view, pods);
+                    a = allocate(pools);
                     pools.hold(QUARANTINE_OWNER, &ranges);
                     from_quarantine = a.is_ok();
                 }
@@ -100,8 +125,10 @@ impl Allocator {
                     self.metrics.allocated(&a.pool, &a.fresh);
                     self.publish_usage(pools);
                 }
-                a.map(|a| (a, pools.owner(uid)))
+                let ended = self.take_ended_holds(pools);
+                (a.map(|a| (a, pools.owner(uid))), ended)
             };
+            self.report_ended_holds(ended_holds, Some(name)).await;
             let (allocation, owner) = match allocation {
                 Ok((a, owner)) => {
                     if let Some(used) = &a.release_hold {
@@ -110,12 +137,13 @@ impl Allocator {
                     }
                     (a, owner)
                 }
-                // Full but for earlier leaders' blocks: void their late writes, which ends the quarantine.
-                Err(
-                    netcm_ipam::Error::Full { .. }
-                    | netcm_ipam::Error::NoBlockOfSize { .. }
-                    | netcm_ipam::Error::PoolsFull { .. },
-                ) if !voided && self.state.lock().blocks.waiting_nodes() > 0 => {
+                // Full but for earlier leaders' blocks, or the CIDRs held for this Node lie in them: void
+                // their late writes, which ends the quarantine.
+                Err(e)
+                    if !voided
+                        && quarantine_may_hold_back(&e)
+                        && self.state.lock().blocks.waiting_nodes() > 0 =>
+                {
                     let was_waiting = self.quarantine_waits_for(name);
                     self.void_late_writes().await?;
                     if was_waiting && !self.quarantine_waits_for(name) {
@@ -125,6 +153,15 @@ impl Allocator {
                         return Ok(SyncOutcome::RetryAfter(Duration::from_secs(1)));
                     }
                     voided = true;
+                    continue;
+                }
+                // Reserved past the quarantine (a block refused this term, or touches refused): new
+                // CIDRs now rather than a wait of unknown length; the hold is not handed to another.
+                Err(netcm_ipam::Error::ReleaseHoldReserved {
+                    released_by, by, ..
+                }) => {
+                    tracing::info!(controller = NAME, node = name, released_by = %released_by, reserved_by = ?by, "the pod CIDRs held for this node are reserved; it gets new ones, and its release hold runs on");
+                    past_hold = true;
                     continue;
                 }
                 Err(

@@ -220,22 +220,25 @@ impl Allocator {
     pub(crate) async fn reconcile_pools(&self, cc: &ClusterCidrs) {
         let snap = cc.store.lock().snapshot();
         let now = Instant::now();
-        let report = {
+        let (report, ended_holds) = {
             let mut state = self.state.lock();
             let pools = &mut state.pools;
             let must_sync = cc
                 .seen
                 .lock()
                 .must_sync(snap.pools_version, pools.refusal_epoch());
-            must_sync.then(|| {
+            let report = must_sync.then(|| {
                 let report = pools.sync_objects(&snap.pools);
                 self.publish_usage(pools);
                 cc.seen
                     .lock()
                     .synced(snap.pools_version, pools.refusal_epoch());
                 report
-            })
+            });
+            // A pool being deleted ends its release holds.
+            (report, self.take_ended_holds(pools))
         };
+        self.report_ended_holds(ended_holds, None).await;
         if let Some(report) = &report {
             for name in &report.removed {
                 tracing::info!(controller = NAME, pool = %name, "ClusterCIDR is gone; its pool is dropped");

@@ -73,12 +73,24 @@ pub struct Flags {
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     pub cidr_release_hold: std::time::Duration,
 
+    /// With --cidr-release-hold: a Node under another name with a held Node's spec.providerID gets its
+    /// CIDRs too (the same machine registered again under a new hostname). The providerID is the Node's
+    /// own word, which the API server does not check: any kubelet can register another machine's, and
+    /// images baked with one give it to every Node made from them. Off: a hold goes back by name only.
+    #[arg(long, action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub cidr_release_hold_rejoin_by_provider_id: bool,
+
     /// Number of Nodes the subnet-allocator syncs concurrently.
     #[arg(long, default_value_t = 32)]
     pub concurrent_node_cidr_syncs: usize,
 }
 
 impl Flags {
+    /// Whether a release hold goes back by `spec.providerID` too: only with a hold, and only when asked.
+    pub fn rejoins_by_provider_id(&self) -> bool {
+        !self.cidr_release_hold.is_zero() && self.cidr_release_hold_rejoin_by_provider_id
+    }
+
     /// The validated allocator configuration, or `None` when `--allocate-node-cidrs=false`.
     pub fn config(&self) -> Result<Option<AllocatorConfig>, ConfigError> {
         if !self.allocate_node_cidrs {
@@ -142,6 +154,10 @@ impl ControllerOptions for Flags {
             (
                 "--cidr-release-hold",
                 format_duration(self.cidr_release_hold),
+            ),
+            (
+                "--cidr-release-hold-rejoin-by-provider-id",
+                self.cidr_release_hold_rejoin_by_provider_id.to_string(),
             ),
             (
                 "--concurrent-node-cidr-syncs",
@@ -211,5 +227,24 @@ mod tests {
             err.to_string().contains("needs --node-cidr-size-from-pods"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn holds_go_back_by_provider_id_only_when_asked_and_only_with_a_hold() {
+        let parse = |args: &[&str]| {
+            Cli::parse_from(
+                ["netcm", "--cluster-cidr=10.0.0.0/16"]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+            .flags
+        };
+        assert!(!parse(&["--cidr-release-hold=3m"]).rejoins_by_provider_id());
+        assert!(parse(&[
+            "--cidr-release-hold=3m",
+            "--cidr-release-hold-rejoin-by-provider-id"
+        ])
+        .rejoins_by_provider_id());
+        assert!(!parse(&["--cidr-release-hold-rejoin-by-provider-id"]).rejoins_by_provider_id());
     }
 }

@@ -76,7 +76,8 @@ fn build(
     let Some(config) = flags.config().map_err(InitError::new)? else {
         return Ok(None);
     };
-    let pools = Pools::new(&config).map_err(InitError::new)?;
+    let mut pools = Pools::new(&config).map_err(InitError::new)?;
+    pools.set_rejoin_by_provider_id(flags.rejoins_by_provider_id());
     let metrics = metrics::AllocatorMetrics::register(&ctx.registry).map_err(InitError::new)?;
     metrics.publish(&pools.stats());
     let predecessor_gauges = predecessor::register_gauges(&ctx.registry).map_err(InitError::new)?;
@@ -114,6 +115,7 @@ fn build(
         pools_changed: cluster_cidrs.as_ref().map(|cc| cc.changed.clone()),
         existing_recorded: Default::default(),
         release_hold: flags.cidr_release_hold,
+        rejoin_by_provider_id: flags.rejoins_by_provider_id(),
         release_hold_started: tokio::sync::Notify::new(),
     });
     let mut controller = Controller::new();

@@ -2,7 +2,7 @@
 //! node-ipam-controller's `multicidrset_*` (labels `clusterCIDR`, `clusterCIDRName`) for every pool, plus
 //! `netcm_node_cidr_conflicts`, `netcm_node_cidr_oversized`, `netcm_pod_cidr_quarantine_nodes`, `netcm_pod_cidr_quarantine_touch_refused_nodes`, and per pool
 //! and family what it can still hand out (`netcm_pool_*`, from netcm-ipam's `PoolSpace`, as `netcm check`
-//! prints it).
+//! prints it), and what became of release holds and their records.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -38,6 +38,10 @@ pub struct AllocatorMetrics {
     pub quarantine_touch_refused: IntGauge,
     /// CIDRs handed out before their release hold ended, per pool.
     release_hold_cut_short: IntCounterVec,
+    /// Release holds that ended, per pool and why.
+    release_holds_ended: IntCounterVec,
+    /// Release-hold records on PodCIDRClaims a new leader did not take as written, per why.
+    release_hold_records_distrusted: IntCounterVec,
     /// Failed lists before the first allocation, per list.
     pub start_list_failures: IntCounterVec,
 }
@@ -138,6 +142,22 @@ impl AllocatorMetrics {
             &["pool"],
         )?;
         registry.register(Box::new(release_hold_cut_short.clone()))?;
+        let release_holds_ended = IntCounterVec::new(
+            Opts::new(
+                "netcm_pool_release_holds_ended_total",
+                "Release holds (--cidr-release-hold) that ended, per pool and reason: expired and given_back (to the Node re-joining as the held one) on time; handed_out (its room went to another Node of a full pool), no_longer_valid, node_holds_cidr, pool_deleted and replaced early, each with a CIDRReleaseHoldEnded Warning Event.",
+            ),
+            &["pool", "reason"],
+        )?;
+        registry.register(Box::new(release_holds_ended.clone()))?;
+        let release_hold_records_distrusted = IntCounterVec::new(
+            Opts::new(
+                "netcm_pod_cidr_release_hold_records_distrusted_total",
+                "Release-hold records on PodCIDRClaims a new leader did not take as written, per reason: ignored (unreadable, outside_block: a CIDR outside the claim's block, not_on_every_block: missing from the claim of another of its CIDRs) or cut down (until_beyond_hold: ending later than --cidr-release-hold from now).",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(release_hold_records_distrusted.clone()))?;
         let start_list_failures = IntCounterVec::new(
             Opts::new(
                 "netcm_pod_cidr_start_list_failures_total",
@@ -178,6 +198,8 @@ impl AllocatorMetrics {
             quarantine_nodes,
             quarantine_touch_refused,
             release_hold_cut_short,
+            release_holds_ended,
+            release_hold_records_distrusted,
             start_list_failures,
         })
     }
@@ -203,6 +225,20 @@ impl AllocatorMetrics {
     /// Counts an allocation that cut a release hold short in `pool`.
     pub fn release_hold_cut_short(&self, pool: &str) {
         self.release_hold_cut_short.with_label_values(&[pool]).inc();
+    }
+
+    /// Counts a release hold of `pool` that ended, and why (`reason`, [`netcm_ipam::ReleaseHoldEnd::label`]).
+    pub fn release_hold_ended(&self, pool: &str, reason: &str) {
+        self.release_holds_ended
+            .with_label_values(&[pool, reason])
+            .inc();
+    }
+
+    /// Counts a release-hold record a new leader did not take as written, and why.
+    pub fn release_hold_record_distrusted(&self, reason: &str) {
+        self.release_hold_records_distrusted
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// Counts one released CIDR in its pool and cluster CIDR.

@@ -3,16 +3,21 @@
 //! on time and wakes the Nodes waiting for a CIDR, and a CIDR handed out before its hold ended gets a
 //! Warning Event on the Node that received it.
 //!
+//! Every hold that ends is counted (`netcm_pool_release_holds_ended_total{pool,reason}`), and one that
+//! ends early — its CIDRs free or another Node's while routes elsewhere may still point at the deleted
+//! Node — gets a Warning Event `CIDRReleaseHoldEnded` on that Node's name.
+//!
 //! Holds outlive this leader: each is written on the PodCIDRClaim of its CIDRs' blocks
 //! ([`crate::release_hold_record`]) and a new leader with the flag on restores the ones still running
-//! before it hands anything out. Without claims (`--pod-cidr-claims=false`) holds live in memory only.
+//! before it hands anything out, as far as it trusts their records. Without claims
+//! (`--pod-cidr-claims=false`) holds live in memory only.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use netcm_ipam::ReleaseHoldUse;
+use k8s_openapi::api::core::v1::ObjectReference;
+use netcm_ipam::{EndedReleaseHold, Pools, ReleaseHoldEnd, ReleaseHoldUse};
 use netcm_manager::{CachedNode, EventType};
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +56,22 @@ impl Allocator {
                     "a node that came back under its name gets the pod CIDRs it held before"
                 );
             } else {
-                tracing::info!(controller = NAME, node = name, pool, released_by = %used.released_by, provider_id = node.provider_id().unwrap_or_default(), "a node that came back on the same machine (spec.providerID) under another name gets the pod CIDRs its machine held before");
+                let provider_id = node.provider_id().unwrap_or_default();
+                tracing::info!(controller = NAME, node = name, pool, released_by = %used.released_by, provider_id, "a node that came back on the same machine (spec.providerID) under another name gets the pod CIDRs its machine held before");
+                // Its providerID is its own word (--cidr-release-hold-rejoin-by-provider-id): say so on it.
+                let note = format!(
+                    "This Node gets the pod CIDRs Node {} released, because it registered the same spec.providerID ({provider_id}) within --cidr-release-hold (--cidr-release-hold-rejoin-by-provider-id)",
+                    used.released_by
+                );
+                self.recorder
+                    .publish(
+                        &node.object_ref(),
+                        EventType::Normal,
+                        "CIDRReleaseHoldRejoinedByProviderID",
+                        "AllocateCIDR",
+                        note,
+                    )
+                    .await;
             }
             return;
         }
@@ -134,24 +154,22 @@ impl Allocator {
     }
 
     /// Restores the holds earlier leaders recorded on `claims` that have not ended, before anything is
-    /// handed out. Each is checked again ([`netcm_ipam::Pools::restore_release_hold`]).
+    /// handed out, as far as their records are trusted ([`record::restorable`]: a record outside its
+    /// claim's block or missing from the claim of another of its CIDRs is ignored, an `until` beyond a
+    /// hold started now is cut down, and a name's stale record never hides its live one). Each is checked
+    /// again ([`netcm_ipam::Pools::restore_release_hold`]).
     pub(crate) fn restore_release_holds(&self, claims: &[Claim]) {
         let now = jiff::Timestamp::now();
-        let mut seen = HashSet::new();
+        let listed: Vec<record::ClaimAnnotations<'_>> =
+            claims.iter().map(|c| (c.cidr, &c.annotations)).collect();
+        let (candidates, findings) = record::restorable(&listed, now, self.release_hold);
+        self.say_distrusted(&findings);
         let mut restored = 0usize;
         let mut state = self.state.lock();
         let pools = &mut state.pools;
-        for claim in claims {
-            let (records, unreadable) = record::parse(&claim.annotations);
-            for key in unreadable {
-                tracing::warn!(controller = NAME, claim = %claim.cidr, annotation = %key, "ignoring a release-hold annotation netcm cannot read");
-            }
-            for r in records {
-                if !seen.insert(r.node.clone()) {
-                    continue;
-                }
-                let left = now.duration_until(r.until);
-                let Ok(left) = Duration::try_from(left) else {
+        for per_name in candidates {
+            for (r, until) in per_name {
+                let Ok(left) = Duration::try_from(now.duration_until(until)) else {
                     continue;
                 };
                 if left.is_zero() {
@@ -160,6 +178,7 @@ impl Allocator {
                 let until = Instant::now() + left;
                 if pools.restore_release_hold(&r.node, r.provider_id.as_deref(), &r.cidrs, until) {
                     restored += 1;
+                    break;
                 }
             }
         }
@@ -175,16 +194,137 @@ impl Allocator {
         }
     }
 
+    /// Counts every record not taken as written and logs the first few (a claim writer could leave
+    /// thousands).
+    fn say_distrusted(&self, findings: &[record::Finding]) {
+        const LOGGED: usize = 16;
+        for (i, f) in findings.iter().enumerate() {
+            self.metrics.release_hold_record_distrusted(f.why.label());
+            if i < LOGGED {
+                tracing::warn!(controller = NAME, claim = %f.claim, annotation = %f.key, reason = f.why.label(), "{}", f.why.describe());
+            }
+        }
+        if findings.len() > LOGGED {
+            tracing::warn!(
+                controller = NAME,
+                records = findings.len(),
+                "release-hold records not taken as written; the first are logged above, netcm_pod_cidr_release_hold_records_distrusted_total counts each"
+            );
+        }
+    }
+
+    /// Takes the holds that ended from `pools` (under the state lock), counts each, counts the CIDRs of
+    /// each that went back into the pool as released, and publishes the pools' usage if any ended;
+    /// returns those that ended early, for [`Allocator::report_ended_holds`] once the lock is dropped.
+    pub(crate) fn take_ended_holds(&self, pools: &mut Pools) -> Vec<EndedReleaseHold> {
+        let mut ended = pools.take_ended_release_holds();
+        for e in &ended {
+            self.metrics.release_hold_ended(&e.pool, e.why.label());
+            // Released into the pool (a hand-out counts as a fresh allocation); not when the CIDRs
+            // went straight to a Node.
+            if !matches!(
+                e.why,
+                ReleaseHoldEnd::GivenBack | ReleaseHoldEnd::NodeHoldsCidr
+            ) {
+                for cidr in &e.cidrs {
+                    if let Some((pool, cluster)) = pools.pool_of(*cidr) {
+                        self.metrics.released(pool, &cluster.to_string());
+                    }
+                }
+            }
+        }
+        if !ended.is_empty() {
+            self.publish_usage(pools);
+        }
+        ended.retain(|e| e.why.is_early());
+        ended
+    }
+
+    /// Says that each of `ended` (from [`Allocator::take_ended_holds`]) ended early: a warning and a
+    /// Warning Event `CIDRReleaseHoldEnded` about the deleted Node's name, naming `to`, the Node whose sync
+    /// ended it, if one did. Wakes the Nodes waiting for a CIDR when CIDRs came free.
+    pub(crate) async fn report_ended_holds(&self, ended: Vec<EndedReleaseHold>, to: Option<&str>) {
+        /// The most Events one batch publishes: a deleted ClusterCIDR may end thousands of holds in one
+        /// pass, which must not wait on thousands of writes; the log and the metric have every one.
+        const EVENTS: usize = 16;
+        if ended.is_empty() {
+            return;
+        }
+        let to = to.unwrap_or("another node");
+        for (i, e) in ended.iter().enumerate() {
+            let cidrs = e
+                .cidrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            let why = match e.why {
+                ReleaseHoldEnd::HandedOut => format!(
+                    "pool {} had nothing else free, and ending it made room for Node {to}",
+                    e.pool
+                ),
+                ReleaseHoldEnd::NoLongerValid => format!(
+                    "Node {to} came back as it, but they are no longer a valid allocation for it (its pools changed); it gets new ones"
+                ),
+                ReleaseHoldEnd::NodeHoldsCidr => format!(
+                    "Node {to} holds one of them, as the API shows it, and what the API shows wins"
+                ),
+                ReleaseHoldEnd::PoolDeleted => {
+                    format!("ClusterCIDR {} is being deleted", e.pool)
+                }
+                ReleaseHoldEnd::Replaced => format!(
+                    "Node {} was deleted again, holding other CIDRs, which are held instead",
+                    e.node
+                ),
+                ReleaseHoldEnd::Expired | ReleaseHoldEnd::GivenBack => continue,
+            };
+            tracing::warn!(controller = NAME, node = %e.node, cidrs, pool = %e.pool, reason = e.why.label(), why, "a release hold ended before its time");
+            if i >= EVENTS {
+                continue;
+            }
+            let note = format!(
+                "The release hold (--cidr-release-hold) of pod CIDRs {cidrs} that Node {} released ended early: {why}. Routes, neighbour entries and flannel leases elsewhere may still point at {}",
+                e.node, e.node
+            );
+            self.recorder
+                .publish(
+                    &held_node(&e.node),
+                    EventType::Warning,
+                    "CIDRReleaseHoldEnded",
+                    "ReleaseCIDR",
+                    note,
+                )
+                .await;
+        }
+        if ended.len() > EVENTS {
+            tracing::warn!(
+                controller = NAME,
+                holds = ended.len(),
+                events = EVENTS,
+                "more release holds ended early at once than Events are published for; the log and netcm_pool_release_holds_ended_total have each"
+            );
+        }
+        let freed = ended.iter().any(|e| {
+            matches!(
+                e.why,
+                ReleaseHoldEnd::NoLongerValid
+                    | ReleaseHoldEnd::PoolDeleted
+                    | ReleaseHoldEnd::Replaced
+            )
+        });
+        if freed {
+            self.wake_waiting();
+        }
+    }
+
     /// Ends the release holds that are due; wakes the Nodes waiting for a CIDR when any ended.
     fn end_due_release_holds(&self) -> Vec<(String, Vec<IpNet>)> {
         let ended = {
             let mut state = self.state.lock();
             let pools = &mut state.pools;
             let ended = pools.end_release_holds(Instant::now());
-            for (_, cidrs) in &ended {
-                self.count_released(pools, cidrs);
-            }
-            self.publish_usage(pools);
+            // Counted, their CIDRs as released, and published there; none ended early.
+            self.take_ended_holds(pools);
             ended
         };
         if ended.is_empty() {
@@ -199,6 +339,17 @@ impl Allocator {
             changed.notify_one();
         }
         ended
+    }
+}
+
+/// What Events about the deleted Node `name` are about: the name alone (its UID is gone with it, and a
+/// Node re-created under the name shows them too).
+fn held_node(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
     }
 }
 

@@ -1,6 +1,7 @@
 //! `--cidr-release-hold` on the real control plane: a deleted Node's pod CIDR is free again once the hold
 //! ends, and the hold survives a leader change (recorded on the block's PodCIDRClaim), as does the
-//! `spec.providerID` a Node back on the same machine under another name is recognised by. How a hold
+//! `spec.providerID` a Node back on the same machine under another name is recognised by (with
+//! `--cidr-release-hold-rejoin-by-provider-id`). How a hold
 //! gives a CIDR back to its name, or early to a full pool's waiting Node, is the allocator's logic alone,
 //! tested in-process (controllers/subnet-allocator/src/tests/release_hold.rs).
 
@@ -32,10 +33,22 @@ fn args(hold: &str) -> Vec<String> {
 }
 
 fn start(env: &TestEnv, label: &str, hold: &str) -> Netcm {
+    start_with(env, label, hold, &[])
+}
+
+/// [`start`] with `extra` flags.
+fn start_with(env: &TestEnv, label: &str, hold: &str, extra: &[&str]) -> Netcm {
     let args = args(hold);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .collect();
     Netcm::start(label, &env.cp.kubeconfig, &args)
 }
+
+/// Holds go back by `spec.providerID` too (off by default: it is the Node's own word).
+const BY_PROVIDER_ID: &str = "--cidr-release-hold-rejoin-by-provider-id";
 
 /// Creates `names` and waits until every Node has its CIDR; returns them by name.
 async fn allocate_all(env: &TestEnv, names: &[&str]) -> BTreeMap<String, String> {
@@ -134,7 +147,7 @@ async fn hold_records(env: &TestEnv) -> usize {
 #[tokio::test]
 async fn a_hold_survives_a_leader_change_and_its_node_still_gets_its_cidr_back() {
     let env = TestEnv::new().await;
-    let mut first = start(&env, "release-hold-first", "1h");
+    let mut first = start_with(&env, "release-hold-first", "1h", &[BY_PROVIDER_ID]);
     let fixtures = ["lead-a", "lead-b", "lead-c", "lead-d"]
         .map(|n| NodeFixture::named(n).provider_id(&format!("netcm-e2e:///machine-{n}")));
     let before = allocate_fixtures(&env, fixtures.into()).await;
@@ -157,7 +170,7 @@ async fn a_hold_survives_a_leader_change_and_its_node_still_gets_its_cidr_back()
     // A hand-over as a rolling update does it: SIGTERM, the lease released, a new process leads.
     first.signal("TERM");
     first.wait_exit(Duration::from_secs(30)).await;
-    let second = start(&env, "release-hold-second", "1h");
+    let second = start_with(&env, "release-hold-second", "1h", &[BY_PROVIDER_ID]);
     second
         .wait_metric(
             HELD,

@@ -91,6 +91,25 @@ pub enum Error {
         node: String,
     },
 
+    /// The Node re-joins as a deleted Node whose release hold still runs, and its held CIDRs are still a
+    /// valid allocation for it but for what other owners reserve over them (a new leader's quarantine of
+    /// earlier leaders' blocks): the hold runs on, for the caller to end the reservation and ask again, or
+    /// to hand the Node new CIDRs past its hold ([`crate::Pools::allocate_sized_past_hold`]).
+    #[error(
+        "the pod CIDRs {released_by} held ({}) are kept for node {node}, but {} reserve(s) them for now",
+        join_nets(.cidrs), .by.join(", ")
+    )]
+    ReleaseHoldReserved {
+        /// The Node re-joining.
+        node: String,
+        /// The held Node it re-joins as.
+        released_by: String,
+        /// The held CIDRs.
+        cidrs: Vec<IpNet>,
+        /// The owners reserving some of them.
+        by: Vec<String>,
+    },
+
     /// A block size a [`crate::CidrSet`] cannot hand out: larger than its cluster CIDR or smaller than
     /// its node mask (the smallest size of a pool sized from capacity).
     #[error(

@@ -66,7 +66,7 @@ pub use pool::{
     HostBitsRange, ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
     MIN_PER_NODE_HOST_BITS, SIZE_FROM_PODS_ANNOTATION,
 };
-pub use pools::{Pools, ReleaseHoldUse};
+pub use pools::{EndedReleaseHold, Pools, ReleaseHoldEnd, ReleaseHoldUse};
 pub use problems::{Limits, Overlap, Overlaps, Oversized, Problems};
 pub use selector::{Labels, NodeSelector, NodeView, Operator, Requirement, SelectorTerm};
 pub use sizing::{prefix_for_pods, NodeSizing, SizingError, ADDRESSES_PER_POD};

@@ -162,11 +162,36 @@ impl Pools {
 
     /// [`Pools::allocate_for`] a Node reporting `pods` capacity (`status.capacity.pods`): a sized set
     /// hands it the block [`crate::NodeSizing::prefix_for`] says, a fixed-size one ignores it.
+    ///
+    /// A Node re-joining as a held Node ([`Pools::release_node_with_hold`]) gets the held CIDRs back; if
+    /// another owner reserves them for now it gets [`Error::ReleaseHoldReserved`] and the hold runs on.
     pub fn allocate_sized_for(
         &mut self,
         owner: &str,
         node: &NodeView<'_>,
         pods: Option<u64>,
+    ) -> Result<NodeAllocation, Error> {
+        self.allocate_holding(owner, node, pods, true)
+    }
+
+    /// [`Pools::allocate_sized_for`] for a Node whose held CIDRs are reserved
+    /// ([`Error::ReleaseHoldReserved`]) and which cannot wait for them: it gets new CIDRs, and its hold
+    /// runs on (it is not handed to another Node while one is free).
+    pub fn allocate_sized_past_hold(
+        &mut self,
+        owner: &str,
+        node: &NodeView<'_>,
+        pods: Option<u64>,
+    ) -> Result<NodeAllocation, Error> {
+        self.allocate_holding(owner, node, pods, false)
+    }
+
+    fn allocate_holding(
+        &mut self,
+        owner: &str,
+        node: &NodeView<'_>,
+        pods: Option<u64>,
+        wait_for_reserved: bool,
     ) -> Result<NodeAllocation, Error> {
         if let Some(held) = self.ledger.held_by(owner) {
             return Ok(NodeAllocation {
@@ -177,19 +202,8 @@ impl Pools {
             });
         }
         let candidates = self.candidates(node);
-        if let Some(released_by) = self.rejoins(node) {
-            if let Some((cidrs, pool)) = self.reclaim_release_hold(owner, &released_by, &candidates)
-            {
-                return Ok(NodeAllocation {
-                    cidrs,
-                    fresh: Vec::new(),
-                    pool,
-                    release_hold: Some(ReleaseHoldUse {
-                        released_by,
-                        early: false,
-                    }),
-                });
-            }
+        if let Some(back) = self.rejoin(owner, node, &candidates, wait_for_reserved)? {
+            return Ok(back);
         }
         let mut last_full = None;
         for &p in &candidates {
@@ -198,16 +212,11 @@ impl Pools {
                 Err(e) => last_full = Some(e),
             }
         }
-        // Every candidate is full but for what deleted Nodes released: the oldest release hold goes first.
+        // Every candidate is full but for what deleted Nodes released: the holds whose ending makes room
+        // end, the oldest first, and no other.
         for &p in &candidates {
-            while let Some(released_by) = self.end_oldest_release_hold_in(p) {
-                if let Ok(fresh) = self.allocate_from(p, pods) {
-                    let used = ReleaseHoldUse {
-                        released_by,
-                        early: true,
-                    };
-                    return Ok(self.allocated(owner, p, fresh, Some(used)));
-                }
+            if let Some((fresh, used)) = self.make_room(p, pods) {
+                return Ok(self.allocated(owner, p, fresh, Some(used)));
             }
         }
         match (candidates.len(), last_full) {
@@ -461,8 +470,8 @@ mod release_hold;
 mod stats;
 
 use credit::Credits;
-pub use release_hold::ReleaseHoldUse;
 use release_hold::ReleaseHolds;
+pub use release_hold::{EndedReleaseHold, ReleaseHoldEnd, ReleaseHoldUse};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -94,6 +94,17 @@ impl Pools {
     }
 
     pub(super) fn fits_pool(&self, pool: &Pool, owner: &str, cidrs: &[IpNet]) -> bool {
+        self.fits_pool_but_for(pool, owner, cidrs, |_| false)
+    }
+
+    /// [`Pools::fits_pool`], holdings of the owners `ignore` selects not counting.
+    pub(super) fn fits_pool_but_for(
+        &self,
+        pool: &Pool,
+        owner: &str,
+        cidrs: &[IpNet],
+        ignore: impl Fn(&str) -> bool,
+    ) -> bool {
         if cidrs.len() != pool.families.len() || pool.families.is_empty() {
             return false;
         }
@@ -113,7 +124,7 @@ impl Pools {
                     && self
                         .ledger
                         .overlapping(&Span::of(&cidr))
-                        .all(|h| h.node == owner)
+                        .all(|h| h.node == owner || ignore(h.node))
             })
     }
 }
