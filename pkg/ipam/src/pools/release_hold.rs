@@ -378,7 +378,8 @@ impl Pools {
             // A pool makes room only from the holds it handed out: on a range pools share, another
             // pool's hold is that pool's to give.
             .filter(|(name, _)| {
-                self.credited_pool(&release_hold_owner(name)) == Some(p) && self.may_make_room(name, p)
+                self.credited_pool(&release_hold_owner(name)) == Some(p)
+                    && self.may_make_room(name, p)
             })
             .map(|(name, end)| (*end, name.clone()))
             .collect();
