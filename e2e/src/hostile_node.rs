@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::multinode::{assignments, eventually, in_node, script, Cluster};
 use crate::pod_network::{addresses, leading_pod, pod_cidrs};
-use crate::probe::{self, ProbePod};
+use crate::probe::{EchoStreams, ProbePod};
 use crate::proc_stats::proc_stats;
 
 /// Rounds of the campaign: `NETCM_HOSTILE_ROUNDS` (`hack/hostile-node.sh` sets it), else 1.
@@ -249,18 +249,7 @@ async fn one_round(
     let cpu_before = proc_stats(leader_pid).cpu_seconds;
 
     // Honest traffic through the whole round: every honest pod to the next, both families.
-    let list: Vec<&ProbePod> = pods.values().collect();
-    let mut streams = Vec::new();
-    for (i, from) in list.iter().enumerate() {
-        let to = list[(i + 1) % list.len()];
-        for ip in &to.ips {
-            let (c, from, ip) = (cluster.clone(), from.name.clone(), ip.to_string());
-            streams.push(tokio::spawn(async move {
-                let (ok, out) = probe::exec(&c, &from, &["stream", &ip, ECHOES, "40"]).await;
-                (from, ip, ok, out)
-            }));
-        }
-    }
+    let streams = EchoStreams::start(cluster, pods, ECHOES, "40");
 
     // The attack: every hostile Node registered with the attacker's credentials.
     let hostile = hostile_nodes(
@@ -354,17 +343,9 @@ async fn one_round(
         assert_routes_to_owners(node, pods, &addrs).await;
     }
 
-    let mut echoes = String::new();
-    for s in streams {
-        let (from, ip, ok, out) = s.await.expect("stream task");
-        assert!(ok, "{from} -> {ip} during the hostile round: {out}");
-        assert_eq!(
-            out,
-            format!("sent {ECHOES} received {ECHOES}"),
-            "{from} -> {ip} lost echoes while hostile Nodes registered"
-        );
-        echoes = out;
-    }
+    let echoes = streams
+        .assert_every_echo_answered("hostile Nodes registered")
+        .await;
     let honest_after = pod_cidrs(cluster).await;
     for node in &honest_nodes {
         assert_eq!(

@@ -224,19 +224,7 @@ pub async fn leader_loss_drops_no_packet(
     // traffic starts: the lookup may poll for as long as the streams last.
     let holder = lease_holder(cluster).await;
     let (leader, _) = leading_pod(cluster, timeout).await;
-    let list: Vec<&ProbePod> = pods.values().collect();
-    let mut streams = Vec::new();
-    for (i, from) in list.iter().enumerate() {
-        let to = list[(i + 1) % list.len()];
-        for ip in &to.ips {
-            let (c, from, ip) = (cluster.clone(), from.name.clone(), ip.to_string());
-            streams.push(tokio::spawn(async move {
-                let (ok, out) =
-                    probe::exec(&c, &from, &["stream", &ip, ECHOES, ECHO_INTERVAL_MS]).await;
-                (from, ip, ok, out)
-            }));
-        }
-    }
+    let streams = probe::EchoStreams::start(cluster, pods, ECHOES, ECHO_INTERVAL_MS);
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster
         .kubectl(&[
@@ -254,22 +242,14 @@ pub async fn leader_loss_drops_no_packet(
     })
     .await;
     // Else the echoes proved nothing about the handover.
-    let ended = streams.iter().filter(|s| s.is_finished()).count();
+    let (count, ended) = streams.ended();
     assert_eq!(
-        ended,
-        0,
-        "{ended} of {} echo streams had ended before another pod took the lead from {leader}",
-        streams.len()
+        ended, 0,
+        "{ended} of {count} echo streams had ended before another pod took the lead from {leader}"
     );
-    for s in streams {
-        let (from, ip, ok, out) = s.await.expect("stream task");
-        assert!(ok, "{from} -> {ip}: {out}");
-        assert_eq!(
-            out,
-            format!("sent {ECHOES} received {ECHOES}"),
-            "{from} -> {ip} lost echoes while the leader {leader} was deleted"
-        );
-    }
+    streams
+        .assert_every_echo_answered(&format!("the leader {leader} was deleted"))
+        .await;
 }
 
 async fn lease_holder(cluster: &Cluster) -> String {

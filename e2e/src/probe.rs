@@ -88,6 +88,63 @@ pub async fn exec(cluster: &Cluster, pod: &str, args: &[&str]) -> (bool, String)
     (ok, format!("{out}{err}").trim().to_string())
 }
 
+/// Echo streams running in the background: every pod to the next (by node name, the last to the first),
+/// one stream per address of the next pod's, each `count` echoes `interval_ms` apart.
+pub struct EchoStreams {
+    count: String,
+    streams: Vec<tokio::task::JoinHandle<(String, String, bool, String)>>,
+}
+
+impl EchoStreams {
+    pub fn start(
+        cluster: &Cluster,
+        pods: &BTreeMap<String, ProbePod>,
+        count: &str,
+        interval_ms: &str,
+    ) -> EchoStreams {
+        let list: Vec<&ProbePod> = pods.values().collect();
+        let mut streams = Vec::new();
+        for (i, from) in list.iter().enumerate() {
+            let to = list[(i + 1) % list.len()];
+            for ip in &to.ips {
+                let (c, from, ip) = (cluster.clone(), from.name.clone(), ip.to_string());
+                let (count, interval) = (count.to_string(), interval_ms.to_string());
+                streams.push(tokio::spawn(async move {
+                    let (ok, out) = exec(&c, &from, &["stream", &ip, &count, &interval]).await;
+                    (from, ip, ok, out)
+                }));
+            }
+        }
+        EchoStreams {
+            count: count.to_string(),
+            streams,
+        }
+    }
+
+    /// How many streams there are, and how many have ended.
+    pub fn ended(&self) -> (usize, usize) {
+        let ended = self.streams.iter().filter(|s| s.is_finished()).count();
+        (self.streams.len(), ended)
+    }
+
+    /// Waits for every stream and checks each echo was answered; `during` names what happened meanwhile.
+    /// Returns one stream's result line.
+    pub async fn assert_every_echo_answered(self, during: &str) -> String {
+        let mut line = String::new();
+        for s in self.streams {
+            let (from, ip, ok, out) = s.await.expect("stream task");
+            assert!(ok, "{from} -> {ip}: {out}");
+            assert_eq!(
+                out,
+                format!("sent {0} received {0}", self.count),
+                "{from} -> {ip} lost echoes while {during}"
+            );
+            line = out;
+        }
+        line
+    }
+}
+
 /// host:port for an address of either family.
 pub fn hostport(ip: &IpAddr, port: u16) -> String {
     match ip {
