@@ -194,12 +194,18 @@ async fn after_a_leader_without_claims_a_node_whose_touch_an_admission_webhook_f
     .await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn when_the_earlier_leaders_write_lands_on_the_untouchable_node_before_ours_its_cidr_is_recorded_before_any_other_node_is_allocated(
-) {
+/// A takeover from a leader without claims, scripted up to the claim of the first block: "untouchable"
+/// and "waiting", both without pod CIDRs, are listed; the API refuses for good (`code`, `reason`,
+/// `message`) to touch "untouchable" and touches "waiting"; "untouchable" is read back unchanged. What is
+/// sent next is the test's to script. Returns the allocator and both Nodes.
+fn taking_over_with_one_untouchable(
+    code: u16,
+    reason: &str,
+    message: &str,
+) -> (Allocating, Node, Node) {
     let untouchable = node("untouchable", &[], &[("example.com/agent", "present")]);
     let waiting = node("waiting", &[], &[]);
-    let mut t = Allocating::taking_over(
+    let t = Allocating::taking_over(
         &FLAGS,
         [&untouchable, &waiting].map(cached).into(),
         Some(without_claims()),
@@ -209,9 +215,8 @@ async fn when_the_earlier_leaders_write_lands_on_the_untouchable_node_before_our
             .query("limit=500")
             .reply(200, node_list(&[untouchable.clone(), waiting.clone()])),
     );
-    let too_long = "Node \"untouchable\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes";
     t.api.expect_in_any_order([
-        touch("untouchable").reply_status(422, "Invalid", too_long),
+        touch("untouchable").reply_status(code, reason, message),
         touch("waiting").reply(200, body(&waiting)),
     ]);
     t.api
@@ -220,6 +225,14 @@ async fn when_the_earlier_leaders_write_lands_on_the_untouchable_node_before_our
         .expect(Step::get(CLAIMS).reply(200, claim_list(vec![])));
     t.api
         .expect(claim_create("10.244.0.0/22", IDENTITY).reply(201, json!({})));
+    (t, untouchable, waiting)
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_the_earlier_leaders_write_lands_on_the_untouchable_node_before_ours_its_cidr_is_recorded_before_any_other_node_is_allocated(
+) {
+    let too_long = "Node \"untouchable\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes";
+    let (mut t, untouchable, waiting) = taking_over_with_one_untouchable(422, "Invalid", too_long);
     // The earlier leader's PATCH, carrying the CIDR "waiting" would be given next, landed first: the API
     // server refuses ours, which would change pod CIDRs once set.
     let theirs = node(
@@ -314,29 +327,8 @@ async fn after_a_leader_without_claims_two_nodes_whose_touch_is_refused_hold_all
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_patch_to_the_untouchable_node_keeps_every_other_node_waiting_until_it_is_sent_again_and_lands(
 ) {
-    let untouchable = node("untouchable", &[], &[("example.com/agent", "present")]);
-    let waiting = node("waiting", &[], &[]);
-    let mut t = Allocating::taking_over(
-        &FLAGS,
-        [&untouchable, &waiting].map(cached).into(),
-        Some(without_claims()),
-    );
-    t.api.expect(
-        Step::get("/api/v1/nodes")
-            .query("limit=500")
-            .reply(200, node_list(&[untouchable.clone(), waiting.clone()])),
-    );
     let policy = "admission webhook \"fence.example.com\" denied the request";
-    t.api.expect_in_any_order([
-        touch("untouchable").reply_status(403, "Forbidden", policy),
-        touch("waiting").reply(200, body(&waiting)),
-    ]);
-    t.api
-        .expect(Step::get("/api/v1/nodes/untouchable").reply(200, body(&untouchable)));
-    t.api
-        .expect(Step::get(CLAIMS).reply(200, claim_list(vec![])));
-    t.api
-        .expect(claim_create("10.244.0.0/22", IDENTITY).reply(201, json!({})));
+    let (mut t, untouchable, waiting) = taking_over_with_one_untouchable(403, "Forbidden", policy);
     // Unanswered, it may still land: the Node shows nothing yet, so the same CIDR is sent again.
     t.api
         .expect(cidr_patch(&untouchable, &["10.244.0.0/28"]).reply_status(
