@@ -138,7 +138,9 @@ async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs
         })
         .collect();
     create_nodes(&env.client, old, 8).await;
-    // One worker, so the re-created Nodes' events are all in the cache before their keys are synced.
+    // One worker, so the re-created Nodes' events are all in the cache before their keys are synced. A
+    // lease that outlasts the freeze (an API server restart, 80 writes): this test is about what netcm
+    // finds when it wakes, not about losing its lease, which a slow restart would make it do.
     let netcm = Netcm::start(
         "reborn",
         &env.cp.kubeconfig,
@@ -146,6 +148,8 @@ async fn nodes_recreated_under_their_names_while_netcm_is_frozen_get_fresh_cidrs
             "--controllers=subnet-allocator",
             "--cluster-cidr=10.200.0.0/16",
             "--concurrent-node-cidr-syncs=1",
+            "--leader-elect-lease-duration=120s",
+            "--leader-elect-renew-deadline=90s",
         ],
     );
     wait_for(
