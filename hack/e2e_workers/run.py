@@ -3,8 +3,8 @@
 The e2e tests spend most of their time waiting on API servers, leases and kubelets, and each takes its
 control plane's lock for its whole run, so one control plane runs one test at a time and leaves a core
 mostly idle. Each worker here owns a control plane (its NETCM_CONTROLPLANE_DIR and kubeconfig) and takes
-the next test from one shared queue, longest first by the durations recorded on this machine's last run
-(kept beside the binary caches, outside the checkout, so a fresh clone's CI run reuses them); each test runs
+the next test from one shared queue (one worker: by name; several: longest first by the durations
+recorded on this machine's last run, kept beside the binary caches outside the checkout); each test runs
 in a process of its own (`<test binary> --exact NAME`), so a test that hangs or crashes takes nothing else
 with it. The multi-node cluster stays one per machine: its tests wait for its lock (e2e/src/multinode.rs).
 
@@ -44,8 +44,13 @@ def selected(names, skips):
     return [n for n in names if not any(s in n for s in skips)]
 
 
-def ordered(names, durations):
-    """Longest first by earlier durations; tests never timed first of all (they may be the longest), by name."""
+def ordered(names, durations, workers):
+    """The order the queue hands tests out. One worker: by name, as `cargo test` runs them (the order
+    changes nothing of the total, and the short-lease tests stay where their runs have passed: late,
+    after the supply chain's background builds are done). Several: longest first by earlier durations,
+    tests never timed first of all (they may be the longest), so no long test starts last."""
+    if workers == 1:
+        return sorted(names)
     return sorted(names, key=lambda n: (n in durations, -durations.get(n, 0.0), n))
 
 
@@ -127,7 +132,7 @@ def main(argv):
         return 1
     durations = load_durations(args.durations)
     tests = queue.Queue()
-    for n in ordered(names, durations):
+    for n in ordered(names, durations, len(args.controlplane)):
         tests.put(n)
     os.makedirs(args.log_dir, exist_ok=True)
     results, lock = [], threading.Lock()

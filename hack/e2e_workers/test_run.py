@@ -20,9 +20,13 @@ class Selected(unittest.TestCase):
 
 
 class Ordered(unittest.TestCase):
-    def test_untimed_tests_come_first_then_the_longest(self):
-        got = run.ordered(["a", "b", "c", "d"], {"a": 5.0, "b": 50.0, "d": 20.0})
+    def test_several_workers_take_untimed_tests_first_then_the_longest(self):
+        got = run.ordered(["a", "b", "c", "d"], {"a": 5.0, "b": 50.0, "d": 20.0}, 2)
         self.assertEqual(got, ["c", "b", "d", "a"])
+
+    def test_one_worker_runs_the_tests_by_name_as_cargo_test_does(self):
+        got = run.ordered(["b", "d", "a", "c"], {"a": 5.0, "b": 50.0, "d": 20.0}, 1)
+        self.assertEqual(got, ["a", "b", "c", "d"])
 
 
 class Summary(unittest.TestCase):
