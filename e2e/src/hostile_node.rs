@@ -18,6 +18,7 @@ use ipnet::IpNet;
 use serde_json::{json, Value};
 
 use crate::multinode::{assignments, eventually, in_node, script, Cluster};
+use crate::overlaps::overlapping_pairs;
 use crate::pod_network::{addresses, leading_pod, pod_cidrs};
 use crate::probe::{EchoStreams, ProbePod};
 use crate::proc_stats::proc_stats;
@@ -308,27 +309,26 @@ async fn one_round(
     )
     .await;
     let new_honest_seconds = created.elapsed().as_secs_f64();
-    for name in &honest_new {
-        for cidr in &allocated[name] {
-            let clash: Vec<_> = allocated
-                .iter()
-                .filter(|(other, _)| *other != name)
-                .flat_map(|(other, cs)| cs.iter().map(move |c| (other, c)))
-                .filter(|(_, c)| c.contains(&cidr.network()) || cidr.contains(&c.network()))
-                .collect();
-            assert!(
-                clash.is_empty(),
-                "the new honest Node {name} got {cidr}, which overlaps {clash:?}"
-            );
-        }
-    }
-
-    // Every hostile Node that overlaps an honest one is told so, and routed nowhere.
+    // What netcm handed out overlaps nothing: every Node but the hostile ones registered with a CIDR
+    // of their own, the new honest ones and the hostile huge, zero, copied-providerID, annotated and
+    // churning ones among them.
     let overlapping: BTreeSet<String> = hostile
         .iter()
         .filter(|h| h.overlaps_honest)
         .map(|h| h.name.clone())
         .collect();
+    let clashes = overlapping_pairs(
+        allocated
+            .iter()
+            .filter(|(name, _)| !overlapping.contains(*name))
+            .flat_map(|(name, cidrs)| cidrs.iter().map(move |c| (*c, name.clone()))),
+    );
+    assert!(
+        clashes.is_empty(),
+        "pod CIDRs that overlap beside the hostile Nodes: {clashes:?}"
+    );
+
+    // Every hostile Node that overlaps an honest one is told so, and routed nowhere.
     let evented = eventually(
         "RouteCIDRConflict on every overlapping hostile Node",
         timeout,
