@@ -44,6 +44,12 @@ def selected(names, skips):
     return [n for n in names if not any(s in n for s in skips)]
 
 
+def skip_counts(names, skips):
+    """How many of `names` each skip drops: a skip that drops none names tests that are gone (a renamed
+    module), and the run says so rather than carry it silently."""
+    return {s: sum(s in n for n in names) for s in skips}
+
+
 def ordered(names, durations, workers):
     """The order the queue hands tests out. One worker: by name, as `cargo test` runs them (the order
     changes nothing of the total, and the short-lease tests stay where their runs have passed: late,
@@ -126,7 +132,13 @@ def main(argv):
 
     listed = subprocess.run([args.binary, "--list"], capture_output=True, text=True, check=True,
                             cwd=args.package_dir).stdout
-    names = selected(parse_list(listed), args.skip)
+    listed_names = parse_list(listed)
+    for skip, count in skip_counts(listed_names, args.skip).items():
+        if count == 0:
+            print(f"error: --skip {skip} matches no test: a renamed test or module?", file=sys.stderr)
+            return 1
+        print(f"skipping {count} tests matching {skip} (run elsewhere)", flush=True)
+    names = selected(listed_names, args.skip)
     if not names:
         print("error: the e2e binary lists no test to run", file=sys.stderr)
         return 1

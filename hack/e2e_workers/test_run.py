@@ -19,6 +19,12 @@ class Selected(unittest.TestCase):
         self.assertEqual(run.selected(names, ["pod_network::", "pod_network_flannel::"]), ["manager::z"])
 
 
+class SkipCounts(unittest.TestCase):
+    def test_each_skip_counts_the_tests_it_drops_and_a_stale_one_counts_none(self):
+        names = ["pod_network::x", "pod_network_flannel::y", "manager::z"]
+        self.assertEqual(run.skip_counts(names, ["pod_network::", "gone::"]), {"pod_network::": 1, "gone::": 0})
+
+
 class Ordered(unittest.TestCase):
     def test_several_workers_take_untimed_tests_first_then_the_longest(self):
         got = run.ordered(["a", "b", "c", "d"], {"a": 5.0, "b": 50.0, "d": 20.0}, 2)
