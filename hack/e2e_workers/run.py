@@ -8,8 +8,12 @@ recorded on this machine's last run, kept beside the binary caches outside the c
 in a process of its own (`<test binary> --exact NAME`), so a test that hangs or crashes takes nothing else
 with it. The multi-node cluster stays one per machine: its tests wait for its lock (e2e/src/multinode.rs).
 
+Tests that hold a lease of a few seconds (`--alone PREFIX`) run with nothing else beside them, after the
+others: a second test on the other core, or the supply chain's builds early in the step, delay a
+leader's renewals past such a lease, and a leader that loses its lease exits.
+
     python3 hack/e2e_workers/run.py --binary TEST_BINARY --controlplane DIR [--controlplane DIR ...]
-                                    [--skip PREFIX ...] [--durations FILE]
+                                    [--skip PREFIX ...] [--alone PREFIX ...] [--durations FILE]
 
 Prints each test's result as it ends, the output of every failed test, the slowest tests, and closes with
 'N passed, N failed'; exits 1 when a test failed or none ran.
@@ -50,14 +54,49 @@ def skip_counts(names, skips):
     return {s: sum(s in n for n in names) for s in skips}
 
 
-def ordered(names, durations, workers):
+def is_alone(name, alones):
+    """Whether `name` runs with no other test beside it (a substring match, as the skips)."""
+    return any(a in name for a in alones)
+
+
+def ordered(names, durations, workers, alones=()):
     """The order the queue hands tests out. One worker: by name, as `cargo test` runs them (the order
     changes nothing of the total, and the short-lease tests stay where their runs have passed: late,
-    after the supply chain's background builds are done). Several: longest first by earlier durations,
-    tests never timed first of all (they may be the longest), so no long test starts last."""
+    after the supply chain's background builds are done). Several: the tests that may share the machine
+    longest first by earlier durations, tests never timed first of all (they may be the longest), so no
+    long test starts last; then the tests that run alone, by name, once the background builds are done."""
     if workers == 1:
         return sorted(names)
-    return sorted(names, key=lambda n: (n in durations, -durations.get(n, 0.0), n))
+    shared = [n for n in names if not is_alone(n, alones)]
+    alone = sorted(n for n in names if is_alone(n, alones))
+    return sorted(shared, key=lambda n: (n in durations, -durations.get(n, 0.0), n)) + alone
+
+
+class Gate:
+    """Lets tests start: any number of shared tests at once, or one test alone. A test that must run
+    alone waits for those running to end, and no test starts while it waits."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._running = 0
+        self._alone = False
+
+    def enter(self, alone):
+        with self._cond:
+            if alone:
+                self._cond.wait_for(lambda: not self._alone)
+                self._alone = True
+                self._cond.wait_for(lambda: self._running == 0)
+            else:
+                self._cond.wait_for(lambda: not self._alone)
+            self._running += 1
+
+    def leave(self, alone):
+        with self._cond:
+            self._running -= 1
+            if alone:
+                self._alone = False
+            self._cond.notify_all()
 
 
 def summary_line(passed, failed):
@@ -90,7 +129,7 @@ def save_durations(path, old, results):
     os.replace(tmp, path)
 
 
-def worker(index, controlplane, binary, tests, results, lock, log_dir, package_dir):
+def worker(index, controlplane, binary, tests, results, lock, log_dir, package_dir, gate, alones):
     env = dict(os.environ)
     env["NETCM_CONTROLPLANE_DIR"] = controlplane
     env["NETCM_E2E_KUBECONFIG"] = os.path.join(controlplane, "kubeconfig")
@@ -100,6 +139,8 @@ def worker(index, controlplane, binary, tests, results, lock, log_dir, package_d
         except queue.Empty:
             return
         log_path = os.path.abspath(os.path.join(log_dir, name.replace("::", ".") + ".log"))
+        alone = is_alone(name, alones)
+        gate.enter(alone)
         started = time.monotonic()
         with open(log_path, "w") as log:
             # In the package's directory, as cargo test runs a test binary. A test that hangs fails at
@@ -111,6 +152,7 @@ def worker(index, controlplane, binary, tests, results, lock, log_dir, package_d
             except subprocess.TimeoutExpired:
                 code = f"killed after {TEST_TIMEOUT} s"
         seconds = time.monotonic() - started
+        gate.leave(alone)
         with open(log_path, errors="replace") as log:
             ran = "test result: ok. 1 passed" in log.read()
         result = {"name": name, "ok": code == 0 and ran, "seconds": seconds, "worker": index, "log": log_path}
@@ -125,6 +167,8 @@ def main(argv):
     p.add_argument("--binary", required=True, help="the e2e test binary (cargo test --no-run)")
     p.add_argument("--controlplane", action="append", required=True, help="a control plane's state dir, one per worker")
     p.add_argument("--skip", action="append", default=[], help="skip tests whose name contains this")
+    p.add_argument("--alone", action="append", default=[],
+                   help="run tests whose name contains this with no other test beside them")
     p.add_argument("--durations", default=os.path.expanduser("~/.cache/netcm/e2e-durations.json"))
     p.add_argument("--log-dir", default="_out/test/e2e")
     p.add_argument("--package-dir", default="e2e", help="the test package's directory (the tests' working directory)")
@@ -139,18 +183,22 @@ def main(argv):
             return 1
         print(f"skipping {count} tests matching {skip} (run elsewhere)", flush=True)
     names = selected(listed_names, args.skip)
+    for alone, count in skip_counts(names, args.alone).items():
+        if count == 0:
+            print(f"error: --alone {alone} matches no test: a renamed test or module?", file=sys.stderr)
+            return 1
     if not names:
         print("error: the e2e binary lists no test to run", file=sys.stderr)
         return 1
     durations = load_durations(args.durations)
     tests = queue.Queue()
-    for n in ordered(names, durations, len(args.controlplane)):
+    for n in ordered(names, durations, len(args.controlplane), args.alone):
         tests.put(n)
     os.makedirs(args.log_dir, exist_ok=True)
-    results, lock = [], threading.Lock()
+    results, lock, gate = [], threading.Lock(), Gate()
     started = time.monotonic()
     threads = [threading.Thread(target=worker, args=(i + 1, cp, args.binary, tests, results, lock, args.log_dir,
-                                                        args.package_dir))
+                                                        args.package_dir, gate, args.alone))
                for i, cp in enumerate(args.controlplane)]
     for t in threads:
         t.start()

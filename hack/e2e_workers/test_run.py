@@ -2,6 +2,8 @@
 
 import os
 import tempfile
+import threading
+import time
 import unittest
 
 import run
@@ -30,9 +32,49 @@ class Ordered(unittest.TestCase):
         got = run.ordered(["a", "b", "c", "d"], {"a": 5.0, "b": 50.0, "d": 20.0}, 2)
         self.assertEqual(got, ["c", "b", "d", "a"])
 
+    def test_several_workers_take_the_tests_that_run_alone_last_by_name(self):
+        got = run.ordered(["a", "s::x", "b", "s::w"], {"a": 5.0, "b": 50.0, "s::x": 90.0}, 2, ["s::"])
+        self.assertEqual(got, ["b", "a", "s::w", "s::x"])
+
     def test_one_worker_runs_the_tests_by_name_as_cargo_test_does(self):
         got = run.ordered(["b", "d", "a", "c"], {"a": 5.0, "b": 50.0, "d": 20.0}, 1)
         self.assertEqual(got, ["a", "b", "c", "d"])
+
+
+class GateOrder(unittest.TestCase):
+    def test_a_test_alone_waits_for_the_running_ones_and_none_starts_beside_it(self):
+        gate, events, lock = run.Gate(), [], threading.Lock()
+
+        def test(name, alone, hold):
+            gate.enter(alone)
+            with lock:
+                events.append(("start", name))
+            time.sleep(hold)
+            with lock:
+                events.append(("end", name))
+            gate.leave(alone)
+
+        first = threading.Thread(target=test, args=("shared-1", False, 0.3))
+        first.start()
+        time.sleep(0.05)
+        alone = threading.Thread(target=test, args=("alone", True, 0.2))
+        alone.start()
+        time.sleep(0.05)
+        later = threading.Thread(target=test, args=("shared-2", False, 0.0))
+        later.start()
+        for t in (first, alone, later):
+            t.join()
+        self.assertEqual(events, [("start", "shared-1"), ("end", "shared-1"), ("start", "alone"),
+                                  ("end", "alone"), ("start", "shared-2"), ("end", "shared-2")])
+
+    def test_shared_tests_run_beside_each_other(self):
+        gate = run.Gate()
+        gate.enter(False)
+        entered = threading.Event()
+        t = threading.Thread(target=lambda: (gate.enter(False), entered.set()))
+        t.start()
+        self.assertTrue(entered.wait(1.0))
+        t.join()
 
 
 class Summary(unittest.TestCase):
