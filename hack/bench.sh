@@ -74,6 +74,10 @@
 #                   ClusterCIDR pools (Nodes spread over them by label), on the real control plane.
 #                     hack/bench.sh pools                               2,000 Nodes, each mode twice
 #                     NODES=5000 REPEATS=3 hack/bench.sh pools
+#   patch-cost      kube-apiserver's and etcd's CPU per pod-CIDR write by the PATCH's form — netcm's JSON Patch with
+#                   its tests, kube-controller-manager's strategic merge patch, and others — on fresh Nodes with a
+#                   kubelet-sized status, no controller (hack/patch_cost/patch_cost.py):
+#                     NODES=1000 ROUNDS=3 hack/bench.sh patch-cost [FORM ...]
 #   requests        API requests per Node, by verb and resource, from kube-apiserver's audit log, one fresh
 #                   control plane per contender: hack/bench/requests.sh says what and how.
 #                     hack/bench.sh requests                            NODES=2000, this checkout's release build
@@ -160,6 +164,9 @@ case "$name" in
     controlplane_up
     build_release bench-pools
     exec "$root/target/release/bench-pools" ;;
+  patch-cost)
+    controlplane_up
+    exec python3 hack/patch_cost/patch_cost.py "$NETCM_E2E_KUBECONFIG" "${NODES:-1000}" "${ROUNDS:-3}" "$@" ;;
   requests) exec bash hack/bench/requests.sh "$@" ;;
   routes)
     controlplane_up

@@ -204,6 +204,7 @@ CHAOS_MINUTES=${NETCM_CHAOS_MINUTES:-2} CHAOS_SEED=${NETCM_CHAOS_SEED:-1} \
 step "supply chain: cargo deny, SBOMs, provenance, the image rebuilt from a clean clone (hack/supply-chain.sh)"
 python3 -m unittest discover -s hack/supply_chain
 python3 -m unittest discover -s hack/bench_requests
+python3 -m unittest discover -s hack/patch_cost
 python3 -m unittest discover -s hack/bench_kernel_routes
 python3 -m unittest discover -s hack/churn_tail
 python3 -m unittest discover -s hack/outside_bench
