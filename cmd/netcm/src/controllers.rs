@@ -25,11 +25,13 @@ pub fn registry(flags: &ControllerFlags) -> anyhow::Result<Registry> {
     Ok(Registry::new(vec![
         netcm_subnet_allocator::descriptor(flags.allocator.clone()),
         netcm_node_annotation_syncer::descriptor(flags.annotations.clone()),
-        // The route controller owns only routes inside the allocator's cluster CIDRs, and reads
+        // The route controller owns only routes inside the allocator's cluster CIDRs (the flag's and its
+        // ClusterCIDR objects'), and reads
         // gateways from the lease annotations under the syncer's prefix.
         netcm_route_controller::descriptor(
             flags.routes.clone(),
             &flags.allocator.cluster_cidr,
+            flags.allocator.cluster_cidr_objects,
             prefix,
             prefix_flag,
         ),

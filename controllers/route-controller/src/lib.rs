@@ -5,8 +5,9 @@
 //! `<prefix>/public-ip(v6)` node-annotation-syncer writes, and the Node addresses as a fallback). Writes
 //! routes in `--route-table` marked with `--route-protocol` through a [`backend::Routes`] backend (only
 //! [`netlink`] so far), and the `NetworkUnavailable` condition with a status PATCH behind the leader fence.
-//! It creates and deletes only routes inside the cluster CIDRs, never a default-like one or one over the
-//! host's own networks ([`ownership`]), and refuses a protocol number others use ([`protocols`]).
+//! It creates and deletes only routes inside the cluster CIDRs — `--cluster-cidr`'s and every ClusterCIDR
+//! object's ([`pools`]) — never a default-like one or one over the host's own networks ([`ownership`]),
+//! and refuses a protocol number others use ([`protocols`]).
 //! A pod CIDR that overlaps another Node's in any way is routed only to the Node the API server created
 //! first ([`holder`]), so a kubelet cannot register a pod CIDR inside, around or equal to another
 //! Node's and take its pod traffic; creation times are read for the Nodes in an overlap only
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod options;
 pub mod ownership;
+pub mod pools;
 pub mod protocols;
 pub mod seniority;
 pub mod standby;
@@ -98,17 +100,20 @@ pub enum StartError {
 }
 
 /// The registry entry. The route controller owns only routes inside the allocator's
-/// `--cluster-cidr` and reads gateways under the syncer's `--annotation-prefix` (given with the flag
-/// `prefix_flag`), so the registry hands it those values.
+/// `--cluster-cidr` (and its ClusterCIDR objects' ranges, with `cluster_cidr_objects`) and reads gateways
+/// under the syncer's `--annotation-prefix` (given with the flag `prefix_flag`), so the registry hands it
+/// those values.
 pub fn descriptor(
     flags: Flags,
     cluster_cidr: &str,
+    cluster_cidr_objects: bool,
     annotation_prefix: &str,
     prefix_flag: &'static str,
 ) -> ControllerDescriptor {
     let options = Options {
         flags,
         cluster_cidr: cluster_cidr.to_string(),
+        cluster_cidr_objects,
         annotation_prefix: annotation_prefix.to_string(),
         annotation_prefix_flag: prefix_flag,
         sweep: StartupSweep::new(),
@@ -128,10 +133,18 @@ fn init(options: &Options, ctx: &InitContext) -> InitResult {
         with_table_changes(Controller::new().service(connection), &config);
     let routes = route_reconciler(ctx, &config, backend)?;
     let (first, sweep) = (routes.clone(), options.sweep.clone());
+    // Without ClusterCIDR objects there is no list to wait for.
+    let (listed, pools_listed) = tokio::sync::watch::channel(!options.cluster_cidr_objects);
+    if options.cluster_cidr_objects {
+        let api = Api::all_with(ctx.client.clone(), &pools::api_resource());
+        let watched = routes.clone();
+        controller = controller.service(pools::watch_pools(api, watched, listed));
+    }
     controller = controller
         .prepare(|_| async move {
             // A standby's sweep must not delete anything once this process programs routes.
             sweep.finish().await;
+            pools::first_list(pools_listed).await;
             first.reconcile().await;
             Prepared::Ready
         })

@@ -12,13 +12,17 @@ use netcm_manager::{ControllerOptions, InitContext, InitResult, StandbyContext};
 use crate::flags::{Context, FlagError, Flags};
 use crate::standby::StartupSweep;
 
-/// The route controller's flags with what it takes from others: the allocator's `--cluster-cidr`, the
+/// The route controller's flags with what it takes from others: the allocator's `--cluster-cidr` and
+/// `--cluster-cidr-objects`, the
 /// syncer's `--annotation-prefix`, and the startup sweep its standby runs and its init stops.
 pub struct Options {
     /// Its own flags.
     pub flags: Flags,
     /// `--cluster-cidr`.
     pub cluster_cidr: String,
+    /// `--cluster-cidr-objects`: the allocator also gives CIDRs from ClusterCIDR objects, so their
+    /// ranges are routed too ([`crate::pools`]).
+    pub cluster_cidr_objects: bool,
     /// `--annotation-prefix` in effect.
     pub annotation_prefix: String,
     /// The flag that gave it.

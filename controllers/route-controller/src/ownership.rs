@@ -1,9 +1,11 @@
 //! What is netcm's to route and to delete, as the cloud route controller's `isResponsibleForRoute`
 //! decides it, and which pod CIDRs must never get a route at all.
 //!
-//! netcm is responsible for a route when its destination lies entirely inside a cluster CIDR. Upstream
-//! asks only that the first or the last address lies inside; the whole destination is the stricter form
-//! of the same rule, so a route that merely straddles a cluster CIDR stays someone else's. A pod CIDR
+//! netcm is responsible for a route when its destination lies entirely inside a cluster CIDR: one of
+//! `--cluster-cidr`'s, or a range of a ClusterCIDR object (a pool the allocator gives CIDRs from, which
+//! may lie outside the flag's ranges — a range a cluster is moving to). Upstream asks only that the
+//! first or the last address lies inside; the whole destination is the stricter form of the same rule,
+//! so a route that merely straddles a cluster CIDR stays someone else's. A pod CIDR
 //! gets no route when it is default-like, lies outside the cluster CIDRs, or covers or overlaps a network
 //! this host is directly connected to: each of those routes would capture traffic that is not pod
 //! traffic. An IPv4-mapped IPv6 pod CIDR (inside `::ffff:0:0/96`) gets none either: Go's `net.ParseCIDR`,
@@ -46,12 +48,14 @@ pub enum Refusal {
     DefaultLike(IpNet),
     /// Inside `::ffff:0:0/96`: an IPv4 network written as IPv6.
     Ipv4Mapped(IpNet),
-    /// Not inside any `--cluster-cidr`.
+    /// Not inside any `--cluster-cidr` nor any ClusterCIDR object's range.
     OutsideClusterCidrs {
         /// The pod CIDR.
         pod_cidr: IpNet,
         /// The cluster CIDRs, as configured.
         cluster_cidrs: Vec<IpNet>,
+        /// The ranges of the ClusterCIDR objects, as last read.
+        pool_ranges: Vec<IpNet>,
     },
     /// Covers or overlaps a network of one of this host's addresses.
     Connected {
@@ -77,12 +81,21 @@ impl fmt::Display for Refusal {
             Self::OutsideClusterCidrs {
                 pod_cidr,
                 cluster_cidrs,
+                pool_ranges,
             } => {
-                let list: Vec<String> = cluster_cidrs.iter().map(ToString::to_string).collect();
+                let list = |nets: &[IpNet]| -> String {
+                    let names: Vec<String> = nets.iter().map(ToString::to_string).collect();
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                };
                 write!(
                     f,
-                    "pod CIDR {pod_cidr} is outside every --cluster-cidr ({}): netcm routes only pod CIDRs inside them",
-                    list.join(", ")
+                    "pod CIDR {pod_cidr} is outside every --cluster-cidr ({}) and every ClusterCIDR object's range ({}): netcm routes only pod CIDRs inside them",
+                    list(cluster_cidrs),
+                    list(pool_ranges)
                 )
             }
             Self::Connected { pod_cidr, network } => write!(
@@ -102,10 +115,12 @@ impl Refusal {
     }
 }
 
-/// The cluster CIDRs (fixed) and this host's connected networks (refreshed by the caller).
+/// The cluster CIDRs (the flag's, fixed; the ClusterCIDR objects', refreshed from their watch) and this
+/// host's connected networks (refreshed by the caller).
 #[derive(Debug, Default)]
 pub struct Ownership {
     cluster_cidrs: Vec<IpNet>,
+    pool_ranges: RwLock<Vec<IpNet>>,
     connected: RwLock<Vec<IpNet>>,
 }
 
@@ -115,6 +130,7 @@ impl Ownership {
     pub fn new(cluster_cidrs: Vec<IpNet>) -> Self {
         Self {
             cluster_cidrs,
+            pool_ranges: RwLock::new(Vec::new()),
             connected: RwLock::new(Vec::new()),
         }
     }
@@ -122,6 +138,20 @@ impl Ownership {
     /// The cluster CIDRs.
     pub fn cluster_cidrs(&self) -> &[IpNet] {
         &self.cluster_cidrs
+    }
+
+    /// Replaces the ClusterCIDR objects' ranges; true when they changed. A default-like range is left
+    /// out: it would make every route of netcm's protocol in the table netcm's, whatever a pool says.
+    pub fn set_pool_ranges(&self, mut ranges: Vec<IpNet>) -> bool {
+        ranges.retain(|r| !is_default_like(r));
+        ranges.sort();
+        ranges.dedup();
+        let mut current = self.pool_ranges.write();
+        if *current == ranges {
+            return false;
+        }
+        *current = ranges;
+        true
     }
 
     /// Replaces the host's connected networks; true when they changed.
@@ -140,7 +170,12 @@ impl Ownership {
     pub fn is_responsible(&self, destination: &IpNet) -> bool {
         !is_default_like(destination)
             && (self.cluster_cidrs.is_empty()
-                || self.cluster_cidrs.iter().any(|c| c.contains(destination)))
+                || self.cluster_cidrs.iter().any(|c| c.contains(destination))
+                || self
+                    .pool_ranges
+                    .read()
+                    .iter()
+                    .any(|c| c.contains(destination)))
     }
 
     /// Why `pod_cidr` must get no route, if it must not.
@@ -155,6 +190,7 @@ impl Ownership {
             return Some(Refusal::OutsideClusterCidrs {
                 pod_cidr: *pod_cidr,
                 cluster_cidrs: self.cluster_cidrs.clone(),
+                pool_ranges: self.pool_ranges.read().clone(),
             });
         }
         let connected = self.connected.read();
@@ -211,8 +247,9 @@ mod tests {
         let o = rules();
         let why = |c: &str| o.refusal(&net(c)).map(|r| r.to_string());
         assert!(why("0.0.0.0/1").is_some_and(|r| r.contains("default-like (/1)")));
-        assert!(why("172.16.0.0/24")
-            .is_some_and(|r| r.contains("outside every --cluster-cidr (10.0.0.0/8, fd00::/8)")));
+        assert!(why("172.16.0.0/24").is_some_and(|r| r.contains(
+            "outside every --cluster-cidr (10.0.0.0/8, fd00::/8) and every ClusterCIDR object's range (none)"
+        )));
         // Inside the cluster CIDR, over a connected network, whether it covers it or lies within it.
         for c in ["10.99.1.0/24", "10.98.0.0/15", "fd00:9::/64"] {
             assert!(
@@ -248,6 +285,35 @@ mod tests {
         assert!(o
             .refusal(&net("172.16.0.0/24"))
             .is_some_and(|r| !r.is_this_hosts()));
+    }
+
+    #[test]
+    fn a_pod_cidr_inside_a_clustercidr_objects_range_is_netcms_until_the_object_is_gone() {
+        let o = rules();
+        let pod_cidr = net("172.16.3.0/25");
+        assert!(o.refusal(&pod_cidr).is_some());
+        assert!(o.set_pool_ranges(vec![net("172.16.0.0/16"), net("fd01::/48")]));
+        assert!(!o.set_pool_ranges(vec![net("fd01::/48"), net("172.16.0.0/16")]));
+        assert!(o.is_responsible(&pod_cidr));
+        assert_eq!(o.refusal(&pod_cidr), None);
+        assert_eq!(o.refusal(&net("fd01:0:0:7::/64")), None);
+        // Straddling a pool's range is not lying inside it; connected networks still win.
+        assert!(!o.is_responsible(&net("172.16.0.0/15")));
+        o.set_pool_ranges(vec![net("192.0.0.0/16")]);
+        assert!(o
+            .refusal(&net("192.0.2.0/25"))
+            .is_some_and(|r| r.is_this_hosts()));
+        assert!(o.set_pool_ranges(Vec::new()));
+        assert!(o
+            .refusal(&pod_cidr)
+            .is_some_and(|r| r.to_string().contains("ClusterCIDR object's range (none)")));
+    }
+
+    #[test]
+    fn a_default_like_clustercidr_range_makes_nothing_netcms() {
+        let o = rules();
+        assert!(!o.set_pool_ranges(vec![net("0.0.0.0/0"), net("::/1")]));
+        assert!(!o.is_responsible(&net("172.16.0.0/24")));
     }
 
     #[test]

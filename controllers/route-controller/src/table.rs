@@ -374,6 +374,12 @@ impl RouteSyncer {
             .collect()
     }
 
+    /// Replaces the ClusterCIDR objects' ranges this host routes pod CIDRs inside; true when they
+    /// changed ([`crate::pools`]).
+    pub fn set_pool_ranges(&self, ranges: Vec<IpNet>) -> bool {
+        self.ownership.set_pool_ranges(ranges)
+    }
+
     /// Reads the host's connected networks again; true when they changed.
     pub async fn refresh_connected(&self) -> bool {
         match self.backend.connected_networks().await {

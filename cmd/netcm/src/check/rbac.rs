@@ -352,6 +352,16 @@ pub const DAEMONSET_RULES: &[DaemonSetRule] = &[
     },
     DaemonSetRule {
         role: "ClusterRole",
+        group: "networking.x-k8s.io",
+        resource: "clustercidrs",
+        verbs: &["list", "watch"],
+        namespace: None,
+        optional: true,
+        feature:
+            "the ClusterCIDR pools' ranges, routed like --cluster-cidr's (--cluster-cidr-objects)",
+    },
+    DaemonSetRule {
+        role: "ClusterRole",
         group: "",
         resource: "nodes/status",
         verbs: &["patch"],

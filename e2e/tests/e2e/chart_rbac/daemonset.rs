@@ -1,6 +1,6 @@
 //! The route DaemonSet's account, on the real API server. Root on any Node reads the token of the
 //! DaemonSet's pod there, so the chart gives the DaemonSet an account of its own:
-//! - the API server's authorizer lets it read Nodes, record Events in `default` and patch nodes/status,
+//! - the API server's authorizer lets it read Nodes and ClusterCIDRs, record Events in `default` and patch nodes/status,
 //!   and nothing the controller writes (Nodes, PodCIDRClaims, ClusterCIDRs, the Lease); `kubectl auth
 //!   can-i --list` shows no other write; the controller's account keeps its own;
 //! - with a token bound to a pod on a Node (the API server puts the Node's name in its extra
@@ -61,10 +61,13 @@ fn apply_daemonset_chart(env: &TestEnv, chart: &Rendering) {
 }
 
 /// What the DaemonSet's account needs (`netcm --route-mode=node --leader-elect=false
-/// --controllers=route-controller`): the Node informer, its Node's condition, Events on Nodes.
-const DAEMONSET_NEEDS: [Probe; 5] = [
+/// --controllers=route-controller`): the Node informer, the ClusterCIDR pools' ranges, its Node's
+/// condition, Events on Nodes.
+const DAEMONSET_NEEDS: [Probe; 7] = [
     Probe("list", "", "nodes", None, None),
     Probe("watch", "", "nodes", None, None),
+    Probe("list", "networking.x-k8s.io", "clustercidrs", None, None),
+    Probe("watch", "networking.x-k8s.io", "clustercidrs", None, None),
     Probe("patch", "", "nodes/status", None, None),
     Probe("create", "events.k8s.io", "events", Some("default"), None),
     Probe("patch", "events.k8s.io", "events", Some("default"), None),

@@ -136,3 +136,78 @@ async fn a_standby_removes_its_routes_to_nodes_that_no_longer_exist_and_keeps_th
     // The routes to deleted Nodes went while another replica held the Lease: the standby's sweep.
     netcm.assert_running();
 }
+
+/// A ClusterCIDR named `name` over `ipv4`, as an operator creates a pool (with no allocator running here,
+/// nobody puts a finalizer on it).
+async fn create_pool(client: &kube::Client, name: &str, ipv4: &str) {
+    let obj: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "networking.x-k8s.io/v1",
+        "kind": "ClusterCIDR",
+        "metadata": {"name": name},
+        "spec": {"perNodeHostBits": 8, "ipv4": ipv4},
+    }))
+    .expect("ClusterCIDR");
+    netcm_e2e::cluster_cidrs(client)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create ClusterCIDR");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_cidrs_from_clustercidr_pools_outside_the_cluster_cidr_are_routed_from_the_start_and_as_pools_are_added(
+) {
+    let lab = lab().await;
+    // A pool outside every --cluster-cidr (10.0.0.0/8, fd00::/8 here): a range the cluster moves to.
+    create_pool(&lab.env.client, "moving-to", "172.20.0.0/16").await;
+    let fixtures = vec![
+        NodeFixture::named("in-flag-range")
+            .internal_ip("192.0.2.10")
+            .pod_cidrs(&["10.244.1.0/24"]),
+        NodeFixture::named("in-pool")
+            .internal_ip("192.0.2.11")
+            .pod_cidrs(&["172.20.1.0/24"]),
+        NodeFixture::named("in-later-pool")
+            .internal_ip("192.0.2.12")
+            .pod_cidrs(&["172.21.0.0/24"]),
+    ];
+    create_nodes(&lab.env.client, fixtures, 3).await;
+    let _netcm = lab.start(&[], &[]);
+    let mut want = BTreeMap::from([
+        (net("10.244.1.0/24"), ip("192.0.2.10")),
+        (net("172.20.1.0/24"), ip("192.0.2.11")),
+    ]);
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    let note = lab
+        .failed_route_event("in-later-pool", Duration::from_secs(30))
+        .await;
+    assert!(
+        note.contains("ClusterCIDR object's range (172.20.0.0/16)"),
+        "{note}"
+    );
+    // The first reconcile waited for the pools: their Node was never refused, not even at start.
+    assert!(
+        !lab.env
+            .node_events("in-pool")
+            .await
+            .iter()
+            .any(|(_, reason, _)| reason == "FailedToCreateRoute"),
+        "the pool's Node was refused a route"
+    );
+
+    // A pool added at run time: its Node is routed without a restart.
+    create_pool(&lab.env.client, "later", "172.21.0.0/16").await;
+    want.insert(net("172.21.0.0/24"), ip("192.0.2.12"));
+    lab.wait_routes(&want, Duration::from_secs(30)).await;
+    wait_for(
+        "every Node RouteCreated",
+        Duration::from_secs(30),
+        || async {
+            let c = lab.conditions().await;
+            ["in-flag-range", "in-pool", "in-later-pool"]
+                .iter()
+                .all(|n| c.get(*n) == Some(&created()))
+                .then_some(())
+        },
+    )
+    .await;
+}
