@@ -29,7 +29,7 @@
 #                   BARE_AFTER=1 the bare ceiling (netcm ÷ the mean of each pair around it).
 #                   ROTATE=1 (scale): round r runs its rows starting at the r-th, so none always runs first;
 #                   RESTART_APISERVER=1 (scale, lived-in): a new kube-apiserver process before each row.
-#                   CEILING_METADATA_ANSWER=1 adds the bare ceiling asking for answers of metadata alone.
+#                   CEILING_PROTOBUF_ANSWER=1 adds the bare ceiling asking for answers in protobuf.
 #                   Other knobs: CREATORS (concurrent Node POSTs, 32), CEILING_CLIENTS (16), IDLE_SECONDS (30),
 #                   CHURN_RATE (20), RSS_EARLY_SECONDS (60), CHURN_KCM=1, NETCM_EXTRA_ARGS, NETCM_BIN_BEFORE
 #                   (scale: a row for that netcm build before this one's), NETCM_BIN (the netcm to run

@@ -25,6 +25,7 @@ CLIENTS = int(os.environ.get("CLIENTS", "16"))
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+METADATA_PROTOBUF = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 def pod_cidrs(i):
@@ -53,7 +54,14 @@ def uid_spec_patch(uid, cidrs):
 FORMS = {
     # netcm's write as it sends it: JSON Patch, metadata-only answer, its field manager and timeout.
     "netcm-json-patch": ("application/json-patch+json", json_patch, METADATA, "fieldManager=netcm&timeout=9500ms"),
+    # The same, with the unknown-field check off (a strict decode of the patched Node otherwise).
+    "json-patch-validation-ignored": ("application/json-patch+json", json_patch, METADATA,
+                                      "fieldManager=netcm&timeout=9500ms&fieldValidation=Ignore"),
     "json-patch-full-answer": ("application/json-patch+json", json_patch, JSON, "fieldManager=netcm"),
+    "json-patch-metadata-protobuf-answer": ("application/json-patch+json", json_patch, METADATA_PROTOBUF,
+                                            "fieldManager=netcm&timeout=9500ms"),
+    "json-patch-protobuf-answer": ("application/json-patch+json", json_patch, PROTOBUF,
+                                   "fieldManager=netcm&timeout=9500ms"),
     # kube-controller-manager's nodeipam: a strategic merge patch of spec, answered in protobuf.
     "kcm-strategic-merge": ("application/strategic-merge-patch+json", lambda u, c: spec_patch(c), PROTOBUF, ""),
     "strategic-merge-uid-metadata-answer": (

@@ -47,10 +47,10 @@ pub enum CeilingPatch {
     /// the fence's precondition costs the API server, which must serialize the Node to JSON to apply it.
     /// (netcm also tests the UID, which the bench does not read; a test costs a comparison.)
     JsonAsNetcm,
-    /// Strategic, each answer asked to be the Node's metadata alone, as netcm's unread writes ask
-    /// (`client::unread::METADATA_ANSWER`): what encoding the whole Node for each answer costs the API
+    /// Strategic, each answer asked for in protobuf, as netcm's unread writes ask
+    /// (`client::unread::UNREAD_ANSWER`): what encoding the Node in JSON for each answer costs the API
     /// server.
-    StrategicMetadataAnswer,
+    StrategicProtobufAnswer,
     /// Both writes the chart's two controllers make per Node, one after the other: the strategic-merge
     /// PATCH of `spec.podCIDR(s)`, then a merge PATCH of flannel's lease annotations as the
     /// node-annotation-syncer writes them at its defaults (host-gw). (The syncer also sends the cached
@@ -143,7 +143,7 @@ pub async fn api_ceiling(
                 let request = match shape {
                     CeilingPatch::Strategic
                     | CeilingPatch::TwoWrites
-                    | CeilingPatch::StrategicMetadataAnswer => {
+                    | CeilingPatch::StrategicProtobufAnswer => {
                         let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
                         url.patch(&name, &params, &Patch::Strategic(&patch))
                     }
@@ -158,15 +158,23 @@ pub async fn api_ceiling(
                     }
                 }
                 .unwrap();
-                let request = if shape == CeilingPatch::StrategicMetadataAnswer {
-                    netcm_manager::client::unread::asking_for_metadata(request)
-                } else {
-                    request
-                };
-                client
-                    .request::<serde::de::IgnoredAny>(request)
+                if shape == CeilingPatch::StrategicProtobufAnswer {
+                    // As netcm's unread writes send it (a protobuf answer kube cannot decode).
+                    let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                    netcm_manager::client::unread::patch_unread(
+                        &api,
+                        &name,
+                        &params,
+                        &Patch::Strategic(&patch),
+                    )
                     .await
                     .unwrap();
+                } else {
+                    client
+                        .request::<serde::de::IgnoredAny>(request)
+                        .await
+                        .unwrap();
+                }
                 let cidr_written = Instant::now();
                 if shape == CeilingPatch::TwoWrites {
                     let url = kube::core::Request::new(api.resource_url());
@@ -213,8 +221,8 @@ pub async fn api_ceiling(
         (CeilingLoad::Bare, CeilingPatch::TwoWrites) => {
             "no watch, two writes per Node: CIDR, then lease"
         }
-        (CeilingLoad::Bare, CeilingPatch::StrategicMetadataAnswer) => {
-            "no watch, each answer the Node's metadata alone"
+        (CeilingLoad::Bare, CeilingPatch::StrategicProtobufAnswer) => {
+            "no watch, each answer in protobuf"
         }
         (CeilingLoad::Observed, _) => "the bench's watch",
         (CeilingLoad::Informer, _) => "the bench's watch + a watch of every Node",

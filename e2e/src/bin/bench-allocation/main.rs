@@ -180,8 +180,8 @@ fn ceiling_rows(cfg: &Config) -> Vec<(CeilingLoad, CeilingPatch)> {
     if flag("CEILING_JSON_PATCH") {
         rows.push((CeilingLoad::Bare, json));
     }
-    if flag("CEILING_METADATA_ANSWER") {
-        rows.push((CeilingLoad::Bare, CeilingPatch::StrategicMetadataAnswer));
+    if flag("CEILING_PROTOBUF_ANSWER") {
+        rows.push((CeilingLoad::Bare, CeilingPatch::StrategicProtobufAnswer));
     }
     if flag("ALLOCATOR_FLOOR") {
         rows.push((CeilingLoad::AllocatorFloor, json));
