@@ -146,9 +146,9 @@ pub(crate) async fn watch_pools(
         if routes.syncer.set_pool_ranges(known.all()) {
             let ranges: Vec<String> = known.all().iter().map(ToString::to_string).collect();
             tracing::info!(controller = NAME, ranges = %ranges.join(","), "the ClusterCIDR objects' ranges changed; reconciling the whole table");
-            if *listed.borrow() {
-                routes.resync.notify_one();
-            }
+            // Also when the first reconcile ran before this list came (FIRST_LIST_WAIT): it refused the
+            // pools' Nodes. Before it, the permit only costs one more reconcile at start.
+            routes.resync.notify_one();
         }
         listed.send_replace(true);
     }
