@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 CLIENTS = int(os.environ.get("CLIENTS", "16"))
 JSON = "application/json"
@@ -127,26 +128,10 @@ class Api:
 
 
 def parallel(fn, items):
-    items, lock, errors = list(items), threading.Lock(), []
-
-    def run():
-        while True:
-            with lock:
-                if not items:
-                    return
-                x = items.pop()
-            try:
-                fn(x)
-            except Exception as e:  # noqa: BLE001 - reported after the threads end
-                errors.append(e)
-
-    threads = [threading.Thread(target=run) for _ in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    """`fn` on every item from CLIENTS threads; the first error is raised once all ended."""
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        for _ in pool.map(fn, items):
+            pass
 
 
 def cpu_seconds(pid):
