@@ -72,6 +72,11 @@ impl ControllerOptions for Options {
             ..ctx.client.clone()
         };
         let sweep = self.sweep.clone();
-        Some(Box::pin(sweep.run(client, config, ctx.node_name.clone())))
+        Some(Box::pin(sweep.run(
+            client,
+            config,
+            ctx.node_name.clone(),
+            self.cluster_cidr_objects,
+        )))
     }
 }

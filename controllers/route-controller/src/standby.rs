@@ -4,7 +4,8 @@
 //! until it happened to lead again.
 //!
 //! The sweep lists every Node once (its own "cache sync", before the manager's informer exists), then
-//! runs the leader's own reconcile on a private [`RouteSyncer`]: the same rule decides what no Node wants
+//! runs the leader's own reconcile on a private [`RouteSyncer`] (with the ClusterCIDR objects' ranges read
+//! once, as the leader's watch keeps them): the same rule decides what no Node wants
 //! and what is netcm's to delete, a route to a pod CIDR that overlaps an earlier Node's included (the
 //! listing carries every Node's creation time, so it reads none). It needs no lease: the routes are this host's, not the cluster's. If
 //! the process starts leading first, the controller stops the sweep ([`StartupSweep::finish`]) and its
@@ -41,7 +42,7 @@ pub enum SweepError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The API call failed.
-    #[error("listing Nodes: {0}")]
+    #[error("listing from the API server: {0}")]
     List(#[from] kube::Error),
     /// No route backend (no CAP_NET_ADMIN, no netlink).
     #[error(transparent)]
@@ -79,19 +80,31 @@ impl StartupSweep {
         drop(self.inner.busy.lock().await);
     }
 
-    /// Lists the Nodes (retrying until the API server answers), then deletes this host's routes that no
-    /// Node wants. `own_node` is the Node this process runs on, if known.
-    pub async fn run(self, client: ClientOptions, config: Config, own_node: Option<String>) {
+    /// Lists the Nodes (retrying until the API server answers) and, with `pools`, the ClusterCIDR
+    /// objects' ranges, then deletes this host's routes that no Node wants. `own_node` is the Node this
+    /// process runs on, if known.
+    pub async fn run(
+        self,
+        client: ClientOptions,
+        config: Config,
+        own_node: Option<String>,
+        pools: bool,
+    ) {
         let stop = self.inner.stop.clone();
         let (nodes, births) = tokio::select! {
             _ = stop.cancelled() => return,
             listed = list_nodes_until_done(&client) => listed,
         };
+        let pool_ranges = if pools {
+            list_pool_ranges(&client).await
+        } else {
+            Vec::new()
+        };
         let _busy = self.inner.busy.lock().await;
         if stop.is_cancelled() {
             return;
         }
-        match sweep(&nodes, births, &config, own_node).await {
+        match sweep(&nodes, births, &config, own_node, pool_ranges).await {
             Ok(deleted) => tracing::info!(
                 controller = NAME,
                 nodes = nodes.len(),
@@ -142,23 +155,46 @@ async fn list_nodes(client: &ClientOptions) -> Result<(Vec<Arc<CachedNode>>, Lis
     }
 }
 
+/// The ClusterCIDR objects' ranges, read once. Any failure reads as none: the sweep then leaves the
+/// routes in them alone (its rule only narrows), and the first reconcile as leader judges them.
+async fn list_pool_ranges(client: &ClientOptions) -> Vec<ipnet::IpNet> {
+    let listed = async {
+        let config = load_config(client).await?;
+        let api: Api<kube::api::DynamicObject> = Api::all_with(
+            kube::Client::try_from(config)?,
+            &crate::pools::api_resource(),
+        );
+        Ok::<_, SweepError>(api.list(&ListParams::default()).await?)
+    };
+    match listed.await {
+        Ok(list) => list.items.iter().flat_map(crate::pools::ranges).collect(),
+        Err(e) => {
+            tracing::debug!(controller = NAME, error = %e, "startup sweep: no ClusterCIDR ranges; leaving routes in them alone");
+            Vec::new()
+        }
+    }
+}
+
 /// The leader's reconcile on a private syncer; the number of routes deleted.
 async fn sweep(
     nodes: &[Arc<CachedNode>],
     births: Listed,
     config: &Config,
     own_node: Option<String>,
+    pool_ranges: Vec<ipnet::IpNet>,
 ) -> Result<usize, SweepError> {
     let (backend, connection) = NetlinkRoutes::open(config.table, config.protocol)?;
     let connection = tokio::spawn(connection);
     // Its own registry: these counts are not the controller's.
     let registry = prometheus::Registry::new();
     let known: Vec<_> = births.named(nodes).collect();
+    let ownership = Ownership::new(config.cluster_cidrs.clone());
+    ownership.set_pool_ranges(pool_ranges);
     let syncer = RouteSyncer::new(Parts {
         backend: Arc::new(backend),
         keys: config.keys.clone(),
         own_node,
-        ownership: Ownership::new(config.cluster_cidrs.clone()),
+        ownership,
         guard: LeaderGuard::disabled(&registry)?,
         metrics: RouteMetrics::register(&registry)?,
         births: Arc::new(births),

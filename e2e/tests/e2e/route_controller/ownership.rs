@@ -117,6 +117,9 @@ async fn a_standby_removes_its_routes_to_nodes_that_no_longer_exist_and_keeps_th
     add("fd00:9::/64", "2001:db8::99", PROTO); // the same, IPv6
     add("172.16.0.0/24", "192.0.2.98", PROTO); // outside the cluster CIDRs: not netcm's
     add("10.244.8.0/24", "192.0.2.97", "static"); // another protocol: not netcm's
+                                                  // A deleted Node's, from a pool outside --cluster-cidr: netcm's as the pool's range is.
+    create_pool(&lab.env.client, "moving-to", "172.20.0.0/16").await;
+    add("172.20.9.0/24", "192.0.2.96", PROTO);
 
     let netcm = lab.start(&["--leader-elect=true"], &[]);
     let want = BTreeMap::from([
