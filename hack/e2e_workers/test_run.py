@@ -41,31 +41,48 @@ class Ordered(unittest.TestCase):
         self.assertEqual(got, ["a", "b", "c", "d"])
 
 
+def wait_until(predicate, seconds=5.0):
+    """Whether `predicate` turned true within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class GateOrder(unittest.TestCase):
     def test_a_test_alone_waits_for_the_running_ones_and_none_starts_beside_it(self):
-        gate, events, lock = run.Gate(), [], threading.Lock()
+        gate, started = run.Gate(), []
+        release_alone = threading.Event()
 
-        def test(name, alone, hold):
-            gate.enter(alone)
-            with lock:
-                events.append(("start", name))
-            time.sleep(hold)
-            with lock:
-                events.append(("end", name))
-            gate.leave(alone)
+        def alone():
+            gate.enter(True)
+            started.append("alone")
+            release_alone.wait(5)
+            gate.leave(True)
 
-        first = threading.Thread(target=test, args=("shared-1", False, 0.3))
+        def shared():
+            gate.enter(False)
+            started.append("shared-2")
+            gate.leave(False)
+
+        gate.enter(False)  # shared-1 runs
+        first = threading.Thread(target=alone, daemon=True)
         first.start()
-        time.sleep(0.05)
-        alone = threading.Thread(target=test, args=("alone", True, 0.2))
-        alone.start()
-        time.sleep(0.05)
-        later = threading.Thread(target=test, args=("shared-2", False, 0.0))
+        self.assertTrue(wait_until(lambda: gate._alone), "the alone test announced itself")
+        later = threading.Thread(target=shared, daemon=True)
         later.start()
-        for t in (first, alone, later):
-            t.join()
-        self.assertEqual(events, [("start", "shared-1"), ("end", "shared-1"), ("start", "alone"),
-                                  ("end", "alone"), ("start", "shared-2"), ("end", "shared-2")])
+        time.sleep(0.1)
+        self.assertEqual(started, [], "nothing starts beside shared-1 once a test waits to run alone")
+        gate.leave(False)
+        self.assertTrue(wait_until(lambda: started == ["alone"]), started)
+        time.sleep(0.1)
+        self.assertEqual(started, ["alone"], "nothing starts beside the alone test")
+        release_alone.set()
+        first.join()
+        later.join()
+        self.assertEqual(started, ["alone", "shared-2"])
 
     def test_shared_tests_run_beside_each_other(self):
         gate = run.Gate()

@@ -115,6 +115,18 @@ impl Refusal {
     }
 }
 
+/// Replaces `current` with `networks` as a sorted set; true when that changed it.
+fn replace_set(current: &RwLock<Vec<IpNet>>, mut networks: Vec<IpNet>) -> bool {
+    networks.sort();
+    networks.dedup();
+    let mut current = current.write();
+    if *current == networks {
+        return false;
+    }
+    *current = networks;
+    true
+}
+
 /// The cluster CIDRs (the flag's, fixed; the ClusterCIDR objects', refreshed from their watch) and this
 /// host's connected networks (refreshed by the caller).
 #[derive(Debug, Default)]
@@ -144,26 +156,12 @@ impl Ownership {
     /// out: it would make every route of netcm's protocol in the table netcm's, whatever a pool says.
     pub fn set_pool_ranges(&self, mut ranges: Vec<IpNet>) -> bool {
         ranges.retain(|r| !is_default_like(r));
-        ranges.sort();
-        ranges.dedup();
-        let mut current = self.pool_ranges.write();
-        if *current == ranges {
-            return false;
-        }
-        *current = ranges;
-        true
+        replace_set(&self.pool_ranges, ranges)
     }
 
     /// Replaces the host's connected networks; true when they changed.
-    pub fn set_connected(&self, mut networks: Vec<IpNet>) -> bool {
-        networks.sort();
-        networks.dedup();
-        let mut current = self.connected.write();
-        if *current == networks {
-            return false;
-        }
-        *current = networks;
-        true
+    pub fn set_connected(&self, networks: Vec<IpNet>) -> bool {
+        replace_set(&self.connected, networks)
     }
 
     /// Whether a route to `destination` is netcm's to create or delete.

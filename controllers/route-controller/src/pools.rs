@@ -143,9 +143,10 @@ pub(crate) async fn watch_pools(
         if relist.is_some() {
             continue;
         }
-        if routes.syncer.set_pool_ranges(known.all()) {
-            let ranges: Vec<String> = known.all().iter().map(ToString::to_string).collect();
-            tracing::info!(controller = NAME, ranges = %ranges.join(","), "the ClusterCIDR objects' ranges changed; reconciling the whole table");
+        let ranges = known.all();
+        let shown: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+        if routes.syncer.set_pool_ranges(ranges) {
+            tracing::info!(controller = NAME, ranges = %shown.join(","), "the ClusterCIDR objects' ranges changed; reconciling the whole table");
             // Also when the first reconcile ran before this list came (FIRST_LIST_WAIT): it refused the
             // pools' Nodes. Before it, the permit only costs one more reconcile at start.
             routes.resync.notify_one();
