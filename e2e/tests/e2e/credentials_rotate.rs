@@ -203,7 +203,16 @@ async fn netcm_keeps_leading_and_allocating_after_its_token_file_is_rotated_and_
 #[tokio::test]
 async fn netcm_reconnects_to_an_apiserver_whose_serving_certificate_was_renewed() {
     let env = TestEnv::new().await;
-    let n = Netcm::start("cert-rotation", &env.cp.kubeconfig, &allocator_args());
+    // The restart takes the API server away for as long as it needs to start, which on a loaded
+    // machine can outlast the default 10 s renew deadline; a leader that misses it exits by design
+    // (as kube-controller-manager does). This test is about trusting the CA, so its lease outlasts
+    // any restart.
+    let mut args = allocator_args();
+    args.extend([
+        "--leader-elect-lease-duration=90s",
+        "--leader-elect-renew-deadline=60s",
+    ]);
+    let n = Netcm::start("cert-rotation", &env.cp.kubeconfig, &args);
     n.wait_leading(Duration::from_secs(30)).await;
     let before = create_named(&env.client, "cert-before", 3).await;
     wait_allocated(&env, &before, &n, Duration::from_secs(60)).await;
