@@ -2,6 +2,8 @@
 
 mod check;
 mod controllers;
+#[cfg(test)]
+mod flags_doc;
 mod plugin;
 
 use std::process::ExitCode;

@@ -55,15 +55,18 @@ pub struct GenericFlags {
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
 
-    /// How long non-leaders wait after observing a renewal before they may take the lease.
+    /// How long non-leaders wait after observing a renewal before they may take the lease; whole
+    /// seconds, as the Lease stores them.
     #[arg(long, value_parser = parse_duration, default_value = "15s")]
     pub leader_elect_lease_duration: Duration,
 
-    /// How long the leader keeps retrying to renew before it stops leading.
+    /// How long the leader keeps retrying to renew before it stops leading; shorter than the lease
+    /// duration.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub leader_elect_renew_deadline: Duration,
 
-    /// How long clients wait between attempts to acquire and renew leadership.
+    /// How long clients wait between attempts to acquire and renew leadership; shorter than the renew
+    /// deadline.
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     pub leader_elect_retry_period: Duration,
 
@@ -76,7 +79,8 @@ pub struct GenericFlags {
     pub leader_elect_resource_namespace: Option<String>,
 
     /// A standby lists and watches Nodes while it waits for the Lease, so that it serves at once when it
-    /// leads instead of relisting every Node first; it then holds the leader's Node cache too.
+    /// leads instead of relisting every Node first, proving its cache fresh with one write; it then holds
+    /// the leader's Node cache too. false: it holds nothing until it leads.
     #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub warm_standby: bool,
 
@@ -97,7 +101,7 @@ pub struct GenericFlags {
     #[arg(long, requires = "tls_private_key_file")]
     pub tls_cert_file: Option<PathBuf>,
 
-    /// PEM private key for --tls-cert-file.
+    /// PEM private key for --tls-cert-file (both or neither).
     #[arg(long, requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
 
