@@ -9,7 +9,7 @@
 //! object's ([`pools`]) — never a default-like one or one over the host's own networks ([`ownership`]),
 //! and refuses a protocol number others use ([`protocols`]).
 //! A pod CIDR that overlaps another Node's in any way is routed only to the Node the API server created
-//! first ([`holder`]), so a kubelet cannot register a pod CIDR inside, around or equal to another
+//! first ([`overlap`]), so a kubelet cannot register a pod CIDR inside, around or equal to another
 //! Node's and take its pod traffic; creation times are read for the Nodes in an overlap only
 //! ([`seniority`]).
 //!
@@ -30,10 +30,10 @@ pub mod backend;
 pub mod condition;
 pub mod desired;
 pub mod flags;
-pub mod holder;
 pub mod metrics;
 pub mod netlink;
 pub mod options;
+pub mod overlap;
 pub mod ownership;
 pub mod pools;
 pub mod protocols;

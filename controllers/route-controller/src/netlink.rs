@@ -349,7 +349,7 @@ impl Routes for NetlinkRoutes {
             if let Some(g) = &self.gauges {
                 let via_nexthop = messages.iter().filter(|m| nexthop_id(m).is_some()).count();
                 let objects = match gateways {
-                    Some(gateways) => gateways.held().await,
+                    Some(gateways) => gateways.installed().await,
                     None => 0,
                 };
                 g.routes_via_nexthop.set(via_nexthop as i64);

@@ -1,4 +1,4 @@
-//! When the API server created a Node ([`Seniority`]), the fact [`crate::holder`] orders overlapping
+//! When the API server created a Node ([`Seniority`]), the fact [`crate::overlap`] orders overlapping
 //! pod CIDRs by, read only for the Nodes whose pod CIDRs overlap another's.
 //!
 //! The shared informer does not keep `metadata.creationTimestamp`, so the route controller reads it:
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use netcm_node::CachedNode;
 
-pub use crate::holder::Seniority;
+pub use crate::overlap::Seniority;
 
 /// Why a Node's creation time could not be read.
 #[derive(Debug, thiserror::Error)]

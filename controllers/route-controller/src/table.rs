@@ -9,7 +9,7 @@
 //! them. A Node sync compares the Node's wanted routes with the view and creates, replaces or deletes
 //! only what differs, so a sync of an unchanged Node costs no backend call. A pod CIDR that overlaps
 //! another Node's (contains it, lies inside it, equals it) is routed only if its Node is the earlier
-//! one ([`crate::holder`]): the view keeps every Node's pod CIDRs in one index ordered for overlap
+//! one ([`crate::overlap`]): the view keeps every Node's pod CIDRs in one index ordered for overlap
 //! queries, seeded by each full reconcile and kept current by the syncs, and the creation times of the
 //! Nodes in an overlap ([`births`]). A sync that changes who holds a range names the Nodes to sync
 //! again: a later Node whose route the earlier one displaces, a Node held back by a pod CIDR that is
@@ -34,8 +34,8 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::backend::{BackendError, Operation, Route, Routes};
 use crate::desired::{node_routes, pod_cidrs, NodeRoutes};
-use crate::holder::{standing, Contenders, Seniority, Standing};
 use crate::metrics::RouteMetrics;
+use crate::overlap::{standing, Contenders, Seniority, Standing};
 use crate::ownership::Ownership;
 use crate::seniority::Births;
 
@@ -134,7 +134,7 @@ impl NodeSync {
 }
 
 /// The Node netcm routes a destination for (or tries to), and the gateway that Node wants: the
-/// `routed_for` of [`holder`].
+/// `routed_for` of [`overlap`].
 #[derive(Debug, Clone)]
 struct RoutedFor {
     node: String,

@@ -118,7 +118,7 @@ impl Allocator {
                     let ranges = state.blocks.quarantined_ranges().to_vec();
                     pools.release_node(QUARANTINE_OWNER);
                     a = allocate(pools);
-                    pools.hold(QUARANTINE_OWNER, &ranges);
+                    pools.record_and_check(QUARANTINE_OWNER, &ranges);
                     from_quarantine = a.is_ok();
                 }
                 if let Ok(a) = &a {
@@ -280,7 +280,7 @@ impl Allocator {
                         state.blocks.found_existing(block)
                     };
                     if let Some(quarantined) = quarantined {
-                        state.pools.hold(QUARANTINE_OWNER, quarantined);
+                        state.pools.record_and_check(QUARANTINE_OWNER, quarantined);
                         self.publish_usage(&state.pools);
                         return Ok(Some(block));
                     }
@@ -326,7 +326,7 @@ impl Allocator {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         let refused = state.blocks.refused(block);
-        state.pools.hold(REFUSED_OWNER, refused);
+        state.pools.record_and_check(REFUSED_OWNER, refused);
         self.publish_usage(&state.pools);
         tracing::warn!(controller = NAME, block = %block, "another term wrote this block's claim after this leader listed or marked it; its free CIDRs are not used in this term");
         block

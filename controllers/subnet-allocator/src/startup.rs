@@ -102,7 +102,7 @@ impl Allocator {
             let mut state = self.state.lock();
             let quarantined = blocks.quarantined_ranges();
             if !quarantined.is_empty() {
-                state.pools.hold(QUARANTINE_OWNER, quarantined);
+                state.pools.record_and_check(QUARANTINE_OWNER, quarantined);
             }
             self.publish_usage(&state.pools);
             state.blocks = blocks;

@@ -104,25 +104,25 @@ fn main() {
     let hold = fastest(|| {
         let mut p = pools("10.0.0.0/8");
         let started = Instant::now();
-        p.hold("claim:quarantine", &ranges);
+        p.record_and_check("claim:quarantine", &ranges);
         started.elapsed()
     });
     println!("| hold of 50,000 quarantined ranges | {} | |", ms(hold));
 
     let mut p = pools("10.0.0.0/8");
     for (i, r) in ranges.iter().enumerate() {
-        p.hold(&uid(i), std::slice::from_ref(r));
+        p.record_and_check(&uid(i), std::slice::from_ref(r));
     }
     let wide: IpNet = "10.0.0.0/8".parse().unwrap();
     let first = fastest(|| {
         p.release_node("hostile");
         let started = Instant::now();
-        std::hint::black_box(p.hold("hostile", &[wide]));
+        std::hint::black_box(p.record_and_check("hostile", &[wide]));
         started.elapsed()
     });
     let again = fastest(|| {
         let started = Instant::now();
-        std::hint::black_box(p.hold("hostile", &[wide]));
+        std::hint::black_box(p.record_and_check("hostile", &[wide]));
         started.elapsed()
     });
     println!(

@@ -61,7 +61,7 @@ pub use config::{
     FLAG_MIN_MASK_V4, FLAG_SIZE_FROM_PODS,
 };
 pub use error::Error;
-pub use outcome::{HoldChange, HoldFinding, HoldOutcome, NodeAllocation, PoolStats, PoolTries};
+pub use outcome::{CidrFinding, NodeAllocation, PoolStats, PoolTries, RecordChange, RecordOutcome};
 pub use pool::{
     HostBitsRange, ObjectPool, PoolReport, PoolSpec, PoolState, Refusal, SyncReport, DEFAULT_POOL,
     MIN_PER_NODE_HOST_BITS, SIZE_FROM_PODS_ANNOTATION,

@@ -6,9 +6,9 @@ use ipnet::IpNet;
 
 use crate::addr::Family;
 
-/// How a [`crate::Pools::hold`] call changed the node's record.
+/// How a [`crate::Pools::record_and_check`] call changed the node's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HoldChange {
+pub enum RecordChange {
     /// The node already held exactly these CIDRs; nothing changed.
     Unchanged,
     /// The node held nothing before and now holds these CIDRs.
@@ -21,9 +21,9 @@ pub enum HoldChange {
     },
 }
 
-/// Something wrong with a CIDR a node holds, found by [`crate::Pools::hold`].
+/// Something wrong with a CIDR a node holds, found by [`crate::Pools::record_and_check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HoldFinding {
+pub enum CidrFinding {
     /// The CIDR overlaps one held by another node. Both stay recorded, so
     /// nothing overlapping either is handed out.
     Conflict {
@@ -49,30 +49,30 @@ pub enum HoldFinding {
     },
 }
 
-impl HoldFinding {
+impl CidrFinding {
     /// The node's CIDR the finding is about.
     pub fn cidr(&self) -> IpNet {
         match self {
-            HoldFinding::Conflict { cidr, .. }
-            | HoldFinding::OutOfRange { cidr }
-            | HoldFinding::ServiceRangeOverlap { cidr, .. } => *cidr,
+            CidrFinding::Conflict { cidr, .. }
+            | CidrFinding::OutOfRange { cidr }
+            | CidrFinding::ServiceRangeOverlap { cidr, .. } => *cidr,
         }
     }
 
     /// A short machine-friendly name (for event reasons and metric labels).
     pub fn kind(&self) -> &'static str {
         match self {
-            HoldFinding::Conflict { .. } => "conflict",
-            HoldFinding::OutOfRange { .. } => "out_of_range",
-            HoldFinding::ServiceRangeOverlap { .. } => "service_range_overlap",
+            CidrFinding::Conflict { .. } => "conflict",
+            CidrFinding::OutOfRange { .. } => "out_of_range",
+            CidrFinding::ServiceRangeOverlap { .. } => "service_range_overlap",
         }
     }
 }
 
-impl fmt::Display for HoldFinding {
+impl fmt::Display for CidrFinding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HoldFinding::Conflict {
+            CidrFinding::Conflict {
                 cidr,
                 other_node,
                 other_cidr,
@@ -80,10 +80,10 @@ impl fmt::Display for HoldFinding {
                 f,
                 "pod CIDR {cidr} overlaps {other_cidr} held by node {other_node}"
             ),
-            HoldFinding::OutOfRange { cidr } => {
+            CidrFinding::OutOfRange { cidr } => {
                 write!(f, "pod CIDR {cidr} is not inside any cluster CIDR")
             }
-            HoldFinding::ServiceRangeOverlap {
+            CidrFinding::ServiceRangeOverlap {
                 cidr,
                 service_range,
             } => write!(f, "pod CIDR {cidr} overlaps service range {service_range}"),
@@ -91,17 +91,17 @@ impl fmt::Display for HoldFinding {
     }
 }
 
-/// The result of [`crate::Pools::hold`].
+/// The result of [`crate::Pools::record_and_check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HoldOutcome {
+pub struct RecordOutcome {
     /// How the node's record changed.
-    pub change: HoldChange,
+    pub change: RecordChange,
     /// Problems with the node's CIDRs as they stand now (reported again on
     /// every call while they last, even when `change` is `Unchanged`).
-    pub findings: Vec<HoldFinding>,
+    pub findings: Vec<CidrFinding>,
 }
 
-impl HoldOutcome {
+impl RecordOutcome {
     /// Whether no problem was found.
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty()

@@ -149,7 +149,7 @@ impl Pools {
     /// room in every family, each from the first cluster CIDR of that family with room.
     ///
     /// If `owner` already holds CIDRs (allocated earlier but not yet seen on the API, or recorded by
-    /// [`Pools::hold`]) those are returned unchanged. If every candidate pool is full: the pool's
+    /// [`Pools::record_and_check`]) those are returned unchanged. If every candidate pool is full: the pool's
     /// [`Error::Full`] when there is one candidate, [`Error::PoolsFull`] when several, and
     /// [`Error::NoPool`] when no active pool selects the Node.
     pub fn allocate_for(
@@ -463,9 +463,9 @@ pub(crate) fn unmark(sets: &mut [CidrSet], ledger: &Ledger, services: &[IpNet], 
 }
 
 mod credit;
-mod hold;
 mod lookup;
 mod objects;
+mod record;
 mod release_hold;
 mod stats;
 

@@ -1,6 +1,6 @@
 //! What is wrong with what one owner holds, at a cost bounded by its own CIDRs: for callers that ask on
 //! every sync of a Node ([`crate::Pools::has_problems`], [`crate::Pools::problems`]), where
-//! [`crate::Pools::hold`]'s list of every conflict would cost a Node whose CIDR covers the cluster CIDR
+//! [`crate::Pools::record_and_check`]'s list of every conflict would cost a Node whose CIDR covers the cluster CIDR
 //! one entry per other Node.
 //!
 //! A CIDR wider than the node CIDRs of a pool it overlaps is *oversized*: the ledger keeps all of it

@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 
 use ipnet::IpNet;
-use netcm_ipam::{AllocatorConfig, AllocatorFlags, Error, Family, HoldChange, Pools};
+use netcm_ipam::{AllocatorConfig, AllocatorFlags, Error, Family, Pools, RecordChange};
 use proptest::prelude::*;
 use proptest::test_runner::{contextualize_config, TestRunner};
 
@@ -266,10 +266,10 @@ fn run_case(config: usize, ops: Vec<Op>) -> Result<usize, TestCaseError> {
             }
             Op::Hold(n, cidrs) => {
                 let node = format!("n{n}");
-                let out = pools.hold(&node, &cidrs);
+                let out = pools.record_and_check(&node, &cidrs);
                 if cidrs.is_empty() {
                     model.remove(&node);
-                } else if out.change != HoldChange::Unchanged {
+                } else if out.change != RecordChange::Unchanged {
                     model.insert(node, (cidrs, false));
                 }
             }

@@ -85,7 +85,7 @@ struct Shared<K> {
     synced_tx: watch::Sender<bool>,
     /// How many lists have completed (the first and every relist).
     lists_tx: watch::Sender<u64>,
-    /// The newest resourceVersion the store holds, as an etcd revision ([`SharedInformer::wait_holds`]).
+    /// The newest resourceVersion the store holds, as an etcd revision ([`SharedInformer::wait_for_revision`]).
     newest_tx: watch::Sender<u64>,
     store: Store<K>,
     /// Shared by every [`NameKeys`] of this informer.
@@ -139,7 +139,7 @@ impl<K: Cached> SharedInformer<K> {
 
     /// Creates an informer that caches without telling its handlers until [`SharedInformer::open`]: a
     /// standby's warm cache, whose controllers' queues stay empty until it leads.
-    pub fn held() -> Self {
+    pub fn closed() -> Self {
         Self::with_dispatch(false)
     }
 
@@ -187,7 +187,7 @@ impl<K: Cached> SharedInformer<K> {
 
     /// Waits until the store holds resourceVersion `revision` or newer: a watch delivers in the order of
     /// etcd's revisions, so the cache then shows every change made before that revision.
-    pub async fn wait_holds(&self, revision: u64) {
+    pub async fn wait_for_revision(&self, revision: u64) {
         let mut rx = self.shared.newest_tx.subscribe();
         let _ = rx.wait_for(|n| *n >= revision).await;
     }
@@ -389,7 +389,7 @@ impl<K: Cached> SharedInformer<K> {
     /// afterwards hear nothing of these objects until [`SharedInformer::open`], so a test that drives the
     /// syncs itself finds in a queue only the keys the code under test put there.
     pub fn listed(objects: impl IntoIterator<Item = K>) -> Self {
-        let informer = Self::held();
+        let informer = Self::closed();
         let listed: Vec<Arc<K>> = objects.into_iter().map(Arc::new).collect();
         for obj in &listed {
             informer.saw(obj.resource_version());

@@ -184,7 +184,7 @@ impl Manager {
         let registry = Registry::new();
         crate::logging::register_metrics(&registry)?;
         // Held: the controllers' handlers hear nothing until they run, so a standby's queues stay empty.
-        let nodes: SharedInformer<CachedNode> = SharedInformer::held();
+        let nodes: SharedInformer<CachedNode> = SharedInformer::closed();
         let metrics = ManagerMetrics::register(&registry, &nodes)?;
         crate::sync_metrics::register(&registry)?;
         let workqueue_metrics = WorkqueueMetrics::register(&registry).map_err(|e| {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use netcm_ipam::{HoldFinding, PoolState, PoolStats, Pools, DEFAULT_POOL};
+use netcm_ipam::{CidrFinding, PoolState, PoolStats, Pools, DEFAULT_POOL};
 use netcm_node::Family;
 
 use super::report::Finding;
@@ -32,7 +32,7 @@ pub struct Analysis {
     /// ClusterCIDRs the allocator refuses, and why.
     pub refused: Vec<(String, String)>,
     /// Per Node: (unparsable CIDRs, findings), without what `oversized` says.
-    pub bad: BTreeMap<String, (Vec<String>, Vec<HoldFinding>)>,
+    pub bad: BTreeMap<String, (Vec<String>, Vec<CidrFinding>)>,
     /// Per Node with a pod CIDR wider than the node CIDRs of a pool it overlaps: those CIDRs and the
     /// Nodes inside them.
     pub oversized: BTreeMap<String, OversizedNode>,
@@ -72,8 +72,8 @@ pub fn analyse(s: &Snapshot) -> Option<Result<Analysis, String>> {
     nodes.sort_by_key(|n| n.metadata.creation_timestamp.as_ref().map(|t| t.0));
     for node in nodes {
         let (good, unparsable) = pod_cidrs(node);
-        let outcome = pools.hold(name(node), &good);
-        let findings: Vec<HoldFinding> = outcome
+        let outcome = pools.record_and_check(name(node), &good);
+        let findings: Vec<CidrFinding> = outcome
             .findings
             .into_iter()
             .filter(|f| !oversized::summarised(&pools, f))
@@ -385,7 +385,7 @@ pub fn bad_data_finding(
     s: &Snapshot,
     node: &str,
     unparsable: &[String],
-    findings: &[HoldFinding],
+    findings: &[CidrFinding],
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for raw in unparsable {
@@ -400,19 +400,19 @@ pub fn bad_data_finding(
     }
     for f in findings {
         let finding = match f {
-            HoldFinding::Conflict { cidr, other_node, other_cidr } => Finding::fail(
+            CidrFinding::Conflict { cidr, other_node, other_cidr } => Finding::fail(
                 "cidrs",
                 format!("Node {node}'s pod CIDR {cidr} overlaps {other_cidr} of Node {other_node}"),
                 format!("re-create the Node that got it second ({node}): kubectl delete node {node}; netcm gives the re-registered Node a free CIDR (find who wrote it in the allocators check)"),
             )
             .about([node.to_string(), other_node.clone()]),
-            HoldFinding::OutOfRange { cidr } => Finding::warn(
+            CidrFinding::OutOfRange { cidr } => Finding::warn(
                 "cidrs",
                 format!("Node {node}'s pod CIDR {cidr} is outside every cluster CIDR ({})", s.settings.cluster_cidr),
                 format!("if {cidr} belongs to the pod network, add it to --cluster-cidr; else re-create Node {node} (kubectl delete node {node})"),
             )
             .about([node]),
-            HoldFinding::ServiceRangeOverlap { cidr, service_range } => Finding::fail(
+            CidrFinding::ServiceRangeOverlap { cidr, service_range } => Finding::fail(
                 "cidrs",
                 format!("Node {node}'s pod CIDR {cidr} overlaps the service range {service_range}"),
                 format!("re-create Node {node} (kubectl delete node {node}); netcm never hands out service addresses"),
@@ -452,7 +452,7 @@ pub fn check_bad_data(s: &Snapshot, analysis: Option<&Result<Analysis, String>>)
                         if *other != name(node)
                             && (c.contains(&oc.network()) || oc.contains(&c.network()))
                         {
-                            findings.push(HoldFinding::Conflict {
+                            findings.push(CidrFinding::Conflict {
                                 cidr: *c,
                                 other_node: other.to_string(),
                                 other_cidr: *oc,

@@ -170,8 +170,8 @@ impl GatewayNexthops {
             .map(|e| e.id)
     }
 
-    /// How many nexthops netcm holds, one per gateway.
-    pub async fn held(&self) -> usize {
+    /// How many nexthops netcm has installed, one per gateway.
+    pub async fn installed(&self) -> usize {
         self.state.lock().await.by_gateway.len()
     }
 

@@ -11,7 +11,7 @@ use netcm_node::CachedNode;
 
 use super::{Asked, RouteSyncer};
 use crate::backend::{BackendError, Operation, Route};
-use crate::holder::{standing, Contenders, Standing};
+use crate::overlap::{standing, Contenders, Standing};
 
 /// Deletes of a full reconcile in flight at once (the cloud route controller's
 /// `maxConcurrentRouteOperations`).

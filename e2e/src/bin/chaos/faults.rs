@@ -1,4 +1,4 @@
-//! The faults: one at a time, each drawn from the seeded generator (kind, hold, target pick, variant,
+//! The faults: one at a time, each drawn from the seeded generator (kind, how long it lasts, target pick, variant,
 //! delay, loss, gap — always the same number of draws, so a seed replays the same schedule; which
 //! replica leads when a fault comes is the cluster's doing). Every fault is undone before the next one
 //! starts and when the campaign stops; [`Thaw`] also thaws etcd and both API servers when dropped.
@@ -76,8 +76,8 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// The range of its hold, in milliseconds.
-    fn hold_range(self) -> (u64, u64) {
+    /// How long it lasts, the range in milliseconds.
+    fn duration_range(self) -> (u64, u64) {
         match self {
             Kind::LeaderStop | Kind::ApiserverStop => (1_000, 8_000),
             Kind::EtcdStop => (1_000, 5_000),
@@ -91,7 +91,7 @@ impl Kind {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub kind: Kind,
-    pub hold: Duration,
+    pub lasts: Duration,
     /// Chooses the target: mostly the leader or its API server, otherwise by this number.
     pub pick: u64,
     pub variant: Variant,
@@ -105,10 +105,10 @@ pub struct Plan {
 pub fn draw(rng: &mut Rng, kinds: &[Kind]) -> Plan {
     let kind = kinds[rng.below(kinds.len() as u64) as usize];
     let frac = rng.below(1001);
-    let (lo, hi) = kind.hold_range();
+    let (lo, hi) = kind.duration_range();
     Plan {
         kind,
-        hold: Duration::from_millis(lo + (hi - lo) * frac / 1000),
+        lasts: Duration::from_millis(lo + (hi - lo) * frac / 1000),
         pick: rng.next_u64(),
         variant: Variant::OTHERS[rng.below(Variant::OTHERS.len() as u64) as usize],
         delay: rng.millis(100, 1_500),
@@ -220,18 +220,18 @@ impl Ctx<'_> {
     }
 
     /// Sleeps `d`, or less if the campaign stops.
-    async fn hold(&mut self, d: Duration) {
+    async fn last(&mut self, d: Duration) {
         tokio::select! {
             _ = tokio::time::sleep(d) => {}
             _ = self.stop.changed() => {}
         }
     }
 
-    /// Freezes `process` (a control plane pid file name) for `hold`.
-    async fn freeze(&mut self, name: &str, hold: Duration) -> Result<(), String> {
+    /// Freezes `process` (a control plane pid file name) for `lasts`.
+    async fn freeze(&mut self, name: &str, lasts: Duration) -> Result<(), String> {
         let pid = self.thaw.pid(name)?;
         kill(pid, Signal::SIGSTOP).map_err(|e| format!("SIGSTOP {name}: {e}"))?;
-        self.hold(hold).await;
+        self.last(lasts).await;
         kill(pid, Signal::SIGCONT).map_err(|e| format!("SIGCONT {name}: {e}"))
     }
 }
@@ -269,9 +269,9 @@ async fn act(ctx: &mut Ctx<'_>, plan: &Plan) -> Result<String, String> {
                 r.signal(slot, Signal::SIGSTOP);
                 r.describe(slot)
             };
-            ctx.hold(plan.hold).await;
+            ctx.last(plan.lasts).await;
             ctx.replicas.lock().await.signal(slot, Signal::SIGCONT);
-            Ok(format!("{} {who} for {}", role(leads), secs(plan.hold)))
+            Ok(format!("{} {who} for {}", role(leads), secs(plan.lasts)))
         }
         Kind::LeaderKill => {
             let (slot, leads) = ctx.leader_or(plan.pick).await;
@@ -297,17 +297,17 @@ async fn act(ctx: &mut Ctx<'_>, plan: &Plan) -> Result<String, String> {
                 Apiserver::One => "kube-apiserver",
                 Apiserver::Two => "kube-apiserver2",
             };
-            ctx.freeze(name, plan.hold).await?;
+            ctx.freeze(name, plan.lasts).await?;
             let whose = if server == leaders && leads {
                 "the leader's"
             } else {
                 "not the leader's"
             };
-            Ok(format!("{server} ({whose}) for {}", secs(plan.hold)))
+            Ok(format!("{server} ({whose}) for {}", secs(plan.lasts)))
         }
         Kind::EtcdStop => {
-            ctx.freeze("etcd", plan.hold).await?;
-            Ok(format!("etcd for {}", secs(plan.hold)))
+            ctx.freeze("etcd", plan.lasts).await?;
+            Ok(format!("etcd for {}", secs(plan.lasts)))
         }
         Kind::Path => {
             let (slot, leads) = if plan.pick % 10 < 7 {
@@ -321,14 +321,14 @@ async fn act(ctx: &mut Ctx<'_>, plan: &Plan) -> Result<String, String> {
                 r.path(slot).degrade(plan.delay, plan.loss_percent)?;
                 r.describe(slot)
             };
-            ctx.hold(plan.hold).await;
+            ctx.last(plan.lasts).await;
             ctx.replicas.lock().await.path(slot).heal()?;
             Ok(format!(
                 "{} {who}: delay {} ms, loss {}% for {}",
                 if leads { "leader" } else { "replica" },
                 plan.delay.as_millis(),
                 plan.loss_percent,
-                secs(plan.hold)
+                secs(plan.lasts)
             ))
         }
         Kind::Config => {

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use ipnet::IpNet;
 
-use super::hold::first_occurrences;
+use super::record::first_occurrences;
 use super::{unmark, Pools};
 use crate::addr::Span;
 use crate::error::Error;

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use super::*;
-use crate::outcome::{HoldChange, HoldFinding};
+use crate::outcome::{CidrFinding, RecordChange};
 use crate::test_fixtures::{allocated, net, nets, pools};
 
 #[test]
@@ -78,7 +78,7 @@ fn a_service_range_smaller_than_a_node_cidr_blocks_its_whole_node_cidr() {
 #[test]
 fn releasing_a_node_that_overlapped_a_service_range_keeps_the_range_reserved() {
     let mut p = pools("10.0.0.0/22", "10.0.1.0/24");
-    p.hold("rogue", &nets(&["10.0.1.0/24"]));
+    p.record_and_check("rogue", &nets(&["10.0.1.0/24"]));
     p.release_node("rogue");
     assert_eq!(allocated(&p), 1);
     let mut all = Vec::new();
@@ -91,7 +91,7 @@ fn releasing_a_node_that_overlapped_a_service_range_keeps_the_range_reserved() {
 #[test]
 fn exhausted_pool_returns_full_and_releases_partial_allocation() {
     let mut p = pools("10.0.0.0/24,fd00::/64", "");
-    p.hold("v6-hog", &nets(&["fd00::/64"]));
+    p.record_and_check("v6-hog", &nets(&["fd00::/64"]));
     let err = p.allocate("a").unwrap_err();
     assert_eq!(
         err,
@@ -131,8 +131,8 @@ fn a_second_cluster_cidr_of_the_same_family_extends_the_pool() {
 #[test]
 fn allocator_never_reuses_a_cidr_that_a_node_still_holds() {
     let mut p = pools("10.0.0.0/22", "");
-    p.hold("a", &nets(&["10.0.0.0/24"]));
-    p.hold("b", &nets(&["10.0.2.0/24"]));
+    p.record_and_check("a", &nets(&["10.0.0.0/24"]));
+    p.record_and_check("b", &nets(&["10.0.2.0/24"]));
     let mut got = Vec::new();
     while let Ok(c) = p.allocate(&format!("n{}", got.len())) {
         got.push(c[0]);
@@ -143,11 +143,11 @@ fn allocator_never_reuses_a_cidr_that_a_node_still_holds() {
 #[test]
 fn holding_the_same_cidrs_again_is_a_no_op() {
     let mut p = pools("10.0.0.0/16", "");
-    let first = p.hold("a", &nets(&["10.0.1.0/24"]));
-    assert_eq!(first.change, HoldChange::New);
+    let first = p.record_and_check("a", &nets(&["10.0.1.0/24"]));
+    assert_eq!(first.change, RecordChange::New);
     assert!(first.is_clean());
-    let again = p.hold("a", &nets(&["10.0.1.5/24"]));
-    assert_eq!(again.change, HoldChange::Unchanged);
+    let again = p.record_and_check("a", &nets(&["10.0.1.5/24"]));
+    assert_eq!(again.change, RecordChange::Unchanged);
     assert_eq!(allocated(&p), 1);
 }
 
@@ -155,18 +155,21 @@ fn holding_the_same_cidrs_again_is_a_no_op() {
 fn holding_confirms_an_allocation_without_changing_it() {
     let mut p = pools("10.0.0.0/16", "");
     let cidrs = p.allocate("a").unwrap();
-    assert_eq!(p.hold("a", &cidrs).change, HoldChange::Unchanged);
+    assert_eq!(
+        p.record_and_check("a", &cidrs).change,
+        RecordChange::Unchanged
+    );
     assert_eq!(allocated(&p), 1);
 }
 
 #[test]
 fn holding_different_cidrs_replaces_the_old_ones() {
     let mut p = pools("10.0.0.0/16", "");
-    p.hold("a", &nets(&["10.0.1.0/24"]));
-    let out = p.hold("a", &nets(&["10.0.7.0/24"]));
+    p.record_and_check("a", &nets(&["10.0.1.0/24"]));
+    let out = p.record_and_check("a", &nets(&["10.0.7.0/24"]));
     assert_eq!(
         out.change,
-        HoldChange::Replaced {
+        RecordChange::Replaced {
             previous: nets(&["10.0.1.0/24"])
         }
     );
@@ -178,24 +181,24 @@ fn holding_different_cidrs_replaces_the_old_ones() {
 #[test]
 fn holding_nothing_forgets_the_node() {
     let mut p = pools("10.0.0.0/16", "");
-    p.hold("a", &nets(&["10.0.1.0/24"]));
-    let out = p.hold("a", &[]);
-    assert!(matches!(out.change, HoldChange::Replaced { .. }));
+    p.record_and_check("a", &nets(&["10.0.1.0/24"]));
+    let out = p.record_and_check("a", &[]);
+    assert!(matches!(out.change, RecordChange::Replaced { .. }));
     assert_eq!(p.held_by("a"), None);
     assert_eq!(allocated(&p), 0);
-    assert_eq!(p.hold("b", &[]).change, HoldChange::Unchanged);
+    assert_eq!(p.record_and_check("b", &[]).change, RecordChange::Unchanged);
     assert_eq!(p.node_count(), 0);
 }
 
 #[test]
 fn an_overlapping_hold_is_reported_as_a_conflict_naming_the_other_node() {
     let mut p = pools("10.0.0.0/16", "");
-    p.hold("a", &nets(&["10.0.0.0/23"]));
-    let out = p.hold("b", &nets(&["10.0.1.0/24"]));
-    assert_eq!(out.change, HoldChange::New);
+    p.record_and_check("a", &nets(&["10.0.0.0/23"]));
+    let out = p.record_and_check("b", &nets(&["10.0.1.0/24"]));
+    assert_eq!(out.change, RecordChange::New);
     assert_eq!(
         out.findings,
-        vec![HoldFinding::Conflict {
+        vec![CidrFinding::Conflict {
             cidr: net("10.0.1.0/24"),
             other_node: "a".into(),
             other_cidr: net("10.0.0.0/23"),
@@ -206,14 +209,19 @@ fn an_overlapping_hold_is_reported_as_a_conflict_naming_the_other_node() {
         "pod CIDR 10.0.1.0/24 overlaps 10.0.0.0/23 held by node a"
     );
     // Both are recorded: each sees the other.
-    assert_eq!(p.hold("a", &nets(&["10.0.0.0/23"])).findings.len(), 1);
+    assert_eq!(
+        p.record_and_check("a", &nets(&["10.0.0.0/23"]))
+            .findings
+            .len(),
+        1
+    );
 }
 
 #[test]
 fn releasing_one_of_two_conflicting_nodes_keeps_the_other_nodes_blocks() {
     let mut p = pools("10.0.0.0/22", "");
-    p.hold("a", &nets(&["10.0.0.0/23"]));
-    p.hold("b", &nets(&["10.0.1.0/24"]));
+    p.record_and_check("a", &nets(&["10.0.0.0/23"]));
+    p.record_and_check("b", &nets(&["10.0.1.0/24"]));
     assert_eq!(allocated(&p), 2);
     p.release_node("a");
     assert_eq!(allocated(&p), 1);
@@ -228,10 +236,10 @@ fn releasing_one_of_two_conflicting_nodes_keeps_the_other_nodes_blocks() {
 #[test]
 fn releasing_a_small_cidr_keeps_its_block_when_a_sibling_still_holds_part_of_it() {
     let mut p = pools("10.0.0.0/23", "");
-    p.hold("a", &nets(&["10.0.0.0/26"]));
-    p.hold("b", &nets(&["10.0.0.64/26"]));
+    p.record_and_check("a", &nets(&["10.0.0.0/26"]));
+    p.record_and_check("b", &nets(&["10.0.0.64/26"]));
     assert_eq!(allocated(&p), 1);
-    assert!(p.hold("b", &nets(&["10.0.0.64/26"])).is_clean());
+    assert!(p.record_and_check("b", &nets(&["10.0.0.64/26"])).is_clean());
     p.release_node("a");
     assert_eq!(allocated(&p), 1);
     assert_eq!(p.allocate("c").unwrap(), nets(&["10.0.1.0/24"]));
@@ -240,14 +248,14 @@ fn releasing_a_small_cidr_keeps_its_block_when_a_sibling_still_holds_part_of_it(
 #[test]
 fn a_cidr_outside_every_cluster_cidr_is_reported_and_still_held() {
     let mut p = pools("10.0.0.0/16", "");
-    let out = p.hold("a", &nets(&["192.168.0.0/24", "fd00::/64"]));
+    let out = p.record_and_check("a", &nets(&["192.168.0.0/24", "fd00::/64"]));
     assert_eq!(
         out.findings,
         vec![
-            HoldFinding::OutOfRange {
+            CidrFinding::OutOfRange {
                 cidr: net("192.168.0.0/24")
             },
-            HoldFinding::OutOfRange {
+            CidrFinding::OutOfRange {
                 cidr: net("fd00::/64")
             },
         ]
@@ -260,10 +268,10 @@ fn a_cidr_outside_every_cluster_cidr_is_reported_and_still_held() {
 #[test]
 fn a_cidr_partly_outside_the_cluster_keeps_the_overlapping_blocks_in_use() {
     let mut p = pools("10.0.0.0/23", "");
-    let out = p.hold("a", &nets(&["10.0.0.0/16"]));
+    let out = p.record_and_check("a", &nets(&["10.0.0.0/16"]));
     assert_eq!(
         out.findings,
-        vec![HoldFinding::OutOfRange {
+        vec![CidrFinding::OutOfRange {
             cidr: net("10.0.0.0/16")
         }]
     );
@@ -273,10 +281,10 @@ fn a_cidr_partly_outside_the_cluster_keeps_the_overlapping_blocks_in_use() {
 #[test]
 fn a_held_cidr_overlapping_a_service_range_is_reported() {
     let mut p = pools("10.0.0.0/16", "10.0.5.0/24");
-    let out = p.hold("a", &nets(&["10.0.5.0/24"]));
+    let out = p.record_and_check("a", &nets(&["10.0.5.0/24"]));
     assert_eq!(
         out.findings,
-        vec![HoldFinding::ServiceRangeOverlap {
+        vec![CidrFinding::ServiceRangeOverlap {
             cidr: net("10.0.5.0/24"),
             service_range: net("10.0.5.0/24"),
         }]
@@ -311,7 +319,7 @@ fn five_thousand_nodes_allocate_and_hold_quickly() {
     let mut q = pools("10.0.0.0/8,fd00::/48", "10.96.0.0/12");
     let start = Instant::now();
     for (i, cidrs) in all.iter().enumerate() {
-        assert!(q.hold(&format!("node-{i}"), cidrs).is_clean());
+        assert!(q.record_and_check(&format!("node-{i}"), cidrs).is_clean());
     }
     let hold = start.elapsed();
 
@@ -326,7 +334,7 @@ fn five_thousand_nodes_allocate_and_hold_quickly() {
 #[test]
 fn a_claimed_cidr_is_adoptable_only_if_it_fits_todays_configuration_and_overlaps_nothing() {
     let mut p = pools("10.244.0.0/16,fd00:10::/56", "10.244.255.0/24");
-    p.hold("other", &nets(&["10.244.7.0/24", "fd00:10:0:7::/64"]));
+    p.record_and_check("other", &nets(&["10.244.7.0/24", "fd00:10:0:7::/64"]));
     assert!(p.is_valid_allocation("a", &nets(&["10.244.3.0/24", "fd00:10:0:3::/64"])));
     // A single family on a dual-stack cluster, the wrong order, an old mask size, outside every
     // cluster CIDR, inside the service range, or overlapping another holder: all refused.

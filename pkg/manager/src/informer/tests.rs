@@ -75,8 +75,8 @@ impl Fed {
     }
 
     /// Fed to an informer that holds its handlers' events until it is opened.
-    fn held() -> Self {
-        let fed = Self::with(SharedInformer::<CachedNode>::held());
+    fn closed() -> Self {
+        let fed = Self::with(SharedInformer::<CachedNode>::closed());
         fed.informer
             .subscribe(fed.handlers[0].clone())
             .expect("not started");
@@ -223,7 +223,7 @@ fn a_relist_started_again_forgets_what_the_broken_one_had_listed() {
 
 #[test]
 fn a_held_informer_caches_silently_then_tells_everything_cached_as_added_once_opened() {
-    let mut f = Fed::held();
+    let mut f = Fed::closed();
     let at = |name: &str, uid: &str, rv: &str| CachedNode::builder(name, uid, rv).build();
     f.feed(Event::Init);
     f.feed(Event::InitApply(at("a", "a1", "5")));
@@ -263,9 +263,12 @@ async fn the_informer_says_when_it_holds_a_revision_and_counts_completed_lists()
     let holds = |f: &Fed, revision: u64| {
         let informer = f.informer.clone();
         async move {
-            tokio::time::timeout(Duration::from_millis(50), informer.wait_holds(revision))
-                .await
-                .is_ok()
+            tokio::time::timeout(
+                Duration::from_millis(50),
+                informer.wait_for_revision(revision),
+            )
+            .await
+            .is_ok()
         }
     };
     assert!(!holds(&f, 12).await, "a list in progress holds nothing yet");

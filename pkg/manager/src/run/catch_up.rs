@@ -155,7 +155,7 @@ pub(super) async fn prove_fresh(
     for node in candidates {
         match write_and_remove(&api, &node, identity).await {
             Ok(at) => {
-                tokio::time::timeout(DEADLINE, nodes.wait_holds(at))
+                tokio::time::timeout(DEADLINE, nodes.wait_for_revision(at))
                     .await
                     .map_err(|_| CatchUpError::Late { revision: at })?;
                 return Ok(Fresh::Written { node, revision: at });

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use ipnet::IpNet;
-use netcm_ipam::{HoldFinding, Limits, Overlaps, Oversized, PoolStats, Pools};
+use netcm_ipam::{CidrFinding, Limits, Overlaps, Oversized, PoolStats, Pools};
 
 use super::super::report::Finding;
 use super::Analysis;
@@ -31,17 +31,17 @@ pub struct OversizedNode {
 /// is not to blame), or an oversized CIDR reaching outside every cluster CIDR (its fix is the same and
 /// "add it to --cluster-cidr" would be wrong). Conflicts between equal CIDRs stay, as the allocator's
 /// `CIDRConflict` Events keep them.
-pub(super) fn summarised(pools: &Pools, f: &HoldFinding) -> bool {
+pub(super) fn summarised(pools: &Pools, f: &CidrFinding) -> bool {
     match f {
-        HoldFinding::Conflict {
+        CidrFinding::Conflict {
             cidr, other_cidr, ..
         } => {
             cidr != other_cidr
                 && ((other_cidr.contains(cidr) && pools.oversized(other_cidr).is_some())
                     || (cidr.contains(other_cidr) && pools.oversized(cidr).is_some()))
         }
-        HoldFinding::OutOfRange { cidr } => pools.oversized(cidr).is_some(),
-        HoldFinding::ServiceRangeOverlap { .. } => false,
+        CidrFinding::OutOfRange { cidr } => pools.oversized(cidr).is_some(),
+        CidrFinding::ServiceRangeOverlap { .. } => false,
     }
 }
 

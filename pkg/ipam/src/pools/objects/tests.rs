@@ -166,7 +166,7 @@ fn an_object_recreated_under_its_name_is_a_new_pool() {
 #[test]
 fn a_new_leader_sees_a_draining_pool_held_by_existing_nodes() {
     let mut p = pools("10.244.0.0/16", "");
-    p.hold("uid-a", &[net("10.50.3.0/24")]);
+    p.record_and_check("uid-a", &[net("10.50.3.0/24")]);
     let mut o = obj("big", exists("big"), 8, "10.50.0.0/16", "");
     o.deleting = true;
     p.sync_objects(&[o]);
@@ -238,11 +238,11 @@ fn a_pool_overlapping_the_service_range_is_refused() {
 #[test]
 fn a_pool_inside_a_node_cidr_held_outside_every_pool_is_refused() {
     let mut p = pools("10.244.0.0/16", "");
-    p.hold("uid-x", &[net("10.70.0.0/15")]);
+    p.record_and_check("uid-x", &[net("10.70.0.0/15")]);
     p.sync_objects(&[obj("x", NodeSelector::Fallback, 8, "10.70.0.0/16", "")]);
     assert_eq!(state(&p, "x").phase(), "Refused");
     // A Node CIDR inside the new range is simply kept in use.
-    p.hold("uid-y", &[net("10.80.3.0/24")]);
+    p.record_and_check("uid-y", &[net("10.80.3.0/24")]);
     p.sync_objects(&[obj("y", NodeSelector::Fallback, 8, "10.80.0.0/16", "")]);
     assert_eq!(state(&p, "y"), PoolState::Active);
     let y = p.reports().into_iter().find(|r| r.name == "y").unwrap();
@@ -420,7 +420,7 @@ fn a_pass_over_unchanged_objects_searches_and_checks_the_pools_for_none_of_them(
 #[test]
 fn a_pool_refused_for_a_node_cidr_around_it_allocates_once_that_node_is_released() {
     let mut p = pools("10.244.0.0/16", "");
-    p.hold("uid-wide", &[net("10.70.0.0/15")]);
+    p.record_and_check("uid-wide", &[net("10.70.0.0/15")]);
     let objects = [obj("x", NodeSelector::Fallback, 8, "10.70.0.0/16", "")];
     p.sync_objects(&objects);
     assert!(matches!(
@@ -428,7 +428,7 @@ fn a_pool_refused_for_a_node_cidr_around_it_allocates_once_that_node_is_released
         PoolState::Refused(Refusal::NodeCidrOverlap { ref owner, .. }) if owner == "uid-wide"
     ));
     let epoch = p.refusal_epoch();
-    p.hold("uid-inside", &[net("10.244.3.0/24")]);
+    p.record_and_check("uid-inside", &[net("10.244.3.0/24")]);
     p.release_node("uid-inside");
     assert_eq!(
         p.refusal_epoch(),

@@ -217,7 +217,7 @@ fn a_reservation_over_a_held_cidr_keeps_the_hold() {
     let mut p = full_pool();
     p.release_node_with_hold("uid-b", "b", None, Instant::now() + HOLD);
     // As the quarantine of earlier leaders' blocks does: it may cover held CIDRs.
-    p.hold("claim:quarantine", &nets(&["10.0.0.0/22"]));
+    p.record_and_check("claim:quarantine", &nets(&["10.0.0.0/22"]));
     assert_eq!(p.release_holds().count(), 1);
 }
 
@@ -322,7 +322,7 @@ fn a_full_pool_ends_only_a_hold_that_makes_room_not_one_a_reservation_covers() {
     p.release_node_with_hold("uid-a", "a", None, now + HOLD);
     p.release_node_with_hold("uid-b", "b", None, now + HOLD + Duration::from_secs(1));
     // A new leader's quarantine covers a's CIDR: ending a's hold would free nothing.
-    p.hold("claim:quarantine", &nets(&["10.0.0.0/24"]));
+    p.record_and_check("claim:quarantine", &nets(&["10.0.0.0/24"]));
     let got = allocate(&mut p, "uid-e", "e");
     assert_eq!(got.cidrs, nets(&["10.0.1.0/24"]));
     assert_eq!(
@@ -483,7 +483,7 @@ fn a_node_back_while_a_reservation_covers_its_held_cidr_waits_for_it_and_no_stra
     let until = Instant::now() + HOLD;
     // As a new leader does: the hold restored from its record, then the quarantine over the old blocks.
     assert!(p.restore_release_hold("b", None, &nets(&["10.0.1.0/24"]), until));
-    p.hold("claim:quarantine", &nets(&["10.0.0.0/23"]));
+    p.record_and_check("claim:quarantine", &nets(&["10.0.0.0/23"]));
     let (name, labels) = view("b");
     let b = NodeView {
         name: &name,
@@ -515,7 +515,7 @@ fn a_node_that_cannot_wait_for_its_reserved_cidr_gets_new_ones_and_its_hold_runs
     let mut p = pools("10.0.0.0/22", "");
     let until = Instant::now() + HOLD;
     assert!(p.restore_release_hold("b", None, &nets(&["10.0.1.0/24"]), until));
-    p.hold("claim:refused", &nets(&["10.0.1.0/24"]));
+    p.record_and_check("claim:refused", &nets(&["10.0.1.0/24"]));
     let (name, labels) = view("b");
     let b = NodeView {
         name: &name,
@@ -724,7 +724,7 @@ mod properties {
                     reserved =
                         half.map(|h| IpNet::new([10, 0, 0, (h * 128) as u8].into(), 25).unwrap());
                     if let Some(r) = reserved {
-                        p.hold("claim:quarantine", &[r]);
+                        p.record_and_check("claim:quarantine", &[r]);
                     }
                 }
                 Op::Wait(secs) => {

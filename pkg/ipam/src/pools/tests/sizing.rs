@@ -132,7 +132,10 @@ fn any_size_between_the_bounds_is_a_valid_allocation_and_found_in_its_pool() {
 #[test]
 fn a_held_cidr_is_oversized_only_beyond_the_largest_size() {
     let mut p = sized("10.0.0.0/16", "", 24, 27);
-    assert!(p.hold("a", &nets(&["10.0.1.0/24"])).findings.is_empty());
+    assert!(p
+        .record_and_check("a", &nets(&["10.0.1.0/24"]))
+        .findings
+        .is_empty());
     assert!(p.oversized(&net("10.0.1.0/24")).is_none());
     let o = p.oversized(&net("10.0.4.0/22")).unwrap();
     assert_eq!((o.node_mask, o.covers), (24, 4));

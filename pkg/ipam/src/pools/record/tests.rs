@@ -1,4 +1,4 @@
-//! Tests of [`Pools::hold`] and what it reports.
+//! Tests of [`Pools::record_and_check`] and what it reports.
 
 use super::*;
 use crate::problems::Overlap;
@@ -53,14 +53,17 @@ fn a_hold_records_each_range_once_in_the_order_first_given() {
         "10.0.1.0/24",
         "10.0.3.0/24",
     ]);
-    assert_eq!(p.hold("a", &given).change, HoldChange::New);
+    assert_eq!(p.record_and_check("a", &given).change, RecordChange::New);
     assert_eq!(
         p.held_by("a"),
         Some(&nets(&["10.0.2.0/24", "10.0.1.0/24", "10.0.3.0/24"])[..])
     );
     assert_eq!(allocated(&p), 3);
     let reordered = nets(&["10.0.2.0/24", "10.0.1.0/24", "10.0.3.0/24", "10.0.1.0/24"]);
-    assert_eq!(p.hold("a", &reordered).change, HoldChange::Unchanged);
+    assert_eq!(
+        p.record_and_check("a", &reordered).change,
+        RecordChange::Unchanged
+    );
 }
 
 const LIMITS: Limits = Limits {

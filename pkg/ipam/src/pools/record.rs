@@ -1,11 +1,11 @@
-//! What Nodes hold: [`Pools::hold`] records the CIDRs a Node carries and reports what is wrong with
+//! What Nodes hold: [`Pools::record_and_check`] records the CIDRs a Node carries and reports what is wrong with
 //! them.
 
 use ipnet::IpNet;
 
 use super::{mark, Pools};
 use crate::addr::Span;
-use crate::outcome::{HoldChange, HoldFinding, HoldOutcome};
+use crate::outcome::{CidrFinding, RecordChange, RecordOutcome};
 use crate::problems::{Limits, Oversized, Problems, Tally};
 
 impl Pools {
@@ -18,27 +18,27 @@ impl Pools {
     ///
     /// Every conflict is listed: a CIDR covering the cluster CIDR lists every other holder. The
     /// allocator, which records on every sync, uses [`Pools::record`] and bounded reports instead.
-    pub fn hold(&mut self, node: &str, cidrs: &[IpNet]) -> HoldOutcome {
+    pub fn record_and_check(&mut self, node: &str, cidrs: &[IpNet]) -> RecordOutcome {
         let change = self.record(node, cidrs);
-        HoldOutcome {
+        RecordOutcome {
             change,
             findings: self.findings_of(node),
         }
     }
 
-    /// Records that `node` holds `cidrs`, as [`Pools::hold`] does, without looking for problems.
-    pub fn record(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
+    /// Records that `node` holds `cidrs`, as [`Pools::record_and_check`] does, without looking for problems.
+    pub fn record(&mut self, node: &str, cidrs: &[IpNet]) -> RecordChange {
         let wanted = first_occurrences(cidrs.iter().map(IpNet::trunc));
         let change = match self.ledger.held_by(node) {
-            Some(held) if held == wanted.as_slice() => HoldChange::Unchanged,
-            None if wanted.is_empty() => HoldChange::Unchanged,
+            Some(held) if held == wanted.as_slice() => RecordChange::Unchanged,
+            None if wanted.is_empty() => RecordChange::Unchanged,
             Some(_) => {
                 let previous = self.release_node(node);
-                HoldChange::Replaced { previous }
+                RecordChange::Replaced { previous }
             }
-            None => HoldChange::New,
+            None => RecordChange::New,
         };
-        if change != HoldChange::Unchanged && !wanted.is_empty() {
+        if change != RecordChange::Unchanged && !wanted.is_empty() {
             for c in &wanted {
                 mark(&mut self.sets, &Span::of(c));
             }
@@ -51,13 +51,13 @@ impl Pools {
     /// [`Pools::record`] for a Node as the API shows it: what it holds there wins over a release hold,
     /// which ends instead of making a conflict. (Reservations such as the quarantine use `record`: they
     /// may cover held CIDRs.)
-    pub fn record_node(&mut self, node: &str, cidrs: &[IpNet]) -> HoldChange {
+    pub fn record_node(&mut self, node: &str, cidrs: &[IpNet]) -> RecordChange {
         self.end_release_holds_overlapping(cidrs);
         self.record(node, cidrs)
     }
 
-    /// Every problem with what `node` holds, as [`Pools::hold`] reports it.
-    pub fn findings_of(&self, node: &str) -> Vec<HoldFinding> {
+    /// Every problem with what `node` holds, as [`Pools::record_and_check`] reports it.
+    pub fn findings_of(&self, node: &str) -> Vec<CidrFinding> {
         self.ledger
             .held_by(node)
             .unwrap_or_default()
@@ -174,26 +174,26 @@ impl Pools {
     }
 
     /// Problems with `cidr` as held by `node`.
-    fn findings(&self, node: &str, cidr: &IpNet) -> Vec<HoldFinding> {
+    fn findings(&self, node: &str, cidr: &IpNet) -> Vec<CidrFinding> {
         let span = Span::of(cidr);
-        let mut out: Vec<HoldFinding> = self
+        let mut out: Vec<CidrFinding> = self
             .ledger
             .overlapping(&span)
             .filter(|h| h.node != node)
-            .map(|h| HoldFinding::Conflict {
+            .map(|h| CidrFinding::Conflict {
                 cidr: *cidr,
                 other_node: h.node.to_string(),
                 other_cidr: h.cidr,
             })
             .collect();
         if !self.sets.iter().any(|s| s.span().contains(&span)) {
-            out.push(HoldFinding::OutOfRange { cidr: *cidr });
+            out.push(CidrFinding::OutOfRange { cidr: *cidr });
         }
         out.extend(
             self.services
                 .iter()
                 .filter(|svc| Span::of(svc).overlaps(&span))
-                .map(|&service_range| HoldFinding::ServiceRangeOverlap {
+                .map(|&service_range| CidrFinding::ServiceRangeOverlap {
                     cidr: *cidr,
                     service_range,
                 }),

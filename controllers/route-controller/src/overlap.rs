@@ -34,7 +34,7 @@ use std::fmt;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use k8s_openapi::jiff::Timestamp;
 
-/// When the API server created a Node, and which Node it is: the order of [`crate::holder`]'s rule.
+/// When the API server created a Node, and which Node it is: the order of [`crate::overlap`]'s rule.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Seniority {
     /// `metadata.creationTimestamp`.
