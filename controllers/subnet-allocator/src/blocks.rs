@@ -17,7 +17,7 @@
 //!
 //! Why idle claims need no quarantine: a leader that steps down cleanly (SIGTERM) marks idle, while it
 //! still holds the lease, every claim of a block whose allocation writes were all answered
-//! (`stepping_down.rs`), so no write of its can land there late; the next leader uses idle blocks at
+//! (`idle_marks.rs`), so no write of its can land there late; the next leader uses idle blocks at
 //! once. A leader that died, or whose write to a block may still land, leaves the claim open, and the next
 //! leader quarantines it as above. The idle mark tests the term the claim names, and a leader adopts
 //! (renames the term on) every claim it did not create before handing out of its block: so an idle mark

@@ -45,7 +45,7 @@ pub struct Claim {
     /// The claimed range (a block, or one node CIDR in claims of earlier versions).
     pub cidr: IpNet,
     /// Its annotations: the release holds of deleted Nodes' CIDRs in the block are kept there
-    /// ([`crate::release_hold_record`]).
+    /// ([`crate::release_hold::record`]).
     pub annotations: std::collections::BTreeMap<String, String>,
 }
 

@@ -31,11 +31,9 @@ pub mod metrics;
 pub mod pod_cidr_patch;
 mod predecessor;
 mod release_hold;
-mod release_hold_record;
 mod start_lists;
 mod startup;
 mod state;
-mod stepping_down;
 mod tracking;
 mod waiting;
 
