@@ -34,6 +34,9 @@ pub fn render(kubeconfig: &Path, release: &str, namespace: &str, args: &[String]
         .args(["--namespace", namespace])
         .args(args);
     let yaml = command_output(&mut cmd, None);
+    if yaml.contains("apiVersion: monitoring.coreos.com/") {
+        install_monitoring_crds(kubeconfig);
+    }
     let json = command_output(
         kubectl(kubeconfig).args(["create", "--dry-run=client", "-o", "json", "-f", "-"]),
         Some(&yaml),
@@ -42,6 +45,38 @@ pub fn render(kubeconfig: &Path, release: &str, namespace: &str, args: &[String]
         .into_iter::<Value>()
         .collect::<Result<Vec<_>, _>>()
         .expect("kubectl printed JSON objects")
+}
+
+/// The stand-ins for prometheus-operator's ServiceMonitor and PrometheusRule CRDs (`hack/testdata/`),
+/// without which kubectl cannot make objects of those kinds: applied to the control plane of
+/// `kubeconfig` and waited for. `hack/verify-chart.sh` installs them on the first control plane only, and
+/// a test may run against either.
+fn install_monitoring_crds(kubeconfig: &Path) {
+    let testdata = repo_root().join("hack/testdata");
+    for file in ["servicemonitor-crd.yaml", "prometheusrule-crd.yaml"] {
+        command_output(
+            kubectl(kubeconfig)
+                .args([
+                    "apply",
+                    "--server-side",
+                    "--force-conflicts",
+                    "--field-manager=netcm-e2e",
+                    "-f",
+                ])
+                .arg(testdata.join(file)),
+            None,
+        );
+    }
+    command_output(
+        kubectl(kubeconfig).args([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ]),
+        None,
+    );
 }
 
 /// Server-side applies `objects` as one List, owned by `field_manager`.
