@@ -85,6 +85,14 @@ impl AuditEvent {
         self.request_uri.contains("fieldManager=netcm-catch-up")
     }
 
+    /// Whether the request changes what it names (a read — get, list, watch — does not).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+
     /// The resource, with `/subresource` if any.
     pub fn resource(&self) -> String {
         match &self.object_ref {

@@ -304,7 +304,9 @@ async fn a_frozen_leader_and_a_killed_one_mid_allocation_never_cause_an_overlap_
         .iter()
         .filter(mine)
         .filter(|e| {
-            matches!(e.resource().as_str(), "nodes" | "nodes/status" | "events") && e.succeeded()
+            matches!(e.resource().as_str(), "nodes" | "nodes/status" | "events")
+                && e.is_write()
+                && e.succeeded()
         })
         .filter(|e| e.received().is_some_and(|t| t > expired))
         .collect();
