@@ -203,23 +203,20 @@ pub fn plan(spec: &Spec, nodes: &[NodeFacts], progress: &Progress, now: Timestam
             next.nodes.insert(name.clone(), step);
         }
     }
-    let halted = |p: &Progress| {
+    let failed_toward_destination = |p: &Progress| -> Vec<String> {
         p.nodes
-            .values()
-            .any(|s| matches!(s, NodeStep::Failed { toward, .. } if *toward == spec.destination))
+            .iter()
+            .filter(|(_, s)| matches!(s, NodeStep::Failed { toward, .. } if *toward == spec.destination))
+            .map(|(n, _)| n.clone())
+            .collect()
     };
-    if !halted(&next) {
+    if failed_toward_destination(&next).is_empty() {
         start_more(spec, nodes, &mut next, now, &mut actions);
     }
     let counts = count(spec, nodes, &next);
-    let phase = if halted(&next) {
-        Phase::Stalled(
-            next.nodes
-                .iter()
-                .filter(|(_, s)| matches!(s, NodeStep::Failed { toward, .. } if *toward == spec.destination))
-                .map(|(n, _)| n.clone())
-                .collect(),
-        )
+    let failed = failed_toward_destination(&next);
+    let phase = if !failed.is_empty() {
+        Phase::Stalled(failed)
     } else if counts.waiting + counts.draining + counts.registering == 0 {
         Phase::Complete
     } else {
