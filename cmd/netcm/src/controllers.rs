@@ -14,6 +14,8 @@ pub struct ControllerFlags {
     annotations: netcm_node_annotation_syncer::Flags,
     #[command(flatten, next_help_heading = "route-controller")]
     routes: netcm_route_controller::Flags,
+    #[command(flatten, next_help_heading = "pod-cidr-migration")]
+    migration: netcm_pod_cidr_migration::Flags,
 }
 
 /// Every controller netcm knows, in start order: the allocator writes pod CIDRs, the syncer publishes
@@ -34,6 +36,11 @@ pub fn registry(flags: &ControllerFlags) -> anyhow::Result<Registry> {
             flags.allocator.cluster_cidr_objects,
             prefix,
             prefix_flag,
+        ),
+        // Off by default. Nodes move from and to the allocator's pools, the flag's among them.
+        netcm_pod_cidr_migration::descriptor(
+            flags.migration.clone(),
+            &flags.allocator.cluster_cidr,
         ),
     ])?)
 }
@@ -67,7 +74,8 @@ mod tests {
             [
                 "subnet-allocator",
                 "node-annotation-syncer",
-                "route-controller"
+                "route-controller",
+                "pod-cidr-migration"
             ]
         );
         for d in r.descriptors() {

@@ -28,8 +28,143 @@
 //! - a Node is done when every CIDR it holds comes from the destination and it has one of each family
 //!   the destination gives, whether it moved or registered there to begin with.
 //!
-//! Not here yet: the controller that carries the actions out against the API (cordon, evictions,
-//! delete, status), the pools' closing to new allocations while a migration runs, and the
-//! PodCIDRMigration API that holds [`plan::Spec`] and [`plan::Progress`].
+//! The controller around it ([`migrator`]) reads the PodCIDRMigration objects
+//! (`netcm_api::pod_cidr_migration`, which hold [`plan::Spec`] and, in their status, [`plan::Progress`]
+//! as [`progress`] writes it), works out each Node's pools from the pools' ranges ([`pools`]) and
+//! carries the planner's actions out: cordon, evictions, delete, status. The allocator closes every
+//! other pool while a migration it can see has been accepted; the kubelet's registering again is the
+//! node's own step. It is off by default (`--controllers=*,pod-cidr-migration`): it deletes Nodes.
 
+pub mod migrator;
 pub mod plan;
+pub mod pools;
+pub mod progress;
+
+use std::sync::Arc;
+
+use clap::Args;
+use ipnet::IpNet;
+use kube::api::Api;
+use netcm_manager::flags::GenericFlags;
+use netcm_manager::{
+    Controller, ControllerDescriptor, ControllerOptions, InitContext, InitError, InitResult,
+};
+
+use migrator::{on_node_change, watch_migrations, Migrator, Store};
+
+/// The controller's canonical name: its queue, metrics label and log field.
+pub const NAME: &str = "pod-cidr-migration";
+
+/// pod-cidr-migration flags.
+#[derive(Debug, Clone, Args)]
+#[group(id = "pod-cidr-migration-flags")]
+pub struct Flags {
+    /// Number of PodCIDRMigrations synced concurrently. One runs at a time, so more only lets a Pending or Invalid one be reported while another runs.
+    #[arg(long, default_value_t = 1)]
+    pub concurrent_pod_cidr_migration_syncs: usize,
+}
+
+/// A flag value the controller refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    /// An entry of `--cluster-cidr` that does not parse.
+    #[error("--cluster-cidr: {0:?} is not a CIDR")]
+    ClusterCidr(String),
+    /// No worker.
+    #[error("--concurrent-pod-cidr-migration-syncs must be at least 1")]
+    Workers,
+}
+
+/// The flags with the allocator's `--cluster-cidr`, whose pool Nodes may move from or to.
+#[derive(Debug, Clone)]
+struct Options {
+    flags: Flags,
+    cluster_cidr: String,
+}
+
+impl Options {
+    fn flag_ranges(&self) -> Result<Vec<IpNet>, FlagError> {
+        self.cluster_cidr
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<IpNet>()
+                    .map(|n| n.trunc())
+                    .map_err(|_| FlagError::ClusterCidr(s.to_string()))
+            })
+            .collect()
+    }
+}
+
+/// The registry entry, handed the allocator's `--cluster-cidr` (the flag pool's ranges). Off by
+/// default: it cordons, drains and deletes Nodes, which an operator turns on knowingly.
+pub fn descriptor(flags: Flags, cluster_cidr: &str) -> ControllerDescriptor {
+    let options = Options {
+        flags,
+        cluster_cidr: cluster_cidr.to_string(),
+    };
+    ControllerDescriptor::new(NAME, &["renumbering"], options).disabled_by_default()
+}
+
+impl ControllerOptions for Options {
+    type FlagError = FlagError;
+
+    fn validate(&self, _generic: &GenericFlags) -> Result<(), FlagError> {
+        if self.flags.concurrent_pod_cidr_migration_syncs == 0 {
+            return Err(FlagError::Workers);
+        }
+        self.flag_ranges().map(|_| ())
+    }
+
+    fn effective_config(&self) -> Vec<(String, String)> {
+        vec![(
+            "--concurrent-pod-cidr-migration-syncs".into(),
+            self.flags.concurrent_pod_cidr_migration_syncs.to_string(),
+        )]
+    }
+
+    fn workers(&self) -> usize {
+        self.flags.concurrent_pod_cidr_migration_syncs
+    }
+
+    fn init(&self, ctx: &InitContext) -> InitResult {
+        let flag_ranges = self.flag_ranges().map_err(InitError::new)?;
+        let queue = ctx.new_queue(NAME);
+        let store = Store::default();
+        ctx.nodes
+            .subscribe(Arc::new(on_node_change(store.clone(), queue.clone())))
+            .map_err(InitError::new)?;
+        let migrations = Api::all_with(
+            ctx.client.clone(),
+            &netcm_api::pod_cidr_migration::api_resource(),
+        );
+        let migrator = Arc::new(Migrator {
+            nodes: ctx.nodes.clone(),
+            store: store.clone(),
+            migrations: migrations.clone(),
+            cluster_cidrs: Api::all_with(ctx.client.clone(), &cluster_cidr_resource()),
+            node_api: Api::all(ctx.client.clone()),
+            pods: Api::all(ctx.client.clone()),
+            guard: ctx.leader.clone(),
+            recorder: ctx.recorder.clone(),
+            flag_ranges,
+        });
+        Ok(Some(
+            Controller::new()
+                .service(watch_migrations(migrations, store, queue.clone()))
+                .reconciler(migrator, queue, ctx.workers),
+        ))
+    }
+}
+
+/// The ClusterCIDR resource, read for its ranges.
+fn cluster_cidr_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: "networking.x-k8s.io".into(),
+        version: "v1".into(),
+        api_version: "networking.x-k8s.io/v1".into(),
+        kind: "ClusterCIDR".into(),
+        plural: "clustercidrs".into(),
+    }
+}

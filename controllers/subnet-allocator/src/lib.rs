@@ -28,6 +28,7 @@ mod decision;
 pub mod flags;
 mod idle_marks;
 pub mod metrics;
+mod migrations;
 pub mod pod_cidr_patch;
 mod predecessor;
 mod release_hold;
@@ -120,9 +121,19 @@ fn build(
     // The first list of ClusterCIDRs is in the pools before any allocation: else a Node a pool selects
     // could get a CIDR from the flag pool.
     let mut pools_listed = None;
+    let mut migrations_listed = None;
     if let Some(cc) = cluster_cidrs.clone() {
         let (listed, is_listed) = tokio::sync::watch::channel(false);
         pools_listed = Some(is_listed);
+        // A running PodCIDRMigration closes every pool but its destination: known before any
+        // allocation too, so a Node registering again is not served from a closed pool.
+        let (migrations_sender, is_listed) = tokio::sync::watch::channel(false);
+        migrations_listed = Some(is_listed);
+        let api = Api::all_with(
+            ctx.client.clone(),
+            &netcm_api::pod_cidr_migration::api_resource(),
+        );
+        controller = controller.service(allocator.clone().watch_migrations(api, migrations_sender));
         let reconcile = allocator.clone();
         controller =
             controller
@@ -165,6 +176,12 @@ fn build(
                         _ = listed.wait_for(|l| *l) => {}
                     }
                     prepare.reconcile_pools(cc).await;
+                }
+                if let Some(mut listed) = migrations_listed {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Prepared::ShutDown,
+                        _ = listed.wait_for(|l| *l) => {}
+                    }
                 }
                 prepare.record_all_existing().await;
                 // The leader before this one, from the Lease this one took (init may run before it, on a

@@ -77,6 +77,8 @@ pub struct Pools {
     pub(crate) release_holds: ReleaseHolds,
     /// Which ClusterCIDR pool handed out what each owner holds.
     pub(crate) credits: Credits,
+    /// While a pod CIDR migration runs, the one pool new CIDRs may come from ([`Pools::open_only`]).
+    pub(crate) open_only: Option<String>,
 }
 
 impl Pools {
@@ -124,7 +126,25 @@ impl Pools {
             object_scans: 0,
             release_holds: ReleaseHolds::default(),
             credits: Credits::default(),
+            open_only: None,
         })
+    }
+
+    /// Closes every pool but `pool` to new allocations (`None` opens them all again), as a running
+    /// PodCIDRMigration asks: a Node that registers again during it may only be served from the
+    /// destination, and a release hold on an origin's CIDRs ends rather than gives them back. What Nodes
+    /// hold stays theirs; a closed pool is not draining. Returns whether anything changed.
+    pub fn open_only(&mut self, pool: Option<&str>) -> bool {
+        if self.open_only.as_deref() == pool {
+            return false;
+        }
+        self.open_only = pool.map(str::to_string);
+        true
+    }
+
+    /// Whether pool `p` may give out new CIDRs: active, and not closed by a migration.
+    fn is_open(&self, p: &Pool) -> bool {
+        p.state == PoolState::Active && self.open_only.as_deref().is_none_or(|o| o == p.name)
     }
 
     /// Allocates for a Node without labels; see [`Pools::allocate_for`].
@@ -258,7 +278,7 @@ impl Pools {
     pub fn selects_by_label(&self) -> bool {
         self.pools
             .iter()
-            .any(|p| p.state == PoolState::Active && p.selector.reads_labels())
+            .any(|p| self.is_open(p) && p.selector.reads_labels())
     }
 
     /// The active pools selecting `node`, most preferred first (KEP-2593's order, as node-ipam-controller
@@ -270,7 +290,7 @@ impl Pools {
             .pools
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.state == PoolState::Active && !p.families.is_empty())
+            .filter(|(_, p)| self.is_open(p) && !p.families.is_empty())
             .filter_map(|(i, p)| {
                 let score = p.selector.score(node)?;
                 Some((

@@ -473,3 +473,38 @@ fn refusals_name_the_pools_as_they_stand_after_the_pass() {
     p.sync_objects(&objects);
     assert_eq!(p.object_scans, 0, "the pass before left nothing to check");
 }
+
+#[test]
+fn while_a_migration_runs_only_its_destination_gives_out_cidrs_and_holdings_stay() {
+    let mut p = pools("10.244.0.0/16", "");
+    p.sync_objects(&[obj("new", NodeSelector::Fallback, 8, "10.96.0.0/16", "")]);
+    let none = labels(&[]);
+    let (_, before) = alloc(&mut p, "stays", &none).expect("a pool has room");
+    assert!(p.open_only(Some("new")));
+    assert!(!p.open_only(Some("new")), "no change the second time");
+    let (pool, cidrs) = alloc(&mut p, "moved", &none).expect("the destination has room");
+    assert_eq!((pool.as_str(), cidrs[0].as_str()), ("new", "10.96.0.0/24"));
+    assert_eq!(
+        p.held_by("stays").map(|h| h[0].to_string()),
+        Some(before[0].clone()),
+        "closing a pool takes nothing from its Nodes"
+    );
+    assert!(p.open_only(None));
+    let (_, again) = alloc(&mut p, "later", &none).expect("every pool is open again");
+    assert_eq!(again.len(), 1);
+}
+
+#[test]
+fn a_migration_to_a_pool_that_does_not_select_a_node_leaves_it_waiting() {
+    let mut p = pools("10.244.0.0/16", "");
+    p.sync_objects(&[obj("gpu", exists("gpu"), 8, "10.96.0.0/16", "")]);
+    p.open_only(Some("gpu"));
+    assert!(matches!(
+        alloc(&mut p, "plain", &labels(&[])),
+        Err(Error::NoPool { .. })
+    ));
+    assert_eq!(
+        alloc(&mut p, "g", &labels(&[("gpu", "")])).map(|a| a.0),
+        Ok("gpu".to_string())
+    );
+}

@@ -750,3 +750,28 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_held_cidr_from_a_pool_a_migration_closed_is_not_given_back() {
+    let mut p = pools("10.0.0.0/22", "");
+    p.sync_objects(&[crate::ObjectPool {
+        name: "new".into(),
+        uid: "uid-new".into(),
+        spec: Ok(crate::PoolSpec {
+            selector: crate::NodeSelector::Fallback,
+            per_node_host_bits: 8,
+            ipv4: Some(net("10.96.0.0/16")),
+            ipv6: None,
+            sizing: None,
+        }),
+        deleting: false,
+        modified: false,
+    }]);
+    allocate(&mut p, "uid-a", "a");
+    let now = Instant::now();
+    p.release_node_with_hold("uid-a", "a", None, now + HOLD);
+    p.open_only(Some("new"));
+    let back = allocate(&mut p, "uid-a2", "a");
+    assert_eq!(back.cidrs, nets(&["10.96.0.0/24"]));
+    assert_eq!(back.release_hold, None);
+}
