@@ -87,3 +87,10 @@ pub fn cluster_cidrs(client: &kube::Client) -> Api<kube::api::DynamicObject> {
     let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "clustercidrs");
     Api::all_with(client.clone(), &resource)
 }
+
+/// The PodCIDRMigrations API (`ipam.netcm.io/v1alpha1`, cluster-scoped).
+pub fn pod_cidr_migrations(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("ipam.netcm.io", "v1alpha1", "PodCIDRMigration");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podcidrmigrations");
+    Api::all_with(client.clone(), &resource)
+}

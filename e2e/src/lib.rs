@@ -56,7 +56,8 @@ pub use control_plane::{
     start_apiserver, stop_apiserver, tool, ControlPlane, FrozenApiserver,
 };
 pub use crds::{
-    apply_crds, claimed_cidrs, cluster_cidrs, install_crds, pod_cidr_claims, ReinstallCrds,
+    apply_crds, claimed_cidrs, cluster_cidrs, install_crds, pod_cidr_claims, pod_cidr_migrations,
+    ReinstallCrds,
 };
 pub use credentials::{kubeconfig_token, serviceaccount_kubeconfig};
 pub use netcm::Netcm;
@@ -207,6 +208,16 @@ impl TestEnv {
             .delete_collection(&dp, &ListParams::default())
             .await
             .expect("delete PodCIDRClaims");
+        // A migration a test left running would close every pool but its destination for the next.
+        // (A test that removed the CRD leaves none to delete.)
+        match pod_cidr_migrations(&self.client)
+            .delete_collection(&dp, &ListParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("delete PodCIDRMigrations: {e}"),
+        }
         // ClusterCIDRs a test left: their finalizer would hold them with no netcm to release it.
         let pools = cluster_cidrs(&self.client);
         for pool in pools

@@ -55,6 +55,8 @@ use crate::NAME;
 /// How often a running migration is passed over with no change: the drain and register timeouts are
 /// minutes, and the pods a drain waits for leave without a Node event.
 pub const RUNNING_RESYNC: Duration = Duration::from_secs(5);
+/// How long one eviction may take, the client's retries of a 429 included (see [`Migrator::evict`]).
+const EVICTION_ATTEMPT: Duration = Duration::from_secs(3);
 /// How long a Node change waits before it queues the running migration: one pass reads every Node, so
 /// a burst of changes is one pass.
 const NODE_CHANGE_BATCH: Duration = Duration::from_millis(500);
@@ -412,26 +414,13 @@ impl Migrator {
                 self.node_api.delete(node, &params).await.map(|_| ())
             }
             Action::Evict { node, .. } => {
-                for pod in self.pods_to_evict(node).await? {
-                    let (Some(ns), Some(name)) = (pod.metadata.namespace, pod.metadata.name) else {
-                        continue;
-                    };
-                    self.guard.ensure_leader()?;
-                    let evicted = Api::<Pod>::namespaced(self.pods.clone().into_client(), &ns)
-                        .evict(&name, &EvictParams::default())
-                        .await;
-                    match evicted {
-                        Ok(_) => {}
-                        Err(e) if done_already(&e) => {
-                            tracing::info!(controller = NAME, node, pod = %format!("{ns}/{name}"), error = %e, "eviction not done now (a PodDisruptionBudget, or gone); tried again on the next pass");
-                        }
-                        Err(source) => {
-                            return Err(SyncError::Api {
-                                what: "evicting a pod",
-                                source,
-                            })
-                        }
-                    }
+                let pods = self.pods_to_evict(node).await?;
+                let evictions = pods.into_iter().filter_map(|pod| {
+                    let (ns, name) = (pod.metadata.namespace?, pod.metadata.name?);
+                    Some(self.evict(node, ns, name))
+                });
+                for result in futures::future::join_all(evictions).await {
+                    result?;
                 }
                 Ok(())
             }
@@ -442,6 +431,34 @@ impl Migrator {
                 source: e,
             }),
             _ => Ok(()),
+        }
+    }
+}
+
+impl Migrator {
+    /// Asks the Eviction API to evict one pod, for at most [`EVICTION_ATTEMPT`]: the client retries a
+    /// 429 with the server's Retry-After, and a PodDisruptionBudget that allows no disruption answers
+    /// every attempt with one, so a pass would wait minutes on a pod the next pass asks for again.
+    /// Not evicted now (429, gone, the attempt's time up) is not a failure: the drain's timeout decides.
+    async fn evict(&self, node: &str, ns: String, name: String) -> Result<(), SyncError> {
+        self.guard.ensure_leader()?;
+        let api = Api::<Pod>::namespaced(self.pods.clone().into_client(), &ns);
+        let attempt =
+            tokio::time::timeout(EVICTION_ATTEMPT, api.evict(&name, &EvictParams::default())).await;
+        match attempt {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(s))) if matches!(s.code, 404 | 409 | 429) => {
+                tracing::info!(controller = NAME, node, pod = %format!("{ns}/{name}"), code = s.code, reason = %s.message, "pod not evicted now; asked again on the next pass");
+                Ok(())
+            }
+            Ok(Err(source)) => Err(SyncError::Api {
+                what: "evicting a pod",
+                source,
+            }),
+            Err(_) => {
+                tracing::info!(controller = NAME, node, pod = %format!("{ns}/{name}"), "pod not evicted within {EVICTION_ATTEMPT:?} (a PodDisruptionBudget allowing none, most likely); asked again on the next pass");
+                Ok(())
+            }
         }
     }
 }

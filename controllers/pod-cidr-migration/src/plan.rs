@@ -286,6 +286,15 @@ fn advance(
                     },
                 });
             }
+            // The cordon sent when the drain started may have been lost with its leader (the progress
+            // is written first), or undone by hand: sent again, else pods keep landing on a Node
+            // being emptied.
+            if !node.unschedulable {
+                actions.push(Action::Cordon {
+                    node: name.to_string(),
+                    uid: uid.clone(),
+                });
+            }
             actions.push(Action::Evict {
                 node: name.to_string(),
                 uid: uid.clone(),

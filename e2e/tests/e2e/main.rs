@@ -26,6 +26,7 @@ mod manager;
 mod metrics_lint;
 mod missing_crd;
 mod node_annotation_syncer;
+mod pod_cidr_migration;
 mod pod_network;
 mod pod_network_flannel;
 mod protobuf;

@@ -100,6 +100,10 @@ fn a_drain_with_pods_left_evicts_again_and_one_with_none_left_deletes_the_node_t
         &Progress::default(),
         at(0),
     );
+    // Its cordon lost (or undone by hand): cordoned again before the evictions.
+    let uncordoned = plan(&spec(), std::slice::from_ref(&a), &first.progress, at(5));
+    assert_eq!(uncordoned.actions, first.actions);
+    a.unschedulable = true;
     let again = plan(&spec(), std::slice::from_ref(&a), &first.progress, at(10));
     assert_eq!(
         again.actions,
@@ -461,6 +465,9 @@ fn a_new_leader_planning_from_the_written_progress_sends_what_the_old_one_would_
     // The same inputs give the same plan, whoever plans: nothing is kept between passes.
     let again = plan(&spec(), &nodes, &Progress::default(), at(0));
     assert_eq!(p, again);
+    for n in &mut nodes[..2] {
+        n.unschedulable = true;
+    }
     let next = plan(&spec(), &nodes, &p.progress, at(5));
     assert!(started(&next).is_empty(), "max_unavailable still holds");
     assert_eq!(

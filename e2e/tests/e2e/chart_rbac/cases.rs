@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) const COORDINATION: &str = "coordination.k8s.io";
 
-pub(super) static CASES: [Case; 11] = [
+pub(super) static CASES: [Case; 12] = [
     Case {
         role: "ClusterRole",
         resource: "tokenreviews",
@@ -85,6 +85,15 @@ pub(super) static CASES: [Case; 11] = [
         ),
         message: "could not update a ClusterCIDR's status",
         error: "cannot patch resource \"clustercidrs/status\"",
+    },
+    Case {
+        role: "ClusterRole",
+        resource: "podcidrmigrations",
+        verbs: &["list", "watch"],
+        feature: "PodCIDRMigrations (a running one closes every pool but its destination)",
+        probe: Probe("list", "ipam.netcm.io", "podcidrmigrations", None, None),
+        message: "cannot read PodCIDRMigrations",
+        error: "cannot list resource \"podcidrmigrations\"",
     },
     Case {
         role: "ClusterRole",
