@@ -463,6 +463,79 @@ impl Migrator {
     }
 }
 
+impl Migrator {
+    /// Puts the finalizer on a migration about to run, before its first action: deleting it then
+    /// waits for [`Migrator::finish_deletion`].
+    async fn keep_finalizer(&self, obj: &DynamicObject) -> Result<(), SyncError> {
+        let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
+        if finalizers.iter().any(|f| f == api::FINALIZER) {
+            return Ok(());
+        }
+        finalizers.push(api::FINALIZER.to_string());
+        self.set_finalizers(obj, finalizers).await
+    }
+
+    /// A migration being deleted: every Node it cordoned for a drain still under way is put back in
+    /// service (a Node an operator had cordoned stays cordoned; a Node already deleted registers again
+    /// from whichever pool serves it, the pools being open again), then the finalizer goes.
+    async fn finish_deletion(&self, obj: &DynamicObject) -> Result<SyncOutcome, SyncError> {
+        let finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == api::FINALIZER) {
+            return Ok(SyncOutcome::Done);
+        }
+        if let Ok(status) = &Migration::from_object(obj).status {
+            let progress = from_status(&status.nodes)?;
+            for (name, step) in &progress.nodes {
+                let plan::NodeStep::Draining {
+                    uid,
+                    was_unschedulable: false,
+                    ..
+                } = step
+                else {
+                    continue;
+                };
+                if self.nodes.get(name).is_some_and(|n| n.uid() == uid) {
+                    self.act(&Action::Uncordon {
+                        node: name.clone(),
+                        uid: uid.clone(),
+                    })
+                    .await?;
+                }
+            }
+        }
+        let rest = finalizers
+            .into_iter()
+            .filter(|f| f != api::FINALIZER)
+            .collect();
+        self.set_finalizers(obj, rest).await?;
+        Ok(SyncOutcome::Done)
+    }
+
+    /// Replaces the finalizers, testing the resourceVersion they were read at (a 422 on a change
+    /// since: the watch brings the object again).
+    async fn set_finalizers(
+        &self,
+        obj: &DynamicObject,
+        finalizers: Vec<String>,
+    ) -> Result<(), SyncError> {
+        let patch = json_patch(json!([
+            { "op": "test", "path": "/metadata/resourceVersion", "value": obj.metadata.resource_version },
+            { "op": "add", "path": "/metadata/finalizers", "value": finalizers }
+        ]))
+        .map_err(api_error("building the finalizer patch"))?;
+        self.guard.ensure_leader()?;
+        self.migrations
+            .patch(
+                obj.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+            .map_err(api_error("setting the finalizer"))?;
+        Ok(())
+    }
+}
+
 /// The status a plan reports.
 fn planned_status(obj: &DynamicObject, plan: &Plan) -> MigrationStatus {
     let (phase, message) = match &plan.phase {
@@ -529,6 +602,9 @@ impl Reconciler for Migrator {
             (obj, all)
         };
         let migration = Migration::from_object(&obj);
+        if migration.deleting {
+            return self.finish_deletion(&obj).await;
+        }
         let status = match &migration.status {
             Ok(s) => s.clone(),
             Err(why) => {
@@ -584,6 +660,7 @@ impl Reconciler for Migrator {
             return Ok(SyncOutcome::Done);
         };
         let progress = from_status(&status.nodes)?;
+        self.keep_finalizer(&obj).await?;
         let facts = self.facts(&pools, &spec.destination, &progress).await?;
         let plan = plan::plan(
             &plan_spec(&spec, families),

@@ -131,6 +131,32 @@ async fn create_pod(api: &Api<Pod>, name: &str, node: &str, app: &str) {
         .expect("create pod");
 }
 
+/// A running, ready pod on `node` whose PodDisruptionBudget allows no eviction.
+async fn guarded_pod(env: &TestEnv, pods: &Api<Pod>, node: &str) {
+    create_pod(pods, "guarded", node, "guarded").await;
+    // Running and Ready, as its kubelet would report: the API server lets a Pending pod be evicted
+    // whatever its budget says.
+    pods.patch_status(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .expect("the pod runs");
+    // No disruption controller runs here, so the budget never allows an eviction: the API server
+    // answers every one with 429.
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .expect("PDB");
+    Api::<PodDisruptionBudget>::namespaced(env.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .expect("create PDB");
+}
+
 async fn cordon(env: &TestEnv, node: &str) {
     let nodes: Api<Node> = Api::all(env.client.clone());
     nodes
@@ -290,28 +316,7 @@ async fn a_drain_a_disruption_budget_blocks_fails_its_node_back_into_service_and
         .iter()
         .map(|n| (n.metadata.name.clone().unwrap_or_default(), uid(n)))
         .collect();
-    create_pod(&pods, "guarded", "stall-0", "guarded").await;
-    // Running and Ready, as its kubelet would report: the API server lets a Pending pod be evicted
-    // whatever its budget says.
-    pods.patch_status(
-        "guarded",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True"}]}})),
-    )
-    .await
-    .expect("the pod runs");
-    // No disruption controller runs here, so the budget never allows an eviction: the API server
-    // answers every one with 429.
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "guarded"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
-    }))
-    .expect("PDB");
-    Api::<PodDisruptionBudget>::namespaced(env.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &pdb)
-        .await
-        .expect("create PDB");
+    guarded_pod(&env, &pods, "stall-0").await;
     create_new_pool(&env).await;
     create_migration(
         &env,
@@ -384,5 +389,52 @@ async fn a_migration_to_no_pool_is_invalid_and_closes_none() {
     create_node(&env.client, &NodeFixture::named("served")).await;
     let got = wait_allocated(&env.client, &["served".to_string()], TIMEOUT).await;
     assert!(inside(FLAG_RANGE, &got), "{got:?}");
+    drop(n);
+}
+
+#[tokio::test]
+async fn deleting_a_migration_mid_drain_puts_its_node_back_in_service_and_opens_every_pool() {
+    let env = TestEnv::new().await;
+    let pods = pods(&env).await;
+    let n = netcm("migration-deleted", &env);
+    create_node(&env.client, &NodeFixture::named("del-0")).await;
+    wait_allocated(&env.client, &["del-0".to_string()], TIMEOUT).await;
+    guarded_pod(&env, &pods, "del-0").await;
+    create_new_pool(&env).await;
+    create_migration(&env, "abandoned", json!({"destination": "new"})).await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    wait_for("del-0 cordoned for its drain", TIMEOUT, || async {
+        let node = nodes.get_opt("del-0").await.ok()??;
+        unschedulable(&node).then_some(())
+    })
+    .await;
+    let migrations = pod_cidr_migrations(&env.client);
+    let obj = migrations.get("abandoned").await.expect("the migration");
+    assert!(
+        obj.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"ipam.netcm.io/pod-cidr-migration".to_string()),
+        "a running migration carries the finalizer"
+    );
+    migrations
+        .delete("abandoned", &DeleteParams::default())
+        .await
+        .expect("delete the migration");
+    wait_for("the migration gone", TIMEOUT, || async {
+        migrations
+            .get_opt("abandoned")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let node = nodes.get("del-0").await.expect("del-0");
+    assert!(!unschedulable(&node), "put back in service");
+    // Every pool is open again: the flag pool, which the tie-break prefers, serves a new Node.
+    create_node(&env.client, &NodeFixture::named("del-late")).await;
+    let late = wait_allocated(&env.client, &["del-late".to_string()], TIMEOUT).await;
+    assert!(inside(FLAG_RANGE, &late), "{late:?}");
     drop(n);
 }

@@ -29,6 +29,9 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "ipam.netcm.io";
 /// The served version.
 pub const VERSION: &str = "v1alpha1";
+/// The finalizer the controller keeps on a migration it runs, so that deleting one mid-way first puts
+/// back in service the Nodes it cordoned.
+pub const FINALIZER: &str = "ipam.netcm.io/pod-cidr-migration";
 /// The kind.
 pub const KIND: &str = "PodCIDRMigration";
 /// The resource.
@@ -176,6 +179,8 @@ pub struct Migration {
     pub created: String,
     /// `metadata.generation`.
     pub generation: Option<i64>,
+    /// Whether its deletion started: it runs no more, and closes no pool.
+    pub deleting: bool,
     /// The spec, or why it does not parse.
     pub spec: Result<MigrationSpec, String>,
     /// The status, or why it does not parse (someone else wrote it).
@@ -202,6 +207,7 @@ impl Migration {
                 .map(|t| t.0.to_string())
                 .unwrap_or_default(),
             generation: obj.metadata.generation,
+            deleting: obj.metadata.deletion_timestamp.is_some(),
             spec,
             status,
         }
@@ -214,7 +220,9 @@ impl Migration {
 
     /// Whether it was accepted and still runs: it then closes every pool but its destination.
     pub fn closes_pools(&self) -> bool {
-        self.spec.is_ok() && self.phase().is_some_and(MigrationPhase::closes_pools)
+        !self.deleting
+            && self.spec.is_ok()
+            && self.phase().is_some_and(MigrationPhase::closes_pools)
     }
 }
 
@@ -281,6 +289,19 @@ mod tests {
                 "{phase:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_migration_being_deleted_closes_no_pool() {
+        let spec = json!({ "destination": "new" });
+        let mut obj = DynamicObject::new("m", &api_resource())
+            .data(json!({ "spec": spec, "status": {"phase": "Progressing"} }));
+        assert!(Migration::from_object(&obj).closes_pools());
+        obj.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().expect("a timestamp"),
+            ));
+        assert!(!Migration::from_object(&obj).closes_pools());
     }
 
     #[test]
