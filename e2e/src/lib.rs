@@ -209,14 +209,22 @@ impl TestEnv {
             .await
             .expect("delete PodCIDRClaims");
         // A migration a test left running would close every pool but its destination for the next.
-        // (A test that removed the CRD leaves none to delete.)
-        match pod_cidr_migrations(&self.client)
-            .delete_collection(&dp, &ListParams::default())
-            .await
-        {
-            Ok(_) => {}
+        // Their finalizer goes first: no netcm runs to remove it. (A test that removed the CRD leaves
+        // none to delete.)
+        let migrations = pod_cidr_migrations(&self.client);
+        match migrations.list(&ListParams::default()).await {
+            Ok(list) => {
+                for m in list {
+                    let name = m.metadata.name.clone().unwrap_or_default();
+                    let strip = serde_json::json!({"metadata": {"finalizers": null}});
+                    let _ = migrations
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&strip))
+                        .await;
+                    let _ = migrations.delete(&name, &dp).await;
+                }
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => panic!("delete PodCIDRMigrations: {e}"),
+            Err(e) => panic!("list PodCIDRMigrations: {e}"),
         }
         // ClusterCIDRs a test left: their finalizer would hold them with no netcm to release it.
         let pools = cluster_cidrs(&self.client);

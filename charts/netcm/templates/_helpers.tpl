@@ -97,6 +97,7 @@ the DaemonSet writes it with its own account. */}}
 {{- if .Values.allocator.enabled }}{{ $c = append $c "subnet-allocator" }}{{ end }}
 {{- if .Values.annotationSyncer.enabled }}{{ $c = append $c "node-annotation-syncer" }}{{ end }}
 {{- if .Values.routeController.enabled }}{{ $c = append $c "route-controller" }}{{ end }}
+{{- if .Values.podCIDRMigration.enabled }}{{ $c = append $c "pod-cidr-migration" }}{{ end }}
 {{- if not $c }}{{ fail "enable at least one of allocator, annotationSyncer, routeController" }}{{ end }}
 {{- join "," $c }}
 {{- end }}

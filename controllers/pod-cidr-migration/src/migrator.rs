@@ -503,12 +503,21 @@ impl Migrator {
                 }
             }
         }
+        self.drop_finalizer(obj).await?;
+        Ok(SyncOutcome::Done)
+    }
+
+    /// Removes the finalizer, if the object has it.
+    async fn drop_finalizer(&self, obj: &DynamicObject) -> Result<(), SyncError> {
+        let finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == api::FINALIZER) {
+            return Ok(());
+        }
         let rest = finalizers
             .into_iter()
             .filter(|f| f != api::FINALIZER)
             .collect();
-        self.set_finalizers(obj, rest).await?;
-        Ok(SyncOutcome::Done)
+        self.set_finalizers(obj, rest).await
     }
 
     /// Replaces the finalizers, testing the resourceVersion they were read at (a 422 on a change
@@ -631,6 +640,7 @@ impl Reconciler for Migrator {
         };
         let unchanged = status.observed_generation == migration.generation;
         if unchanged && status.phase == Some(MigrationPhase::Complete) {
+            self.drop_finalizer(&obj).await?;
             return Ok(SyncOutcome::Done);
         }
         if let Err(why) = turn(&migration.name, &all) {
@@ -676,10 +686,13 @@ impl Reconciler for Migrator {
             tracing::info!(controller = NAME, migration = %migration.name, action = ?action, "migration step");
             self.act(action).await?;
         }
-        Ok(match plan.phase {
-            Phase::Complete => SyncOutcome::Done,
-            _ => SyncOutcome::RetryAfter(RUNNING_RESYNC),
-        })
+        if plan.phase == Phase::Complete {
+            // Nothing is left to put back in service: deleting a finished migration needs no
+            // controller.
+            self.drop_finalizer(&obj).await?;
+            return Ok(SyncOutcome::Done);
+        }
+        Ok(SyncOutcome::RetryAfter(RUNNING_RESYNC))
     }
 }
 

@@ -366,6 +366,87 @@ async fn the_charts_rbac_lets_netcm_allocate_lead_record_events_and_find_its_nod
 }
 
 #[tokio::test]
+async fn the_charts_rbac_with_the_migration_controller_lets_it_move_every_node_without_a_403() {
+    let env = TestEnv::new().await;
+    env.ensure_namespace(NAMESPACE).await;
+    let chart = Rendering::with_set(&["podCIDRMigration.enabled=true"]);
+    apply(&env.cp.kubeconfig, chart.rbac_without(None));
+    let (kubeconfig, _dir) =
+        serviceaccount_kubeconfig(&env, NAMESPACE, &chart.service_account()).await;
+    stage(&env).await;
+    let mut netcm = start_netcm(
+        "chart-migration",
+        &kubeconfig,
+        &chart,
+        "subnet-allocator,pod-cidr-migration",
+    );
+    wait_started(&mut netcm).await;
+    let names: Vec<String> = NODES.iter().map(|n| n.to_string()).collect();
+    netcm_e2e::nodes::wait_allocated(&env.client, &names, TIMEOUT).await;
+    let pool: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "networking.x-k8s.io/v1",
+        "kind": "ClusterCIDR",
+        "metadata": {"name": "chart-destination"},
+        "spec": {"perNodeHostBits": 8, "ipv4": "10.246.0.0/16"}
+    }))
+    .expect("ClusterCIDR");
+    netcm_e2e::cluster_cidrs(&env.client)
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create ClusterCIDR");
+    let migration: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ipam.netcm.io/v1alpha1",
+        "kind": "PodCIDRMigration",
+        "metadata": {"name": "chart-migration"},
+        "spec": {"destination": "chart-destination", "maxUnavailable": 3}
+    }))
+    .expect("PodCIDRMigration");
+    let migrations = netcm_e2e::pod_cidr_migrations(&env.client);
+    migrations
+        .create(&PostParams::default(), &migration)
+        .await
+        .expect("create PodCIDRMigration");
+    // The kubelets' part: a deleted Node registers again.
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    wait_for(
+        "the migration to complete",
+        Duration::from_secs(120),
+        || async {
+            for n in NODES {
+                if nodes.get_opt(n).await.ok()?.is_none() {
+                    create_node(
+                        &env.client,
+                        &NodeFixture::named(n).internal_ip("192.0.2.10"),
+                    )
+                    .await;
+                }
+            }
+            let obj = migrations.get_opt("chart-migration").await.ok()??;
+            (obj.data["status"]["phase"] == "Complete").then_some(())
+        },
+    )
+    .await;
+    let moved = netcm_e2e::nodes::wait_allocated(&env.client, &names, TIMEOUT).await;
+    let destination: ipnet::IpNet = "10.246.0.0/16".parse().expect("range");
+    assert!(
+        moved
+            .values()
+            .all(|c| c.iter().all(|c| destination.contains(c))),
+        "{moved:?}"
+    );
+    assert_eq!(
+        forbidden_requests(&netcm).await,
+        0.0,
+        "403s with the chart's RBAC for the migration controller:\n{}",
+        netcm.logs()
+    );
+    drop(netcm);
+    // Leave the default RBAC in place, as the chart installs it.
+    apply(&env.cp.kubeconfig, Rendering::new(&[]).rbac_without(None));
+    remove_pod(&env).await;
+}
+
+#[tokio::test]
 async fn every_rule_of_the_charts_rbac_is_needed_by_a_feature_that_fails_clearly_without_it() {
     let env = TestEnv::new().await;
     env.ensure_namespace(NAMESPACE).await;

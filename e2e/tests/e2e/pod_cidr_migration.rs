@@ -266,6 +266,19 @@ async fn every_node_moves_to_the_new_pool_two_at_a_time_and_the_old_pool_serves_
     drop(kubelets);
     assert_eq!(status["done"], 4, "{status}");
     assert_eq!(status["nodes"], json!({}), "{status}");
+    wait_for(
+        "a finished migration to drop its finalizer",
+        TIMEOUT,
+        || async {
+            let obj = pod_cidr_migrations(&env.client).get("to-new").await.ok()?;
+            obj.metadata
+                .finalizers
+                .unwrap_or_default()
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
     let after = wait_allocated(&env.client, &names, TIMEOUT).await;
     assert!(
         inside(NEW_RANGE, &after),
