@@ -35,6 +35,7 @@
 //! other pool while a migration it can see has been accepted; the kubelet's registering again is the
 //! node's own step. It is off by default (`--controllers=*,pod-cidr-migration`): it deletes Nodes.
 
+pub mod metrics;
 pub mod migrator;
 pub mod plan;
 pub mod pools;
@@ -139,6 +140,7 @@ impl ControllerOptions for Options {
             ctx.client.clone(),
             &netcm_api::pod_cidr_migration::api_resource(),
         );
+        let metrics = metrics::MigrationMetrics::register(&ctx.registry).map_err(InitError::new)?;
         let migrator = Arc::new(Migrator {
             nodes: ctx.nodes.clone(),
             store: store.clone(),
@@ -149,6 +151,7 @@ impl ControllerOptions for Options {
             guard: ctx.leader.clone(),
             recorder: ctx.recorder.clone(),
             flag_ranges,
+            metrics,
         });
         Ok(Some(
             Controller::new()

@@ -122,6 +122,8 @@ pub struct Migrator {
     pub recorder: EventRecorder,
     /// `--cluster-cidr`, parsed: the flag pool's ranges.
     pub flag_ranges: Vec<IpNet>,
+    /// Where the running migration stands, and the actions taken.
+    pub metrics: crate::metrics::MigrationMetrics,
 }
 
 /// The Node fields the controller reads: pod CIDRs (which pool each is from) and `spec.unschedulable`
@@ -682,9 +684,12 @@ impl Reconciler for Migrator {
         if next != status {
             self.write_status(&migration.name, &next).await?;
         }
+        self.metrics.publish(&plan.counts, &plan.phase);
         for action in &plan.actions {
             tracing::info!(controller = NAME, migration = %migration.name, action = ?action, "migration step");
-            self.act(action).await?;
+            let result = self.act(action).await;
+            self.metrics.action(action, result.is_ok());
+            result?;
         }
         if plan.phase == Phase::Complete {
             // Nothing is left to put back in service: deleting a finished migration needs no

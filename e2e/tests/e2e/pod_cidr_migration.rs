@@ -306,6 +306,19 @@ async fn every_node_moves_to_the_new_pool_two_at_a_time_and_the_old_pool_serves_
         pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         "the drain evicted the pod"
     );
+    assert_eq!(
+        n.metric(r#"netcm_pod_cidr_migration_nodes{state="done"}"#)
+            .await,
+        Some(4.0)
+    );
+    let deletes = n
+        .metric(r#"netcm_pod_cidr_migration_actions_total{action="delete",result="ok"}"#)
+        .await
+        .unwrap_or(0.0);
+    assert!(
+        deletes >= 4.0,
+        "every Node deleted once at least: {deletes}"
+    );
     // Complete: the flag pool, which the tie-break prefers, serves again.
     create_node(&env.client, &NodeFixture::named("late")).await;
     let late = wait_allocated(&env.client, &["late".to_string()], TIMEOUT).await;
@@ -344,6 +357,13 @@ async fn a_drain_a_disruption_budget_blocks_fails_its_node_back_into_service_and
         "{status}"
     );
     assert_eq!(status["nodes"]["stall-0"]["podsLeft"], 1, "{status}");
+    n.wait_metric(
+        "netcm_pod_cidr_migration_stalled",
+        "1",
+        |v| v == 1.0,
+        TIMEOUT,
+    )
+    .await;
     let nodes: Api<Node> = Api::all(env.client.clone());
     let node0 = wait_for("stall-0 back in service", TIMEOUT, || async {
         let node = nodes.get_opt("stall-0").await.ok()??;
