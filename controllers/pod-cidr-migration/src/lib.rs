@@ -132,7 +132,10 @@ impl ControllerOptions for Options {
     fn init(&self, ctx: &InitContext) -> InitResult {
         let flag_ranges = self.flag_ranges().map_err(InitError::new)?;
         let queue = ctx.new_queue(NAME);
-        let store = Store::default();
+        let writer = kube::runtime::reflector::store::Writer::new(
+            netcm_api::pod_cidr_migration::api_resource(),
+        );
+        let store: Store = writer.as_reader();
         ctx.nodes
             .subscribe(Arc::new(on_node_change(store.clone(), queue.clone())))
             .map_err(InitError::new)?;
@@ -155,7 +158,7 @@ impl ControllerOptions for Options {
         });
         Ok(Some(
             Controller::new()
-                .service(watch_migrations(migrations, store, queue.clone()))
+                .service(watch_migrations(migrations, writer, queue.clone()))
                 .reconciler(migrator, queue, ctx.workers),
         ))
     }

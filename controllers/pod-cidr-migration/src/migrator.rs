@@ -21,8 +21,6 @@
 //! ([`netcm_api::pod_cidr_migration::open_pool`]); no Node is deleted before a later pass (its pods must
 //! be gone first), so the allocator has seen the closing before any Node can register again.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -44,7 +42,6 @@ use netcm_manager::{
     Reconciler, SharedInformer, SyncOutcome,
 };
 use netcm_workqueue::Queue;
-use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::plan::{self, Action, NodeFacts, Phase, Plan, Spec};
@@ -99,8 +96,9 @@ fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
     move |source| SyncError::Api { what, source }
 }
 
-/// Every PodCIDRMigration object, by name, as the watch last showed it.
-pub type Store = Arc<Mutex<BTreeMap<String, DynamicObject>>>;
+/// Every PodCIDRMigration object, as the watch last showed it (kube's reflector: a relist replaces it
+/// whole once complete).
+pub type Store = kube::runtime::reflector::Store<DynamicObject>;
 
 /// The reconciler of PodCIDRMigrations.
 pub struct Migrator {
@@ -140,29 +138,27 @@ pub fn on_node_change(
     queue: Queue<netcm_manager::Key>,
 ) -> impl Fn(&InformerEvent<CachedNode>) + Send + Sync + 'static {
     move |_ev| {
-        let running: Vec<String> = store
-            .lock()
-            .values()
-            .map(Migration::from_object)
-            .filter(|m| m.closes_pools())
-            .map(|m| m.name)
-            .collect();
-        for name in running {
-            queue.add_after(name.into(), NODE_CHANGE_BATCH);
+        for obj in store.state() {
+            let m = Migration::from_object(&obj);
+            if m.closes_pools() {
+                queue.add_after(m.name.into(), NODE_CHANGE_BATCH);
+            }
         }
     }
 }
 
-/// Keeps [`Store`] in line with the API and queues each changed migration. A missing CRD or RBAC is
-/// logged once and retried with backoff: nothing to migrate until it can be read.
+/// Keeps the store (`writer`'s) in line with the API and queues each changed migration, and every one
+/// after a relist. A missing CRD or RBAC is logged once and retried with backoff: nothing to migrate
+/// until it can be read.
 pub async fn watch_migrations(
     api: Api<DynamicObject>,
-    store: Store,
+    writer: kube::runtime::reflector::store::Writer<DynamicObject>,
     queue: Queue<netcm_manager::Key>,
 ) {
-    let stream = watcher(api, watcher::Config::default()).backoff(watch_backoff());
+    let store = writer.as_reader();
+    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()))
+        .backoff(watch_backoff());
     let mut stream = std::pin::pin!(stream);
-    let mut relist: Option<BTreeMap<String, DynamicObject>> = None;
     let mut refused_logged = false;
     while let Some(item) = stream.next().await {
         match item {
@@ -172,32 +168,20 @@ pub async fn watch_migrations(
                     refused_logged = true;
                 }
             }
-            Ok(Event::Init) => relist = Some(BTreeMap::new()),
-            Ok(Event::InitApply(obj)) => {
-                if let (Some(r), Some(name)) = (relist.as_mut(), obj.metadata.name.clone()) {
-                    r.insert(name, obj);
-                }
-            }
             Ok(Event::InitDone) => {
-                let listed = relist.take().unwrap_or_default();
-                let names: Vec<String> = listed.keys().cloned().collect();
-                *store.lock() = listed;
                 refused_logged = false;
-                for name in names {
-                    queue.add(name.into());
+                for obj in store.state() {
+                    if let Some(name) = obj.metadata.name.as_deref() {
+                        queue.add(name.into());
+                    }
                 }
             }
             Ok(Event::Apply(obj)) => {
-                if let Some(name) = obj.metadata.name.clone() {
-                    store.lock().insert(name.clone(), obj);
+                if let Some(name) = obj.metadata.name.as_deref() {
                     queue.add(name.into());
                 }
             }
-            Ok(Event::Delete(obj)) => {
-                if let Some(name) = obj.metadata.name.as_deref() {
-                    store.lock().remove(name);
-                }
-            }
+            Ok(Event::Init | Event::InitApply(_) | Event::Delete(_)) => {}
         }
     }
 }
@@ -604,14 +588,15 @@ impl Reconciler for Migrator {
     }
 
     async fn sync(&self, key: &str) -> Result<SyncOutcome, SyncError> {
-        let (obj, all) = {
-            let store = self.store.lock();
-            let Some(obj) = store.get(key).cloned() else {
-                return Ok(SyncOutcome::Done);
-            };
-            let all: Vec<Migration> = store.values().map(Migration::from_object).collect();
-            (obj, all)
+        let objects = self.store.state();
+        let Some(obj) = objects
+            .iter()
+            .find(|o| o.metadata.name.as_deref() == Some(key))
+            .map(|o| DynamicObject::clone(o))
+        else {
+            return Ok(SyncOutcome::Done);
         };
+        let all: Vec<Migration> = objects.iter().map(|o| Migration::from_object(o)).collect();
         let migration = Migration::from_object(&obj);
         if migration.deleting {
             return self.finish_deletion(&obj).await;

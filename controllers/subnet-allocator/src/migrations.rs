@@ -10,14 +10,14 @@
 //! missing right to read it (a chart from before the kind) means no migration can be running that
 //! this process could honour: it is logged once and allocation goes on with every pool open.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::{self, reflector};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
-use netcm_api::pod_cidr_migration::{open_pool, Migration};
+use netcm_api::pod_cidr_migration::{api_resource, open_pool, Migration};
 use netcm_manager::informer::watch_backoff;
 use tokio::sync::watch;
 
@@ -43,10 +43,11 @@ impl Allocator {
         api: Api<DynamicObject>,
         listed: watch::Sender<bool>,
     ) {
-        let stream = watcher(api, watcher::Config::default()).backoff(watch_backoff());
+        let writer = reflector::store::Writer::new(api_resource());
+        let store = writer.as_reader();
+        let stream =
+            reflector(writer, watcher(api, watcher::Config::default())).backoff(watch_backoff());
         let mut stream = std::pin::pin!(stream);
-        let mut known: BTreeMap<String, Migration> = BTreeMap::new();
-        let mut relist: Option<BTreeMap<String, Migration>> = None;
         let mut refused_logged = false;
         while let Some(item) = stream.next().await {
             match item {
@@ -56,38 +57,23 @@ impl Allocator {
                         refused_logged = true;
                     }
                     listed.send_replace(true);
-                    continue;
                 }
                 Err(e) => {
                     tracing::warn!(controller = NAME, error = %e, "watching PodCIDRMigrations failed; retrying with backoff");
-                    continue;
                 }
-                Ok(Event::Init) => {
-                    relist = Some(BTreeMap::new());
-                    continue;
-                }
-                Ok(Event::InitApply(obj)) => {
-                    if let Some(r) = relist.as_mut() {
-                        let m = Migration::from_object(&obj);
-                        r.insert(m.name.clone(), m);
-                    }
-                    continue;
-                }
-                Ok(Event::InitDone) => {
-                    known = relist.take().unwrap_or_default();
+                // Mid-relist the store still shows the last complete list.
+                Ok(Event::Init | Event::InitApply(_)) => {}
+                Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
                     refused_logged = false;
-                }
-                Ok(Event::Apply(obj)) => {
-                    let m = Migration::from_object(&obj);
-                    known.insert(m.name.clone(), m);
-                }
-                Ok(Event::Delete(obj)) => {
-                    known.remove(obj.metadata.name.as_deref().unwrap_or_default());
+                    let migrations: Vec<Migration> = store
+                        .state()
+                        .iter()
+                        .map(|o| Migration::from_object(o))
+                        .collect();
+                    self.close_pools_for(open_pool(&migrations).as_deref());
+                    listed.send_replace(true);
                 }
             }
-            let migrations: Vec<Migration> = known.values().cloned().collect();
-            self.close_pools_for(open_pool(&migrations).as_deref());
-            listed.send_replace(true);
         }
     }
 
