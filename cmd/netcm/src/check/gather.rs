@@ -175,6 +175,7 @@ async fn read_snapshot(
     let claims = read_claims(client).await;
     let (object_pools, pools_without_conditions) = read_object_pools(client).await;
     let events = read_events(client).await;
+    let migrations = read_migrations(client).await;
     let settings = Settings::resolve(&t.given, published.as_ref());
     Ok(Snapshot {
         now: jiff::Timestamp::now(),
@@ -186,6 +187,7 @@ async fn read_snapshot(
         object_pools,
         pools_without_conditions,
         events,
+        migrations,
         settings,
     })
 }
@@ -286,6 +288,23 @@ async fn read_object_pools(client: &kube::Client) -> (ObjectPoolsState, Vec<Stri
         }
         Err(kube::Error::Api(s)) if s.code == 404 => (ObjectPoolsState::NotInstalled, Vec::new()),
         Err(e) => (ObjectPoolsState::Unreadable(error_text(&e)), Vec::new()),
+    }
+}
+
+/// The PodCIDRMigrations, in the order they run; none where the CRD is not installed.
+async fn read_migrations(
+    client: &kube::Client,
+) -> Result<Vec<netcm_api::pod_cidr_migration::Migration>, String> {
+    use netcm_api::pod_cidr_migration::{api_resource, in_run_order, Migration};
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let mut migrations: Vec<Migration> = list.iter().map(Migration::from_object).collect();
+            in_run_order(&mut migrations);
+            Ok(migrations)
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(error_text(&e)),
     }
 }
 

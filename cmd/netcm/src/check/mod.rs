@@ -10,6 +10,7 @@ mod claims;
 mod flannel;
 mod gather;
 mod leader;
+mod migrations;
 mod node;
 mod pools;
 mod rbac;
@@ -26,7 +27,7 @@ use report::{Finding, Report};
 use snapshot::{GivenFlags, Snapshot};
 
 /// Diagnoses netcm on a live cluster: API, RBAC, leader, pools, waiting Nodes, bad pod CIDRs, other
-/// allocators, PodCIDRClaims, flannel leases, route conditions. Read-only. Exit 0: nothing failed; 1: something did.
+/// allocators, PodCIDRClaims, PodCIDRMigrations, flannel leases, route conditions. Read-only. Exit 0: nothing failed; 1: something did.
 #[derive(Debug, Parser)]
 #[command(name = "netcm check", version)]
 pub struct CheckCli {
@@ -184,6 +185,7 @@ fn cluster(s: &Snapshot) -> Vec<Finding> {
     out.extend(pools::check_bad_data(s, analysis.as_ref()));
     out.extend(allocators::check(s));
     out.extend(claims::check(s));
+    out.extend(migrations::check(s));
     out.extend(flannel::check(s));
     out.extend(flannel::check_routes(s));
     out

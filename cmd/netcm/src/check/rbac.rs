@@ -29,6 +29,8 @@ pub enum Needed {
     ReleaseHold,
     /// With `--secure-port` (the chart's default).
     SecureMetrics,
+    /// With the pod-cidr-migration controller (off by default).
+    Migration,
 }
 
 /// One rule of the chart's RBAC.
@@ -105,6 +107,69 @@ pub const RULES: &[Rule] = &[
         lease_only: false,
         needed: Needed::ClusterCidrs,
         feature: "ClusterCIDR status",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "ipam.netcm.io",
+        resource: "podcidrmigrations",
+        verbs: &["list", "watch"],
+        lease_only: false,
+        needed: Needed::ClusterCidrs,
+        feature: "PodCIDRMigrations (a running one closes every pool but its destination)",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "ipam.netcm.io",
+        resource: "podcidrmigrations",
+        verbs: &["list", "patch", "watch"],
+        lease_only: false,
+        needed: Needed::Migration,
+        feature: "pod-cidr-migration: its PodCIDRMigrations and their finalizer",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "ipam.netcm.io",
+        resource: "podcidrmigrations/status",
+        verbs: &["patch"],
+        lease_only: false,
+        needed: Needed::Migration,
+        feature: "pod-cidr-migration: a migration's progress",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "networking.x-k8s.io",
+        resource: "clustercidrs",
+        verbs: &["list"],
+        lease_only: false,
+        needed: Needed::Migration,
+        feature: "pod-cidr-migration: the pools' ranges",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "",
+        resource: "nodes",
+        verbs: &["delete"],
+        lease_only: false,
+        needed: Needed::Migration,
+        feature: "pod-cidr-migration: deleting a drained Node",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "",
+        resource: "pods",
+        verbs: &["list"],
+        lease_only: false,
+        needed: Needed::Migration,
+        feature: "pod-cidr-migration: the pods a drain evicts",
+    },
+    Rule {
+        role: "ClusterRole",
+        group: "",
+        resource: "pods/eviction",
+        verbs: &["create"],
+        lease_only: false,
+        needed: Needed::Migration,
+        feature: "pod-cidr-migration: evictions",
     },
     Rule {
         role: "ClusterRole",
@@ -238,6 +303,7 @@ pub fn requests(settings: &Settings, lease_namespace: &str, lease_name: &str) ->
                 true,
             ),
             Needed::SecureMetrics => (true, true),
+            Needed::Migration => (settings.migrates == Some(true), false),
         };
         if !applies {
             continue;
@@ -438,6 +504,41 @@ pub const DAEMONSET_FORBIDDEN: &[Forbidden] = &[
         resource: "clustercidrs/status",
         lease: false,
         harm: "forge ClusterCIDR status",
+    },
+    Forbidden {
+        verb: "delete",
+        group: "",
+        resource: "nodes",
+        lease: false,
+        harm: "delete any Node",
+    },
+    Forbidden {
+        verb: "create",
+        group: "",
+        resource: "pods/eviction",
+        lease: false,
+        harm: "evict any pod",
+    },
+    Forbidden {
+        verb: "patch",
+        group: "ipam.netcm.io",
+        resource: "podcidrmigrations",
+        lease: false,
+        harm: "change a PodCIDRMigration's destination or finalizer",
+    },
+    Forbidden {
+        verb: "create",
+        group: "ipam.netcm.io",
+        resource: "podcidrmigrations",
+        lease: false,
+        harm: "start a PodCIDRMigration, which drains and deletes Nodes",
+    },
+    Forbidden {
+        verb: "patch",
+        group: "ipam.netcm.io",
+        resource: "podcidrmigrations/status",
+        lease: false,
+        harm: "forge a migration's progress, which the controller acts on (cordon, evict, delete Nodes)",
     },
     Forbidden {
         verb: "create",
@@ -734,7 +835,7 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].status, Status::Ok);
         assert!(
-            f[0].message.contains("none of the controller's 8 writes"),
+            f[0].message.contains("none of the controller's 13 writes"),
             "{}",
             f[0].message
         );

@@ -33,7 +33,7 @@ impl Status {
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// Which check: api, rbac, leader, config, pool, space, waiting, cidrs, allocators, claims, leases, routes, node.
+    /// Which check: api, rbac, leader, config, pool, space, waiting, cidrs, allocators, claims, migrations, leases, routes, node.
     pub check: &'static str,
     /// Its status.
     pub status: Status,

@@ -79,6 +79,8 @@ pub struct Snapshot {
     pub pools_without_conditions: Vec<String>,
     /// Events netcm recorded about Nodes.
     pub events: Vec<Event>,
+    /// Every PodCIDRMigration (none where the CRD is not installed), or why they cannot be listed.
+    pub migrations: Result<Vec<netcm_api::pod_cidr_migration::Migration>, String>,
     /// The configuration to judge by.
     pub settings: Settings,
 }
@@ -216,6 +218,8 @@ pub struct Settings {
     pub syncs_subnet_leases: Option<bool>,
     /// Whether the leader runs the route-controller (`None`: unknown).
     pub routes: Option<bool>,
+    /// Whether the leader runs the pod-cidr-migration controller (`None`: unknown).
+    pub migrates: Option<bool>,
 }
 
 impl Settings {
@@ -298,6 +302,7 @@ impl Settings {
             syncer: syncer_flags.config().map_err(|e| e.to_string()),
             syncs_subnet_leases: runs(netcm_node_annotation_syncer::NAME),
             routes: runs(netcm_route_controller::NAME),
+            migrates: runs(netcm_pod_cidr_migration::NAME),
         }
     }
 }
@@ -411,6 +416,7 @@ pub mod fixtures {
             object_pools: ObjectPoolsState::NotInstalled,
             pools_without_conditions: Vec::new(),
             events: Vec::new(),
+            migrations: Ok(Vec::new()),
             settings: Settings::resolve(&GivenFlags::default(), Some(&published(cluster_cidr))),
         }
     }
