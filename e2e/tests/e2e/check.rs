@@ -14,6 +14,7 @@ use netcm_e2e::{serviceaccount_kubeconfig, wait_for, Netcm, TestEnv, LEASE_NAMES
 mod access;
 mod bad_pod_cidrs;
 mod leadership;
+mod migrations;
 mod pools;
 mod support;
 
