@@ -27,6 +27,7 @@ use futures::StreamExt;
 use ipnet::IpNet;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     Api, DeleteParams, DynamicObject, EvictParams, ListParams, Patch, PatchParams, Preconditions,
 };
@@ -312,6 +313,13 @@ impl Migrator {
         }
         let status = MigrationStatus {
             phase: Some(phase),
+            conditions: api::conditions_for(
+                phase,
+                &message,
+                obj.metadata.generation,
+                &current.conditions,
+                Time(Timestamp::now()),
+            ),
             message: Some(message),
             observed_generation: obj.metadata.generation,
             ..current.clone()
@@ -531,8 +539,13 @@ impl Migrator {
     }
 }
 
-/// The status a plan reports.
-fn planned_status(obj: &DynamicObject, plan: &Plan) -> MigrationStatus {
+/// The status a plan reports; its conditions keep their transition times from `previous`.
+fn planned_status(
+    obj: &DynamicObject,
+    plan: &Plan,
+    previous: &MigrationStatus,
+    now: Timestamp,
+) -> MigrationStatus {
     let (phase, message) = match &plan.phase {
         Phase::Progressing => (MigrationPhase::Progressing, None),
         Phase::Complete => (
@@ -564,6 +577,13 @@ fn planned_status(obj: &DynamicObject, plan: &Plan) -> MigrationStatus {
     let c = plan.counts;
     MigrationStatus {
         phase: Some(phase),
+        conditions: api::conditions_for(
+            phase,
+            message.as_deref().unwrap_or_default(),
+            obj.metadata.generation,
+            &previous.conditions,
+            Time(now),
+        ),
         message,
         observed_generation: obj.metadata.generation,
         waiting: c.waiting as u64,
@@ -659,13 +679,9 @@ impl Reconciler for Migrator {
         let progress = from_status(&status.nodes)?;
         self.keep_finalizer(&obj).await?;
         let facts = self.facts(&pools, &spec.destination, &progress).await?;
-        let plan = plan::plan(
-            &plan_spec(&spec, families),
-            &facts,
-            &progress,
-            Timestamp::now(),
-        );
-        let next = planned_status(&obj, &plan);
+        let now = Timestamp::now();
+        let plan = plan::plan(&plan_spec(&spec, families), &facts, &progress, now);
+        let next = planned_status(&obj, &plan, &status, now);
         if next != status {
             self.write_status(&migration.name, &next).await?;
         }

@@ -266,6 +266,21 @@ async fn every_node_moves_to_the_new_pool_two_at_a_time_and_the_old_pool_serves_
     drop(kubelets);
     assert_eq!(status["done"], 4, "{status}");
     assert_eq!(status["nodes"], json!({}), "{status}");
+    // KEP-1623 conditions: what an operator's `kubectl wait` reads.
+    let waited = netcm_e2e::kubectl(&env.cp.kubeconfig)
+        .args([
+            "wait",
+            "--for=condition=Complete",
+            "podcidrmigration/to-new",
+            "--timeout=30s",
+        ])
+        .output()
+        .expect("run kubectl wait");
+    assert!(
+        waited.status.success(),
+        "kubectl wait: {}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
     wait_for(
         "a finished migration to drop its finalizer",
         TIMEOUT,

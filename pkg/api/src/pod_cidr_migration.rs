@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{ApiResource, DynamicObject};
 use serde::{Deserialize, Serialize};
 
@@ -135,7 +136,7 @@ pub struct NodeStatus {
 }
 
 /// What the controller reports.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationStatus {
     /// Where the migration stands; absent until the controller first looks.
@@ -168,10 +169,59 @@ pub struct MigrationStatus {
     /// Every moving or failed Node, by name: the state a new leader resumes from.
     #[serde(default)]
     pub nodes: BTreeMap<String, NodeStatus>,
+    /// KEP-1623 conditions, one of each type in [`CONDITION_TYPES`], so that `kubectl wait
+    /// --for=condition=Complete` works.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The condition types a migration's status carries.
+pub const CONDITION_TYPES: [&str; 3] = ["Progressing", "Stalled", "Complete"];
+
+/// The conditions for `phase` (with `message`), each keeping its `lastTransitionTime` from `previous`
+/// while its status is unchanged, so a status that says the same compares equal and is not written.
+pub fn conditions_for(
+    phase: MigrationPhase,
+    message: &str,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: Time,
+) -> Vec<Condition> {
+    let reason = match phase {
+        MigrationPhase::Pending => "Pending",
+        MigrationPhase::Invalid => "Invalid",
+        MigrationPhase::Progressing => "NodesMoving",
+        MigrationPhase::Stalled => "NodeFailed",
+        MigrationPhase::Complete => "AllNodesMoved",
+    };
+    CONDITION_TYPES
+        .iter()
+        .map(|type_| {
+            let on = matches!(
+                (*type_, phase),
+                ("Progressing", MigrationPhase::Progressing)
+                    | ("Stalled", MigrationPhase::Stalled)
+                    | ("Complete", MigrationPhase::Complete)
+            );
+            let status = if on { "True" } else { "False" }.to_string();
+            let since = previous
+                .iter()
+                .find(|c| c.type_ == *type_ && c.status == status)
+                .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+            Condition {
+                type_: (*type_).to_string(),
+                status,
+                reason: reason.to_string(),
+                message: message.to_string(),
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect()
 }
 
 /// One PodCIDRMigration read from the API.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Migration {
     /// `metadata.name`.
     pub name: String,
@@ -348,6 +398,54 @@ mod tests {
         );
         assert!(bad_status.status.is_err());
         assert!(!bad_status.closes_pools());
+    }
+
+    #[test]
+    fn conditions_say_the_phase_and_keep_their_transition_time_while_unchanged() {
+        let t = |s: &str| Time(s.parse().expect("a time"));
+        let first = conditions_for(
+            MigrationPhase::Progressing,
+            "",
+            Some(1),
+            &[],
+            t("2026-01-01T00:00:00Z"),
+        );
+        let status = |c: &[Condition], type_: &str| {
+            c.iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| (c.status.clone(), c.last_transition_time.clone()))
+        };
+        assert_eq!(
+            status(&first, "Progressing"),
+            Some(("True".into(), t("2026-01-01T00:00:00Z")))
+        );
+        let later = conditions_for(
+            MigrationPhase::Progressing,
+            "",
+            Some(1),
+            &first,
+            t("2026-01-01T00:05:00Z"),
+        );
+        assert_eq!(later, first, "nothing changed, nothing to write");
+        let done = conditions_for(
+            MigrationPhase::Complete,
+            "",
+            Some(1),
+            &later,
+            t("2026-01-01T00:09:00Z"),
+        );
+        assert_eq!(
+            status(&done, "Complete"),
+            Some(("True".into(), t("2026-01-01T00:09:00Z")))
+        );
+        assert_eq!(
+            status(&done, "Progressing"),
+            Some(("False".into(), t("2026-01-01T00:09:00Z")))
+        );
+        assert_eq!(
+            status(&done, "Stalled"),
+            Some(("False".into(), t("2026-01-01T00:00:00Z")))
+        );
     }
 
     #[test]
