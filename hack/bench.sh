@@ -74,6 +74,11 @@
 #                   ClusterCIDR pools (Nodes spread over them by label), on the real control plane.
 #                     hack/bench.sh pools                               2,000 Nodes, each mode twice
 #                     NODES=5000 REPEATS=3 hack/bench.sh pools
+#   migration       a PodCIDRMigration of N Nodes (default 1000) from the flag pool to a ClusterCIDR at
+#                   maxUnavailable (MAX_UNAVAILABLE, 10 %), the kubelets simulated (a deleted Node created
+#                   again after REGISTER_DELAY_MS, 0): wall time, Nodes/s, per-Node seconds delete → new CIDR
+#                   and cordon → new CIDR (e2e/src/bin/bench-migration.rs).
+#                     NODES=1000 hack/bench.sh migration
 #   patch-cost      kube-apiserver's and etcd's CPU per pod-CIDR write by the PATCH's form — netcm's JSON Patch with
 #                   its tests, kube-controller-manager's strategic merge patch, and others — on fresh Nodes with a
 #                   kubelet-sized status, no controller (hack/patch_cost/patch_cost.py):
@@ -164,6 +169,10 @@ case "$name" in
     controlplane_up
     build_release bench-pools
     exec "$root/target/release/bench-pools" ;;
+  migration)
+    controlplane_up
+    build_release bench-migration
+    exec "$root/target/release/bench-migration" ;;
   patch-cost)
     controlplane_up
     exec python3 hack/patch_cost/patch_cost.py "$NETCM_E2E_KUBECONFIG" "${NODES:-1000}" "${ROUNDS:-3}" "$@" ;;
