@@ -2,7 +2,7 @@
 //! whether it stalled, and the actions it took. One migration runs at a time, so no series carries a
 //! migration's name (a label an operator's object names would grow without bound).
 
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::plan::{Action, Counts, Phase};
 
@@ -24,6 +24,7 @@ pub struct MigrationMetrics {
     nodes: IntGaugeVec,
     stalled: IntGauge,
     actions: IntCounterVec,
+    registered: Histogram,
 }
 
 impl MigrationMetrics {
@@ -47,6 +48,13 @@ impl MigrationMetrics {
             ),
             &["action", "result"],
         )?;
+        let registered = Histogram::with_opts(
+            HistogramOpts::new(
+                "netcm_pod_cidr_migration_node_registered_seconds",
+                "Seconds from a moving Node's deletion being seen to its registering again with CIDRs from the destination (the drain excluded): the kubelet's restart and the allocation.",
+            )
+            .buckets(vec![0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
+        )?;
         for s in STATES {
             nodes.with_label_values(&[s]);
         }
@@ -58,10 +66,12 @@ impl MigrationMetrics {
         registry.register(Box::new(nodes.clone()))?;
         registry.register(Box::new(stalled.clone()))?;
         registry.register(Box::new(actions.clone()))?;
+        registry.register(Box::new(registered.clone()))?;
         Ok(Self {
             nodes,
             stalled,
             actions,
+            registered,
         })
     }
 
@@ -82,6 +92,11 @@ impl MigrationMetrics {
         }
         self.stalled
             .set(i64::from(matches!(phase, Phase::Stalled(_))));
+    }
+
+    /// Observes one Node back with CIDRs from the destination, `seconds` after its deletion was seen.
+    pub fn registered(&self, seconds: f64) {
+        self.registered.observe(seconds);
     }
 
     /// Counts one action's result.

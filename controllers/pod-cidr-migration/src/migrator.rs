@@ -680,12 +680,25 @@ impl Reconciler for Migrator {
         self.keep_finalizer(&obj).await?;
         let facts = self.facts(&pools, &spec.destination, &progress).await?;
         let now = Timestamp::now();
-        let plan = plan::plan(&plan_spec(&spec, families), &facts, &progress, now);
+        let plan_spec = plan_spec(&spec, families);
+        let plan = plan::plan(&plan_spec, &facts, &progress, now);
         let next = planned_status(&obj, &plan, &status, now);
         if next != status {
             self.write_status(&migration.name, &next).await?;
         }
         self.metrics.publish(&plan.counts, &plan.phase);
+        // A Node that was registering again and left the progress is back in the destination.
+        for (name, step) in &progress.nodes {
+            if let plan::NodeStep::Registering { since, .. } = step {
+                let back = facts
+                    .iter()
+                    .any(|f| f.name == *name && plan::is_done(&plan_spec, f));
+                if back && !plan.progress.nodes.contains_key(name) {
+                    self.metrics
+                        .registered(now.duration_since(*since).as_secs_f64().max(0.0));
+                }
+            }
+        }
         for action in &plan.actions {
             tracing::info!(controller = NAME, migration = %migration.name, action = ?action, "migration step");
             let result = self.act(action).await;

@@ -334,6 +334,12 @@ async fn every_node_moves_to_the_new_pool_two_at_a_time_and_the_old_pool_serves_
         deletes >= 4.0,
         "every Node deleted once at least: {deletes}"
     );
+    assert_eq!(
+        n.metric("netcm_pod_cidr_migration_node_registered_seconds_count")
+            .await,
+        Some(4.0),
+        "each Node's return observed once"
+    );
     // Complete: the flag pool, which the tie-break prefers, serves again.
     create_node(&env.client, &NodeFixture::named("late")).await;
     let late = wait_allocated(&env.client, &["late".to_string()], TIMEOUT).await;
