@@ -41,6 +41,7 @@ pub fn registry(flags: &ControllerFlags) -> anyhow::Result<Registry> {
         netcm_pod_cidr_migration::descriptor(
             flags.migration.clone(),
             &flags.allocator.cluster_cidr,
+            flags.allocator.cluster_cidr_objects,
         ),
     ])?)
 }
@@ -85,6 +86,31 @@ mod tests {
         }
         assert_eq!(r.canonical("nodeipam"), Some("subnet-allocator"));
         assert_eq!(r.canonical("route"), Some("route-controller"));
+    }
+
+    #[test]
+    fn the_migration_controller_is_refused_when_the_allocator_would_not_close_its_pools() {
+        let cli = Cli::parse_from([
+            "netcm",
+            "--controllers=*,pod-cidr-migration",
+            "--cluster-cidr=10.244.0.0/16",
+            "--cluster-cidr-objects=false",
+        ]);
+        let err = registry(&cli.controllers)
+            .expect("registry is valid")
+            .validate_flags(&cli.generic)
+            .expect_err("no ClusterCIDR objects");
+        assert!(err.to_string().contains("--cluster-cidr-objects"), "{err}");
+        // Off (the default), it asks nothing of the allocator's flags.
+        let cli = Cli::parse_from([
+            "netcm",
+            "--cluster-cidr=10.244.0.0/16",
+            "--cluster-cidr-objects=false",
+        ]);
+        registry(&cli.controllers)
+            .expect("registry is valid")
+            .validate_flags(&cli.generic)
+            .expect("the migration controller is off");
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub enum FlagError {
     /// No worker.
     #[error("--concurrent-pod-cidr-migration-syncs must be at least 1")]
     Workers,
+    /// The allocator would not close its pools: every Node coming back would fail its move.
+    #[error("pod-cidr-migration needs --cluster-cidr-objects=true: the subnet-allocator closes every pool but a running migration's destination only while it reads ClusterCIDR objects and PodCIDRMigrations")]
+    NoClusterCidrObjects,
 }
 
 /// The flags with the allocator's `--cluster-cidr`, whose pool Nodes may move from or to.
@@ -81,6 +84,7 @@ pub enum FlagError {
 struct Options {
     flags: Flags,
     cluster_cidr: String,
+    cluster_cidr_objects: bool,
 }
 
 impl Options {
@@ -98,12 +102,18 @@ impl Options {
     }
 }
 
-/// The registry entry, handed the allocator's `--cluster-cidr` (the flag pool's ranges). Off by
-/// default: it cordons, drains and deletes Nodes, which an operator turns on knowingly.
-pub fn descriptor(flags: Flags, cluster_cidr: &str) -> ControllerDescriptor {
+/// The registry entry, handed the allocator's `--cluster-cidr` (the flag pool's ranges) and
+/// `--cluster-cidr-objects` (without which the allocator closes no pool). Off by default: it cordons,
+/// drains and deletes Nodes, which an operator turns on knowingly.
+pub fn descriptor(
+    flags: Flags,
+    cluster_cidr: &str,
+    cluster_cidr_objects: bool,
+) -> ControllerDescriptor {
     let options = Options {
         flags,
         cluster_cidr: cluster_cidr.to_string(),
+        cluster_cidr_objects,
     };
     ControllerDescriptor::new(NAME, &["renumbering"], options).disabled_by_default()
 }
@@ -114,6 +124,9 @@ impl ControllerOptions for Options {
     fn validate(&self, _generic: &GenericFlags) -> Result<(), FlagError> {
         if self.flags.concurrent_pod_cidr_migration_syncs == 0 {
             return Err(FlagError::Workers);
+        }
+        if !self.cluster_cidr_objects {
+            return Err(FlagError::NoClusterCidrObjects);
         }
         self.flag_ranges().map(|_| ())
     }
