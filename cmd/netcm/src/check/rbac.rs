@@ -121,10 +121,10 @@ pub const RULES: &[Rule] = &[
         role: "ClusterRole",
         group: "ipam.netcm.io",
         resource: "podcidrmigrations",
-        verbs: &["list", "patch", "watch"],
+        verbs: &["patch"],
         lease_only: false,
         needed: Needed::Migration,
-        feature: "pod-cidr-migration: its PodCIDRMigrations and their finalizer",
+        feature: "pod-cidr-migration: a migration's finalizer",
     },
     Rule {
         role: "ClusterRole",
@@ -134,15 +134,6 @@ pub const RULES: &[Rule] = &[
         lease_only: false,
         needed: Needed::Migration,
         feature: "pod-cidr-migration: a migration's progress",
-    },
-    Rule {
-        role: "ClusterRole",
-        group: "networking.x-k8s.io",
-        resource: "clustercidrs",
-        verbs: &["list"],
-        lease_only: false,
-        needed: Needed::Migration,
-        feature: "pod-cidr-migration: the pools' ranges",
     },
     Rule {
         role: "ClusterRole",
