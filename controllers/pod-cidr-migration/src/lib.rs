@@ -178,7 +178,7 @@ impl ControllerOptions for Options {
 }
 
 /// The ClusterCIDR resource, read for its ranges.
-fn cluster_cidr_resource() -> kube::api::ApiResource {
+pub(crate) fn cluster_cidr_resource() -> kube::api::ApiResource {
     kube::api::ApiResource {
         group: "networking.x-k8s.io".into(),
         version: "v1".into(),
@@ -187,3 +187,6 @@ fn cluster_cidr_resource() -> kube::api::ApiResource {
         plural: "clustercidrs".into(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -53,6 +53,8 @@ use crate::NAME;
 /// How often a running migration is passed over with no change: the drain and register timeouts are
 /// minutes, and the pods a drain waits for leave without a Node event.
 pub const RUNNING_RESYNC: Duration = Duration::from_secs(5);
+/// How soon a pass planned from a stale read of its migration runs again.
+const STALE_READ_RETRY: Duration = Duration::from_millis(200);
 /// How long one eviction may take, the client's retries of a 429 included (see [`Migrator::evict`]).
 const EVICTION_ATTEMPT: Duration = Duration::from_secs(3);
 /// How long a Node change waits before it queues the running migration: one pass reads every Node, so
@@ -277,16 +279,34 @@ impl Migrator {
         }
     }
 
-    /// Replaces the whole status: one JSON patch, so Nodes gone from the progress leave it.
-    async fn write_status(&self, name: &str, status: &MigrationStatus) -> Result<(), SyncError> {
-        let patch = json_patch(json!([{ "op": "add", "path": "/status", "value": status }]))
-            .map_err(api_error("building the status patch"))?;
+    /// Replaces the whole status (one JSON patch, so Nodes gone from the progress leave it), testing the
+    /// resourceVersion `obj` was read at. `false`: the object changed since — the cache was behind,
+    /// even behind this controller's own last write — and nothing was written; the pass is planned
+    /// again from a newer read, so no action is ever taken on a stale progress.
+    async fn write_status(
+        &self,
+        obj: &DynamicObject,
+        status: &MigrationStatus,
+    ) -> Result<bool, SyncError> {
+        let patch = json_patch(json!([
+            { "op": "test", "path": "/metadata/resourceVersion", "value": obj.metadata.resource_version },
+            { "op": "add", "path": "/status", "value": status }
+        ]))
+        .map_err(api_error("building the status patch"))?;
         self.guard.ensure_leader()?;
-        self.migrations
-            .patch_status(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await
-            .map_err(api_error("writing the status"))?;
-        Ok(())
+        let written = self
+            .migrations
+            .patch_status(
+                obj.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await;
+        match written {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if matches!(s.code, 409 | 422) => Ok(false),
+            Err(e) => Err(api_error("writing the status")(e)),
+        }
     }
 
     /// Writes a status that is not a plan's (Pending, Invalid), unless it says so already.
@@ -324,8 +344,8 @@ impl Migrator {
             observed_generation: obj.metadata.generation,
             ..current.clone()
         };
-        self.write_status(obj.metadata.name.as_deref().unwrap_or_default(), &status)
-            .await
+        // A stale read is planned again when the watch brings the newer object.
+        self.write_status(obj, &status).await.map(|_| ())
     }
 
     /// The pods on `node` a drain must evict.
@@ -683,8 +703,8 @@ impl Reconciler for Migrator {
         let plan_spec = plan_spec(&spec, families);
         let plan = plan::plan(&plan_spec, &facts, &progress, now);
         let next = planned_status(&obj, &plan, &status, now);
-        if next != status {
-            self.write_status(&migration.name, &next).await?;
+        if next != status && !self.write_status(&obj, &next).await? {
+            return Ok(SyncOutcome::RetryAfter(STALE_READ_RETRY));
         }
         self.metrics.publish(&plan.counts, &plan.phase);
         // A Node that was registering again and left the progress is back in the destination.
