@@ -62,8 +62,9 @@ fn pools() -> Step {
     )
 }
 
-#[tokio::test]
-async fn a_pass_writes_the_progress_testing_its_read_before_it_cordons_and_evicts() {
+/// The API, and the controller whose cache holds Node `n1` of the flag pool and migration `m` with
+/// no status yet; the pools' list is the first request expected.
+fn started() -> (ScriptedApi, Migrator) {
     let api = ScriptedApi::new();
     let ctx = api
         .context()
@@ -72,6 +73,12 @@ async fn a_pass_writes_the_progress_testing_its_read_before_it_cordons_and_evict
         .expect("context");
     let m = migrator(&ctx, migration(json!({})));
     api.expect(pools());
+    (api, m)
+}
+
+#[tokio::test]
+async fn a_pass_writes_the_progress_testing_its_read_before_it_cordons_and_evicts() {
+    let (api, m) = started();
     api.expect(Step::patch(MIGRATION).check(|body| {
         assert_eq!(
             body[0],
@@ -107,16 +114,9 @@ async fn a_pass_writes_the_progress_testing_its_read_before_it_cordons_and_evict
 
 #[tokio::test]
 async fn a_pass_planned_from_a_stale_read_takes_no_action() {
-    let api = ScriptedApi::new();
-    let ctx = api
-        .context()
-        .nodes([node("n1", "10.244.1.0/24")])
-        .build()
-        .expect("context");
     // The cache shows the migration before the controller's own last write: planning from it would
     // start a Node again, or one more than maxUnavailable.
-    let m = migrator(&ctx, migration(json!({})));
-    api.expect(pools());
+    let (api, m) = started();
     api.expect(Step::patch(MIGRATION).reply_status(
         422,
         "Invalid",
