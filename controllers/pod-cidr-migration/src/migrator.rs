@@ -43,6 +43,7 @@ use netcm_manager::{
     Reconciler, SharedInformer, SyncOutcome,
 };
 use netcm_workqueue::Queue;
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::plan::{self, Action, NodeFacts, Phase, Plan, Spec};
@@ -106,6 +107,9 @@ fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> SyncError {
 /// whole once complete).
 pub type Store = kube::runtime::reflector::Store<DynamicObject>;
 
+/// The pods a drain must still evict, by the name of the draining Node, as one pass listed them.
+type PodsLeft = std::collections::BTreeMap<String, Vec<Pod>>;
+
 /// The reconciler of PodCIDRMigrations.
 pub struct Migrator {
     /// The shared Node cache.
@@ -144,10 +148,18 @@ pub fn on_node_change(
     queue: Queue<netcm_manager::Key>,
 ) -> impl Fn(&InformerEvent<CachedNode>) + Send + Sync + 'static {
     move |_ev| {
+        // Called on every Node event: the phase is read where it lies, not the whole status parsed (a
+        // running migration's lists every moving Node). A migration queued for nothing is a pass
+        // that decides nothing.
         for obj in store.state() {
-            let m = Migration::from_object(&obj);
-            if m.closes_pools() {
-                queue.add_after(m.name.into(), NODE_CHANGE_BATCH);
+            let running = MigrationPhase::deserialize(&obj.data["status"]["phase"])
+                .is_ok_and(MigrationPhase::closes_pools);
+            if let (true, None, Some(name)) = (
+                running,
+                obj.metadata.deletion_timestamp.as_ref(),
+                obj.metadata.name.as_deref(),
+            ) {
+                queue.add_after(name.into(), NODE_CHANGE_BATCH);
             }
         }
     }
@@ -361,45 +373,59 @@ impl Migrator {
         Ok(listed.items.into_iter().filter(must_evict).collect())
     }
 
-    /// What the API shows of every Node, with the pods left on those being drained.
+    /// What the API shows of every Node, and the pods left on those being drained (listed
+    /// concurrently, [`CONCURRENT_NODES`] at a time; the pass's evictions use the same lists).
     async fn facts(
         &self,
         pools: &KnownPools,
         destination: &str,
         progress: &plan::Progress,
-    ) -> Result<Vec<NodeFacts>, SyncError> {
-        let mut facts = Vec::new();
-        for node in self.nodes.list() {
-            let draining = matches!(
-                progress.nodes.get(node.name()),
-                Some(plan::NodeStep::Draining { uid, .. }) if uid == node.uid()
-            );
-            let pods_to_evict = if draining {
-                self.pods_to_evict(node.name()).await?.len()
-            } else {
-                0
-            };
-            let cidrs = node.pod_cidrs();
-            let mut node_pools: Vec<Option<String>> = cidrs
-                .cidrs
-                .iter()
-                .map(|c| pools.pool_of(c, destination))
-                .collect();
-            node_pools.extend(cidrs.unparsable.iter().map(|_| None));
-            facts.push(NodeFacts {
-                name: node.name().to_string(),
-                uid: node.uid().to_string(),
-                pools: node_pools,
-                unschedulable: node.unschedulable(),
-                pods_to_evict,
-            });
-        }
-        Ok(facts)
+    ) -> Result<(Vec<NodeFacts>, PodsLeft), SyncError> {
+        let nodes = self.nodes.list();
+        let draining: Vec<String> = nodes
+            .iter()
+            .filter(|node| {
+                matches!(
+                    progress.nodes.get(node.name()),
+                    Some(plan::NodeStep::Draining { uid, .. }) if uid == node.uid()
+                )
+            })
+            .map(|node| node.name().to_string())
+            .collect();
+        let listed: Vec<Result<(String, Vec<Pod>), SyncError>> = futures::stream::iter(draining)
+            .map(|name| async move {
+                let pods = self.pods_to_evict(&name).await?;
+                Ok((name, pods))
+            })
+            .buffer_unordered(CONCURRENT_NODES)
+            .collect()
+            .await;
+        let pods_left: PodsLeft = listed.into_iter().collect::<Result<_, _>>()?;
+        let facts = nodes
+            .iter()
+            .map(|node| {
+                let cidrs = node.pod_cidrs();
+                let mut node_pools: Vec<Option<String>> = cidrs
+                    .cidrs
+                    .iter()
+                    .map(|c| pools.pool_of(c, destination))
+                    .collect();
+                node_pools.extend(cidrs.unparsable.iter().map(|_| None));
+                NodeFacts {
+                    name: node.name().to_string(),
+                    uid: node.uid().to_string(),
+                    pools: node_pools,
+                    unschedulable: node.unschedulable(),
+                    pods_to_evict: pods_left.get(node.name()).map_or(0, Vec::len),
+                }
+            })
+            .collect();
+        Ok((facts, pods_left))
     }
 
     /// Takes one action. Answers that mean it is done already (404, a UID that no longer matches) are
     /// not failures; an eviction a PodDisruptionBudget refuses (429) is tried again on a later pass.
-    async fn act(&self, action: &Action) -> Result<(), SyncError> {
+    async fn act(&self, action: &Action, pods_left: &PodsLeft) -> Result<(), SyncError> {
         self.guard.ensure_leader()?;
         let done_already = |e: &kube::Error| matches!(e, kube::Error::Api(s) if matches!(s.code, 404 | 409 | 422 | 429));
         let schedulable = |node: &str, uid: &str, unschedulable: bool| {
@@ -431,7 +457,11 @@ impl Migrator {
                 self.node_api.delete(node, &params).await.map(|_| ())
             }
             Action::Evict { node, .. } => {
-                let pods = self.pods_to_evict(node).await?;
+                // The pass's own list, else (a drain that starts now) a new one.
+                let pods = match pods_left.get(node) {
+                    Some(pods) => pods.clone(),
+                    None => self.pods_to_evict(node).await?,
+                };
                 let evictions = pods.into_iter().filter_map(|pod| {
                     let (ns, name) = (pod.metadata.namespace?, pod.metadata.name?);
                     Some(self.evict(node, ns, name))
@@ -512,10 +542,13 @@ impl Migrator {
                     continue;
                 };
                 if self.nodes.get(name).is_some_and(|n| n.uid() == uid) {
-                    self.act(&Action::Uncordon {
-                        node: name.clone(),
-                        uid: uid.clone(),
-                    })
+                    self.act(
+                        &Action::Uncordon {
+                            node: name.clone(),
+                            uid: uid.clone(),
+                        },
+                        &PodsLeft::new(),
+                    )
                     .await?;
                 }
             }
@@ -567,7 +600,12 @@ impl Migrator {
     /// [`CONCURRENT_NODES`] Nodes at once, so a wave of `maxUnavailable` Nodes costs about one
     /// round trip per step rather than one per Node (`hack/bench.sh migration`). The first error is
     /// returned once every Node's actions ended: the pass is retried, and each action is safe twice.
-    async fn act_on_nodes(&self, migration: &str, actions: &[Action]) -> Result<(), SyncError> {
+    async fn act_on_nodes(
+        &self,
+        migration: &str,
+        actions: &[Action],
+        pods_left: &PodsLeft,
+    ) -> Result<(), SyncError> {
         let mut by_node: Vec<Vec<Action>> = Vec::new();
         for action in actions {
             let node = action_node(action);
@@ -580,7 +618,7 @@ impl Migrator {
             }
         }
         let results: Vec<Result<(), SyncError>> = futures::stream::iter(by_node)
-            .map(|list| self.act_in_order(migration, list))
+            .map(|list| self.act_in_order(migration, list, pods_left))
             .buffer_unordered(CONCURRENT_NODES)
             .collect()
             .await;
@@ -588,10 +626,15 @@ impl Migrator {
     }
 
     /// One Node's actions, in order, stopping at the first that fails.
-    async fn act_in_order(&self, migration: &str, actions: Vec<Action>) -> Result<(), SyncError> {
+    async fn act_in_order(
+        &self,
+        migration: &str,
+        actions: Vec<Action>,
+        pods_left: &PodsLeft,
+    ) -> Result<(), SyncError> {
         for action in &actions {
             tracing::info!(controller = NAME, migration, action = ?action, "migration step");
-            let result = self.act(action).await;
+            let result = self.act(action, pods_left).await;
             self.metrics.action(action, result.is_ok());
             result?;
         }
@@ -748,7 +791,7 @@ impl Reconciler for Migrator {
         };
         let progress = from_status(&status.nodes)?;
         self.keep_finalizer(&obj).await?;
-        let facts = self.facts(&pools, &spec.destination, &progress).await?;
+        let (facts, pods_left) = self.facts(&pools, &spec.destination, &progress).await?;
         let now = Timestamp::now();
         let plan_spec = plan_spec(&spec, families);
         let plan = plan::plan(&plan_spec, &facts, &progress, now);
@@ -769,7 +812,8 @@ impl Reconciler for Migrator {
                 }
             }
         }
-        self.act_on_nodes(&migration.name, &plan.actions).await?;
+        self.act_on_nodes(&migration.name, &plan.actions, &pods_left)
+            .await?;
         if plan.phase == Phase::Complete {
             // Nothing is left to put back in service: deleting a finished migration needs no
             // controller.

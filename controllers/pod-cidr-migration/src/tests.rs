@@ -129,3 +129,37 @@ async fn a_pass_planned_from_a_stale_read_takes_no_action() {
     );
     // No cordon, no eviction: the script ends at the refused status write.
 }
+
+#[tokio::test]
+async fn a_drain_under_way_lists_its_pods_once_a_pass_and_evicts_them_from_that_list() {
+    let api = ScriptedApi::new();
+    let mut cordoned = CachedNode::builder("n1", "n1-uid", "2");
+    cordoned
+        .pod_cidrs(&["10.244.1.0/24"], Some("10.244.1.0/24"))
+        .unschedulable(true);
+    let ctx = api
+        .context()
+        .nodes([cordoned.build()])
+        .build()
+        .expect("context");
+    let draining = json!({"phase": "Progressing", "draining": 1, "nodes": {"n1": {
+        "step": "Draining", "toward": "new", "since": Timestamp::now().to_string(), "uid": "n1-uid"}}});
+    let m = migrator(&ctx, migration(draining));
+    api.expect(pools());
+    api.expect(
+        Step::get("/api/v1/pods")
+            .query("fieldSelector=spec.nodeName%3Dn1")
+            .reply(
+                200,
+                json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+                    {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1", "containers": []}}]}),
+            ),
+    );
+    api.expect(Step::patch(MIGRATION));
+    api.expect(Step::post("/api/v1/namespaces/ns/pods/p/eviction").reply(201, json!({})));
+    let outcome = m.sync("m").await;
+    assert!(
+        matches!(outcome, Ok(SyncOutcome::RetryAfter(_))),
+        "{outcome:?}"
+    );
+}

@@ -226,6 +226,13 @@ impl Drop for Kubelets {
     }
 }
 
+/// A Node registered now is given a CIDR inside `range`: which pools are open.
+async fn assert_served_from(env: &TestEnv, name: &str, range: &str) {
+    create_node(&env.client, &NodeFixture::named(name)).await;
+    let got = wait_allocated(&env.client, &[name.to_string()], TIMEOUT).await;
+    assert!(inside(range, &got), "{name} served from {range}: {got:?}");
+}
+
 fn inside(range: &str, cidrs: &BTreeMap<String, Vec<IpNet>>) -> bool {
     let range: IpNet = range.parse().expect("range");
     cidrs
@@ -341,9 +348,7 @@ async fn every_node_moves_to_the_new_pool_two_at_a_time_and_the_old_pool_serves_
         "each Node's return observed once"
     );
     // Complete: the flag pool, which the tie-break prefers, serves again.
-    create_node(&env.client, &NodeFixture::named("late")).await;
-    let late = wait_allocated(&env.client, &["late".to_string()], TIMEOUT).await;
-    assert!(inside(FLAG_RANGE, &late), "{late:?}");
+    assert_served_from(&env, "late", FLAG_RANGE).await;
     drop(n);
 }
 
@@ -406,9 +411,7 @@ async fn a_drain_a_disruption_budget_blocks_fails_its_node_back_into_service_and
         "never forced"
     );
     // While it stands, the destination alone serves: a new Node gets a CIDR from it.
-    create_node(&env.client, &NodeFixture::named("stall-new")).await;
-    let got = wait_allocated(&env.client, &["stall-new".to_string()], TIMEOUT).await;
-    assert!(inside(NEW_RANGE, &got), "{got:?}");
+    assert_served_from(&env, "stall-new", NEW_RANGE).await;
 
     // The rollback: the destination back to the flag pool. stall-new is the one Node to move.
     let _kubelets = Kubelets::start(&env, &["stall-new".to_string()], &[]);
@@ -440,9 +443,7 @@ async fn a_migration_to_no_pool_is_invalid_and_closes_none() {
             .is_some_and(|m| m.contains("no-such-pool")),
         "{status}"
     );
-    create_node(&env.client, &NodeFixture::named("served")).await;
-    let got = wait_allocated(&env.client, &["served".to_string()], TIMEOUT).await;
-    assert!(inside(FLAG_RANGE, &got), "{got:?}");
+    assert_served_from(&env, "served", FLAG_RANGE).await;
     drop(n);
 }
 
@@ -487,8 +488,6 @@ async fn deleting_a_migration_mid_drain_puts_its_node_back_in_service_and_opens_
     let node = nodes.get("del-0").await.expect("del-0");
     assert!(!unschedulable(&node), "put back in service");
     // Every pool is open again: the flag pool, which the tie-break prefers, serves a new Node.
-    create_node(&env.client, &NodeFixture::named("del-late")).await;
-    let late = wait_allocated(&env.client, &["del-late".to_string()], TIMEOUT).await;
-    assert!(inside(FLAG_RANGE, &late), "{late:?}");
+    assert_served_from(&env, "del-late", FLAG_RANGE).await;
     drop(n);
 }
